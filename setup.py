@@ -1,0 +1,28 @@
+"""Build the compiled core. Metadata lives in pyproject.toml."""
+
+import os
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+extra = ["-O3"] if os.name != "nt" else ["/O2"]
+
+extensions = [
+    Extension(
+        f"bursarcore.{name}",
+        [f"src/bursarcore/{name}.pyx"],
+        include_dirs=[np.get_include()],
+        extra_compile_args=extra,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    for name in ("_buckets",)
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": "3", "boundscheck": False,
+                             "wraparound": False, "cdivision": True},
+    ),
+)

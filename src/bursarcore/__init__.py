@@ -1,0 +1,11 @@
+"""bursarcore: the policy core of an agent resource broker above Slurm or PBS Pro.
+
+See README.md and docs/ for the model; SPEC.md sections are cited in the docstrings.
+"""
+
+from . import errors, units
+from ._backend import available as available_backends
+from .buckets import TokenBuckets
+
+__all__ = ["TokenBuckets", "errors", "units", "available_backends", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,340 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled token buckets. Private: import :mod:`bursarcore.buckets` instead.
+
+Same contract, same integers as :mod:`bursarcore.reference.buckets` (the specification).
+Layout: array-of-structs, one 64-byte row per bucket (capacity, rate, tokens, remainder,
+last update, 3 spare), so a random access touches one cache line (see benchmarks/RESULTS.md
+for the measurement against struct-of-arrays).
+"""
+
+import math
+
+import numpy as np
+cimport numpy as cnp
+from libc.math cimport isfinite, llrint, fabs
+from libc.stdint cimport int64_t
+
+from . import _validate, units
+from .errors import InvalidArgument, TimeWentBackwards
+from .reference.buckets import _validate_state
+
+cnp.import_array()
+
+cdef extern from *:
+    ctypedef long long i128 "__int128"
+
+DEF W = 8            # int64 fields per row
+DEF CAP = 0
+DEF RATE = 1
+DEF TOK = 2
+DEF REM = 3
+DEF LAST = 4
+
+cdef int64_t NS = 1000000000
+cdef double NS_D = 1e9
+cdef double SCALE_D = 1e6
+cdef double MAX_SECONDS = <double>(1 << 62) / 1e9
+cdef double MAX_UNITS = <double>(1 << 62) / 1e6
+cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
+
+
+cdef inline int64_t _ns(object now) except? -1:
+    """Seconds to ns: floats inline, anything else through units.to_ns (the same rule)."""
+    if type(now) is not float:
+        return units.to_ns(now)
+    cdef double x = <double>now
+    if not isfinite(x):
+        raise InvalidArgument("now", "must be finite", x)
+    if fabs(x) > MAX_SECONDS:
+        raise InvalidArgument("now", f"must be within +/-{MAX_SECONDS:.6g} s", x)
+    return llrint(x * NS_D)
+
+
+cdef inline int64_t _fixed(object amount, str field) except? -1:
+    if type(amount) is not float:
+        return units.to_fixed(amount, field)
+    cdef double x = <double>amount
+    if not isfinite(x):
+        raise InvalidArgument(field, "must be finite", x)
+    if x < 0:
+        raise InvalidArgument(field, "must be >= 0", x)
+    if x > MAX_UNITS:
+        raise InvalidArgument(field, f"must be <= {MAX_UNITS:.6g}", x)
+    return llrint(x * SCALE_D)
+
+
+cdef inline void _refill(int64_t* row, int64_t t) noexcept nogil:
+    """Settle one bucket at ``t`` (t >= last). Exact, see reference.buckets.refill."""
+    cdef int64_t dt = t - row[LAST]
+    cdef int64_t tok, rate
+    cdef i128 gained, room
+    if dt <= 0:
+        return
+    row[LAST] = t
+    tok = row[TOK]
+    if tok >= row[CAP]:
+        row[REM] = 0
+        return
+    rate = row[RATE]
+    if rate == 0:
+        return
+    gained = <i128>rate * dt + row[REM]
+    room = <i128>(row[CAP] - tok) * NS
+    if gained >= room:
+        row[TOK] = row[CAP]
+        row[REM] = 0
+    elif gained <= I64_MAX:
+        row[TOK] = tok + (<int64_t>gained) // NS
+        row[REM] = (<int64_t>gained) % NS
+    else:
+        row[TOK] = tok + <int64_t>(gained // NS)
+        row[REM] = <int64_t>(gained % NS)
+
+
+cdef inline int64_t _peek(const int64_t* row, int64_t t, int64_t* rem_out) noexcept nogil:
+    cdef int64_t tmp[W]
+    cdef int j
+    for j in range(W):
+        tmp[j] = row[j]
+    _refill(tmp, t)
+    if rem_out != NULL:
+        rem_out[0] = tmp[REM]
+    return tmp[TOK]
+
+
+cdef int64_t _debit_kernel(int64_t* base, const int64_t* idx, const int64_t* amt,
+                           const int64_t* ts, cnp.npy_bool* out, Py_ssize_t n,
+                           bint scalar_t) noexcept nogil:
+    """Sequential batch: request k sees requests < k. Returns the newest time used."""
+    cdef Py_ssize_t k
+    cdef int64_t* row
+    cdef int64_t t = ts[0], a, newest = ts[0]
+    for k in range(n):
+        row = base + idx[k] * W
+        if not scalar_t:
+            t = ts[k]
+        _refill(row, t)
+        a = amt[k]
+        if row[TOK] >= a:
+            row[TOK] -= a
+            out[k] = 1
+        else:
+            out[k] = 0
+        if t > newest:
+            newest = t
+    return newest
+
+
+cdef class TokenBuckets:
+    """N token buckets in one aligned int64 array; see :class:`bursarcore.buckets.TokenBuckets`."""
+
+    cdef object _buf          # owner of the memory (over-allocated for 64-byte alignment)
+    cdef int64_t[:, ::1] _s   # (allocated, W) view, aligned
+    cdef Py_ssize_t _n
+    cdef int64_t _wm
+
+    backend = "compiled"
+
+    def __init__(self, capacity, rate, tokens=None, now=0.0):
+        cap = units.fixed_array(np.atleast_1d(capacity), "capacity")
+        n = cap.shape[0]
+        rat = units.fixed_array(rate, "rate", n)
+        tok = cap.copy() if tokens is None else units.fixed_array(tokens, "tokens", n)
+        if (tok > cap).any():
+            raise InvalidArgument("tokens", "must be <= capacity", units.from_fixed(int(tok.max())))
+        t0 = _ns(now)
+        self._alloc(max(n, 16))
+        self._n = n
+        arr = np.asarray(self._s)
+        arr[:n, CAP] = cap
+        arr[:n, RATE] = rat
+        arr[:n, TOK] = tok
+        arr[:n, REM] = 0
+        arr[:n, LAST] = t0
+        self._wm = t0
+
+    cdef _alloc(self, Py_ssize_t rows):
+        buf = np.zeros(rows * W + W, dtype=np.int64)
+        off = (-(buf.ctypes.data % 64) // 8) % W
+        view = buf[off:off + rows * W].reshape(rows, W)
+        if self._n:
+            view[:self._n] = np.asarray(self._s)[:self._n]
+        self._buf = buf
+        self._s = view
+
+    cdef inline int64_t* _row(self, Py_ssize_t k) noexcept nogil:
+        return &self._s[0, 0] + k * W
+
+    cdef inline Py_ssize_t _check(self, object index, int64_t t) except -1:
+        cdef Py_ssize_t i
+        if type(index) is int:
+            try:
+                i = index
+            except OverflowError:
+                i = -1
+            if i < 0 or i >= self._n:
+                raise InvalidArgument("i", f"index out of range [0, {self._n})", index)
+        else:
+            i = _validate.index(index, self._n)
+        if t < self._row(i)[LAST]:
+            raise TimeWentBackwards("now", f"must be >= the bucket's last update "
+                                    f"{self._row(i)[LAST] / 1e9!r}", t / 1e9)
+        return i
+
+    cdef inline void _touch(self, int64_t t) noexcept nogil:
+        if t > self._wm:
+            self._wm = t
+
+    def __len__(self):
+        return self._n
+
+    @property
+    def capacity(self):
+        return np.asarray(self._s)[:self._n, CAP] / units.SCALE
+
+    @property
+    def rate(self):
+        return np.asarray(self._s)[:self._n, RATE] / units.SCALE
+
+    def try_debit(self, i, amount, now):
+        cdef int64_t t = _ns(now)
+        cdef int64_t a = _fixed(amount, "amount")
+        cdef Py_ssize_t k = self._check(i, t)
+        cdef int64_t* row = self._row(k)
+        _refill(row, t)
+        self._touch(t)
+        if row[TOK] >= a:
+            row[TOK] -= a
+            return True
+        return False
+
+    def try_debit_batch(self, idx, amounts, now):
+        ix = units.index_array(idx, self._n)
+        cdef Py_ssize_t n = ix.shape[0]
+        amt = units.fixed_array(amounts, "amounts", n)
+        ts = units.ns_array(now, "now", n)
+        if n and ts.strides[0] == 0:
+            ts = np.ascontiguousarray(ts)
+        _validate.batch_times(ix, ts, np.asarray(self._s)[:self._n, LAST], self._wm)
+        return self.debit_fixed(ix, np.ascontiguousarray(amt), ts)
+
+    def debit_fixed(self, const int64_t[::1] idx, const int64_t[::1] amounts,
+                    const int64_t[::1] now_ns):
+        """Batch debit on already-converted, already-validated integers.
+
+        For callers that keep their own fixed-point arrays (the admission engine,
+        benchmarks). ``now_ns`` has length 1 (one instant) or ``len(idx)``. No checks are
+        made beyond lengths: out-of-range indices or backwards times are undefined.
+        """
+        cdef Py_ssize_t n = idx.shape[0]
+        if amounts.shape[0] != n or (now_ns.shape[0] != n and now_ns.shape[0] != 1):
+            raise InvalidArgument("amounts", "lengths of idx, amounts and now must agree", n)
+        out = np.empty(n, dtype=np.bool_)
+        if n == 0:
+            return out
+        cdef cnp.npy_bool[::1] o = out.view(np.uint8)
+        cdef int64_t newest
+        with nogil:
+            newest = _debit_kernel(self._row(0), &idx[0], &amounts[0], &now_ns[0],
+                                   <cnp.npy_bool*>&o[0], n, now_ns.shape[0] == 1 and n != 1)
+        self._touch(newest)
+        return out
+
+    def refund(self, i, amount, now):
+        cdef int64_t t = _ns(now)
+        cdef int64_t a = _fixed(amount, "amount")
+        cdef Py_ssize_t k = self._check(i, t)
+        cdef int64_t* row = self._row(k)
+        _refill(row, t)
+        self._touch(t)
+        cdef int64_t credited = min(a, row[CAP] - row[TOK])
+        row[TOK] += credited
+        if row[TOK] == row[CAP]:
+            row[REM] = 0
+        return credited / 1e6
+
+    def tokens(self, now):
+        cdef int64_t t = _ns(now)
+        if t < self._wm:
+            raise TimeWentBackwards("now", f"must be >= the last update {self._wm / 1e9!r}", now)
+        out = np.empty(self._n, dtype=np.int64)
+        cdef int64_t[::1] o = out
+        cdef Py_ssize_t k
+        with nogil:
+            for k in range(self._n):
+                o[k] = _peek(self._row(k), t, NULL)
+        return out / units.SCALE
+
+    def set_rate(self, i, rate, now):
+        cdef int64_t t = _ns(now)
+        cdef int64_t r = _fixed(rate, "rate")
+        cdef Py_ssize_t k = self._check(i, t)
+        _refill(self._row(k), t)
+        self._touch(t)
+        self._row(k)[RATE] = r
+
+    def time_until(self, i, amount, now):
+        cdef int64_t t = _ns(now)
+        cdef int64_t a = _fixed(amount, "amount")
+        cdef Py_ssize_t k = self._check(i, t)
+        cdef int64_t* row = self._row(k)
+        cdef int64_t rem
+        cdef int64_t tok = _peek(row, t, &rem)
+        cdef i128 need
+        if a <= tok:
+            return 0.0
+        if a > row[CAP] or row[RATE] == 0:
+            return math.inf
+        need = <i128>(a - tok) * NS - rem
+        return <int64_t>((need + row[RATE] - 1) // row[RATE]) / 1e9
+
+    def append(self, capacity, rate, tokens=None, now=None):
+        cdef int64_t c = _fixed(capacity, "capacity")
+        cdef int64_t r = _fixed(rate, "rate")
+        cdef int64_t tk = c if tokens is None else _fixed(tokens, "tokens")
+        if tk > c:
+            raise InvalidArgument("tokens", "must be <= capacity", tokens)
+        cdef int64_t t = self._wm if now is None else _ns(now)
+        if self._n == self._s.shape[0]:
+            self._alloc(2 * self._n)
+        cdef int64_t* row = self._row(self._n)
+        row[CAP] = c
+        row[RATE] = r
+        row[TOK] = tk
+        row[REM] = 0
+        row[LAST] = t
+        self._n += 1
+        self._touch(t)
+        return self._n - 1
+
+    @property
+    def state(self):
+        arr = np.asarray(self._s)[:self._n]
+        return {
+            "capacity": arr[:, CAP].copy(),
+            "rate": arr[:, RATE].copy(),
+            "tokens": arr[:, TOK].copy(),
+            "remainder": arr[:, REM].copy(),
+            "last": arr[:, LAST].copy(),
+            "watermark": int(self._wm),
+        }
+
+    @classmethod
+    def from_state(cls, state):
+        cap, rate, tok, rem, last = _validate_state(state)
+        cdef TokenBuckets self = cls.__new__(cls)
+        n = cap.shape[0]
+        self._n = 0
+        self._alloc(max(n, 16))
+        self._n = n
+        arr = np.asarray(self._s)
+        arr[:n, CAP] = cap
+        arr[:n, RATE] = rate
+        arr[:n, TOK] = tok
+        arr[:n, REM] = rem
+        arr[:n, LAST] = last
+        self._wm = int(state["watermark"])
+        return self
+
+    def __reduce__(self):
+        return (type(self).from_state, (self.state,))

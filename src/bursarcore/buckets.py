@@ -1,0 +1,38 @@
+"""Token buckets held as arrays — the core every envelope control is built on.
+
+``TokenBuckets(capacity, rate, tokens=None, now=0.0)`` holds N buckets, each with a capacity
+(units), a refill rate (units per second), tokens and a last-update time. Buckets start full
+unless told otherwise. Every operation takes ``now`` (float seconds); inside, time is int64
+ns and amounts are int64 fixed point (:mod:`bursarcore.units`), so every backend decides
+identically, bit for bit.
+
+Operations
+    ``try_debit(i, amount, now) -> bool``
+    ``try_debit_batch(idx, amounts, now) -> ndarray[bool]`` — sequential semantics: request
+    k sees the effect of requests < k; ``amounts``/``now`` scalars or arrays; ``now`` must
+    be non-decreasing per bucket.
+    ``refund(i, amount, now) -> float`` — returns what was credited (capped at capacity).
+    ``tokens(now) -> ndarray`` — peek, no mutation.
+    ``set_rate(i, rate, now)`` — settles the bucket at the old rate first.
+    ``time_until(i, amount, now) -> float`` — seconds until ``amount`` is available (0 if
+    now; ``inf`` if it exceeds the capacity or the rate is 0).
+    ``append(capacity, rate, tokens=None, now=None) -> int`` — grows in place.
+    ``state`` / ``from_state`` and pickling.
+
+Bad input raises :class:`bursarcore.errors.InvalidArgument` naming the argument, before
+any state changes. ``TokenBuckets`` is the compiled class unless extensions are disabled
+(``BURSARCORE_NO_EXTENSIONS=1``) or unavailable; :data:`BACKENDS` has every usable one.
+"""
+
+from __future__ import annotations
+
+from . import _backend
+from .reference.buckets import TokenBuckets as ReferenceTokenBuckets
+
+__all__ = ["TokenBuckets", "ReferenceTokenBuckets", "BACKENDS"]
+
+_ext = _backend.compiled("_buckets")
+BACKENDS: dict[str, type] = {"reference": ReferenceTokenBuckets}
+if _ext is not None:
+    BACKENDS = {"compiled": _ext.TokenBuckets, **BACKENDS}
+TokenBuckets = _ext.TokenBuckets if _ext is not None else ReferenceTokenBuckets

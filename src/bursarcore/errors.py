@@ -1,0 +1,62 @@
+"""Exceptions raised by bursarcore.
+
+One base class, :class:`BursarError`. Bad input raises :class:`InvalidArgument`, which is
+also a :class:`ValueError`, names the offending field and the rule it broke, and is raised
+before any state is changed. A *denial* (not enough tokens, capacity, credits) is never an
+exception: it is a value with a reason code.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BursarError",
+    "InvalidArgument",
+    "TimeWentBackwards",
+    "UnknownCampaign",
+    "UnknownLease",
+    "JournalCorrupt",
+]
+
+
+class BursarError(Exception):
+    """Base class of every exception bursarcore raises on purpose."""
+
+
+class InvalidArgument(BursarError, ValueError):
+    """An argument broke a rule. ``field`` names it, ``rule`` says what was required."""
+
+    def __init__(self, field: str, rule: str, value: object = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{field}: {rule} (got {value!r})")
+
+    def __reduce__(self):  # keep field/rule through pickling (multiprocessing, services)
+        return (type(self), (self.field, self.rule, self.value))
+
+
+class TimeWentBackwards(InvalidArgument):
+    """``now`` is earlier than a bucket's or the broker's last update."""
+
+
+class UnknownCampaign(InvalidArgument, KeyError):
+    """A campaign name that was never registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return InvalidArgument.__str__(self)
+
+
+class UnknownLease(InvalidArgument, KeyError):
+    """A lease or intent id the broker does not hold."""
+
+    def __str__(self) -> str:
+        return InvalidArgument.__str__(self)
+
+
+class JournalCorrupt(BursarError):
+    """A journal file or database could not be read back; ``record`` names where."""
+
+    def __init__(self, record: object, problem: str) -> None:
+        self.record = record
+        self.problem = problem
+        super().__init__(f"journal record {record}: {problem}")

@@ -1,0 +1,9 @@
+"""The pure-Python reference model: SPEC.md written as plain, readable code.
+
+It is always importable, whatever the build, and every compiled kernel is tested against it
+(same operations, same results, bit for bit).
+"""
+
+from .buckets import TokenBuckets
+
+__all__ = ["TokenBuckets"]

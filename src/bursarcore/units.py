@@ -1,0 +1,138 @@
+"""Conversion between the float API edge and the integer kernels (SPEC §2).
+
+Inside every kernel, time is int64 **nanoseconds** and amounts (tokens, units, credits) are
+int64 **fixed point** with :data:`SCALE` steps per unit; rates are fixed-point units per
+second. Conversion happens once, here, with round-half-even on the IEEE product
+(``x * 1e9`` / ``x * 1e6``) — the compiled kernels use ``llrint`` on the same product, so
+every backend sees the same integers.
+
+Magnitudes are bounded by :data:`MAX_FIXED` and :data:`MAX_NS` (2**62) so that sums of two
+values and the 128-bit products inside the kernels cannot overflow.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgument
+
+__all__ = [
+    "NS",
+    "SCALE",
+    "MAX_NS",
+    "MAX_FIXED",
+    "to_ns",
+    "to_fixed",
+    "ns_array",
+    "fixed_array",
+    "index_array",
+    "from_ns",
+    "from_fixed",
+]
+
+NS = 1_000_000_000
+"""Nanoseconds per second."""
+SCALE = 1_000_000
+"""Fixed-point steps per unit (micro-units)."""
+MAX_NS = 1 << 62
+MAX_FIXED = 1 << 62
+_MAX_SECONDS = MAX_NS / NS
+_MAX_UNITS = MAX_FIXED / SCALE
+
+
+def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) -> int:
+    """Float seconds to int nanoseconds, or :class:`InvalidArgument` naming ``field``."""
+    if not isinstance(seconds, numbers.Real):
+        raise InvalidArgument(field, "must be a real number of seconds", seconds)
+    x = float(seconds)
+    if not math.isfinite(x):
+        raise InvalidArgument(field, "must be finite", seconds)
+    if x < 0 and not allow_negative:
+        raise InvalidArgument(field, "must be >= 0", seconds)
+    if abs(x) > _MAX_SECONDS:
+        raise InvalidArgument(field, f"must be within +/-{_MAX_SECONDS:.6g} s", seconds)
+    return int(round(x * NS))
+
+
+def to_fixed(amount: float, field: str = "amount") -> int:
+    """Non-negative float units to fixed point, or :class:`InvalidArgument`."""
+    if not isinstance(amount, numbers.Real):
+        raise InvalidArgument(field, "must be a real number", amount)
+    x = float(amount)
+    if not math.isfinite(x):
+        raise InvalidArgument(field, "must be finite", amount)
+    if x < 0:
+        raise InvalidArgument(field, "must be >= 0", amount)
+    if x > _MAX_UNITS:
+        raise InvalidArgument(field, f"must be <= {_MAX_UNITS:.6g}", amount)
+    return int(round(x * SCALE))
+
+
+def _float_array(values: Any, field: str, n: int | None) -> np.ndarray:
+    a = np.asarray(values)
+    if a.dtype.kind not in "fiub":
+        raise InvalidArgument(field, "must be numeric", a.dtype)
+    a = a.astype(np.float64, copy=False)
+    if n is not None:
+        if a.ndim == 0:
+            a = np.broadcast_to(a, (n,))
+        elif a.shape != (n,):
+            raise InvalidArgument(field, f"must be a scalar or have shape ({n},)", a.shape)
+    elif a.ndim != 1:
+        raise InvalidArgument(field, "must be one-dimensional", a.shape)
+    if a.size and not np.isfinite(a).all():
+        raise InvalidArgument(field, "must be finite", _first(a, ~np.isfinite(a)))
+    return a
+
+
+def _first(a: np.ndarray, bad: np.ndarray) -> object:
+    k = int(np.flatnonzero(bad)[0])
+    return f"{a[k]!r} at position {k}"
+
+
+def ns_array(values: Any, field: str = "now", n: int | None = None) -> np.ndarray:
+    """Float seconds (scalar broadcast to ``n`` or 1-D array) to an int64 ns array."""
+    a = _float_array(values, field, n)
+    if a.size and (np.abs(a) > _MAX_SECONDS).any():
+        raise InvalidArgument(field, f"must be within +/-{_MAX_SECONDS:.6g} s",
+                              _first(a, np.abs(a) > _MAX_SECONDS))
+    return np.rint(a * NS).astype(np.int64)
+
+
+def fixed_array(values: Any, field: str = "amounts", n: int | None = None) -> np.ndarray:
+    """Non-negative float units (scalar or 1-D) to an int64 fixed-point array."""
+    a = _float_array(values, field, n)
+    if a.size:
+        if (a < 0).any():
+            raise InvalidArgument(field, "must be >= 0", _first(a, a < 0))
+        if (a > _MAX_UNITS).any():
+            raise InvalidArgument(field, f"must be <= {_MAX_UNITS:.6g}", _first(a, a > _MAX_UNITS))
+    return np.rint(a * SCALE).astype(np.int64)
+
+
+def index_array(values: Any, size: int, field: str = "idx") -> np.ndarray:
+    """Integer indices in ``[0, size)`` as a contiguous int64 array."""
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise InvalidArgument(field, "must be one-dimensional", a.shape)
+    if a.size == 0:
+        return np.zeros(0, np.int64)
+    if a.dtype.kind not in "iu":
+        raise InvalidArgument(field, "must be integers", a.dtype)
+    lo, hi = int(a.min()), int(a.max())
+    if lo < 0 or hi >= size:
+        bad = lo if lo < 0 else hi
+        raise InvalidArgument(field, f"index out of range [0, {size})", bad)
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def from_ns(ns: int) -> float:
+    return ns / NS
+
+
+def from_fixed(fp: int) -> float:
+    return fp / SCALE
