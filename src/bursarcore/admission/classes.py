@@ -1,0 +1,80 @@
+"""Service classes and congestion pricing (SPEC §7)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import InvalidArgument
+
+__all__ = ["ServiceClass", "Congestion", "DEFAULT_CLASSES"]
+
+
+@dataclass(frozen=True)
+class ServiceClass:
+    """A row of the class table.
+
+    ``rank`` orders pending intents (0 first); ``multiplier`` scales the credit price;
+    ``congestion_priced`` applies the congestion multiplier; a ``preemptible`` class gets
+    opportunistic leases, revocable after ``grace`` seconds; a ``free_when_broke`` class is
+    served free when the campaign's credits cannot cover it (SPEC §4.3).
+    """
+
+    name: str
+    rank: int
+    multiplier: float
+    congestion_priced: bool = True
+    preemptible: bool = False
+    grace: float = 0.0
+    free_when_broke: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument("name", "must be a non-empty string", self.name)
+        if not isinstance(self.rank, int) or self.rank < 0:
+            raise InvalidArgument(f"{self.name}.rank", "must be an integer >= 0", self.rank)
+        for f in ("multiplier", "grace"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InvalidArgument(f"{self.name}.{f}", "must be a finite number >= 0", v)
+        if self.preemptible and self.grace <= 0:
+            raise InvalidArgument(f"{self.name}.grace", "must be > 0 for a preemptible class",
+                                  self.grace)
+
+
+DEFAULT_CLASSES: tuple[ServiceClass, ...] = (
+    ServiceClass("deadline", 0, 4.0),
+    ServiceClass("interactive", 1, 2.0),
+    ServiceClass("agent-burst", 2, 3.0),
+    ServiceClass("opportunistic", 3, 0.25, congestion_priced=False, preemptible=True,
+                 grace=60.0, free_when_broke=True),
+)
+
+
+@dataclass(frozen=True)
+class Congestion:
+    """Congestion index κ = unmet priced demand / free capacity over a trailing window.
+
+    The window is kept as ``bins`` fixed bins (a ring), so it is exact integer state every
+    backend shares. ``thresholds`` are κ bounds; ``multipliers`` has one more entry than
+    ``thresholds``: κ < thresholds[0] → multipliers[0], and so on (SPEC §7).
+    """
+
+    window: float = 60.0
+    bins: int = 60
+    thresholds: tuple[float, ...] = (0.5, 1.0, 2.0)
+    multipliers: tuple[float, ...] = (1.0, 1.5, 2.25, 3.0)
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.window) or self.window <= 0:
+            raise InvalidArgument("congestion.window", "must be > 0 seconds", self.window)
+        if not isinstance(self.bins, int) or not 1 <= self.bins <= 3600:
+            raise InvalidArgument("congestion.bins", "must be an integer in [1, 3600]", self.bins)
+        if len(self.thresholds) != 3 or len(self.multipliers) != 4:
+            raise InvalidArgument("congestion.thresholds",
+                                  "need 3 thresholds and 4 multipliers", self.thresholds)
+        if list(self.thresholds) != sorted(self.thresholds) or min(self.thresholds) < 0:
+            raise InvalidArgument("congestion.thresholds", "must be increasing and >= 0",
+                                  self.thresholds)
+        if min(self.multipliers) < 0:
+            raise InvalidArgument("congestion.multipliers", "must be >= 0", self.multipliers)

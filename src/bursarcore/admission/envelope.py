@@ -1,0 +1,243 @@
+"""Envelopes, pools and intents: the validated inputs of admission (SPEC §3, §4.4)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..errors import InvalidArgument
+
+__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED"]
+
+UNLIMITED = math.inf
+"""Use for ``credits`` or ``burst`` that have no bound (e.g. a backfill campaign)."""
+
+
+def _number(v: object, field: str, *, allow_inf: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise InvalidArgument(field, "must be a number", v)
+    x = float(v)
+    if math.isnan(x) or (math.isinf(x) and not allow_inf):
+        raise InvalidArgument(field, "must be finite" + (" or inf" if allow_inf else ""), v)
+    if x < 0:
+        raise InvalidArgument(field, "must be >= 0", v)
+    return x
+
+
+def _whole(v: object, field: str) -> int:
+    x = _number(v, field)
+    if x != int(x):
+        raise InvalidArgument(field, "must be a whole number of units (held dimension)", v)
+    if x > 1 << 40:
+        raise InvalidArgument(field, "must be <= 2**40 units", v)
+    return int(x)
+
+
+def _per_dim(m: object, field: str) -> dict:
+    if m is None:
+        return {}
+    if not isinstance(m, Mapping):
+        raise InvalidArgument(field, "must be a mapping of dimension -> value", m)
+    for k in m:
+        if not isinstance(k, str) or not k:
+            raise InvalidArgument(field, "dimension names must be non-empty strings", k)
+    return dict(m)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A campaign's envelope (SPEC §3).
+
+    ``guaranteed`` g, ``sustained`` s and ``ceiling`` b are units per held dimension with
+    g ≤ s ≤ b; ``burst`` B is the token-bucket size in unit-seconds above s (``inf`` for no
+    bound). ``credits`` is the budget (1 credit = 1 GPU-hour at multiplier 1; ``inf`` for
+    none). ``share`` defaults to g on the primary held dimension, or 1.
+    """
+
+    credits: float
+    service_class: str = "agent-burst"
+    guaranteed: Mapping[str, float] = field(default_factory=dict)
+    sustained: Mapping[str, float] = field(default_factory=dict)
+    ceiling: Mapping[str, float] = field(default_factory=dict)
+    burst: Mapping[str, float] = field(default_factory=dict)
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        _number(self.credits, "credits", allow_inf=True)
+        if not isinstance(self.service_class, str):
+            raise InvalidArgument("service_class", "must be a class name", self.service_class)
+        g = _per_dim(self.guaranteed, "guaranteed")
+        s = _per_dim(self.sustained, "sustained")
+        b = _per_dim(self.ceiling, "ceiling")
+        B = _per_dim(self.burst, "burst")
+        for d in set(g) | set(s) | set(b) | set(B):
+            gd = _number(g.get(d, 0), f"guaranteed[{d}]")
+            sd = _number(s.get(d, gd), f"sustained[{d}]")
+            bd = _number(b.get(d, sd), f"ceiling[{d}]")
+            _number(B.get(d, 0), f"burst[{d}]", allow_inf=True)
+            if gd > sd:
+                raise InvalidArgument(f"sustained[{d}]", f"must be >= guaranteed ({gd})", sd)
+            if sd > bd:
+                raise InvalidArgument(f"ceiling[{d}]", f"must be >= sustained ({sd})", bd)
+        if self.share is not None:
+            sh = _number(self.share, "share")
+            if sh <= 0:
+                raise InvalidArgument("share", "must be > 0", self.share)
+
+    def dims(self) -> set[str]:
+        return set(self.guaranteed) | set(self.sustained) | set(self.ceiling) | set(self.burst)
+
+    def g(self, d: str) -> float:
+        return float(self.guaranteed.get(d, 0))
+
+    def s(self, d: str) -> float:
+        return float(self.sustained.get(d, self.g(d)))
+
+    def b(self, d: str) -> float:
+        return float(self.ceiling.get(d, self.s(d)))
+
+    def B(self, d: str) -> float:
+        return float(self.burst.get(d, 0))
+
+    def to_dict(self) -> dict:
+        return {"credits": self.credits, "service_class": self.service_class,
+                "guaranteed": dict(self.guaranteed), "sustained": dict(self.sustained),
+                "ceiling": dict(self.ceiling), "burst": dict(self.burst), "share": self.share}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Envelope":
+        return cls(**{k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
+                                        "ceiling", "burst", "share") if k in d})
+
+
+class Pool:
+    """The capacity the broker hands out, per held dimension (SPEC §1, §4.1).
+
+    ``Pool(gpu=512)``; ``slots`` optionally maps a dimension to its slot map, a list of
+    ``(node, slots)`` pairs summing to the capacity (default: nodes of
+    ``slots_per_node`` slots named ``<dim>-node0000``...). ``warm_headroom`` keeps units free
+    even of opportunistic leases.
+    """
+
+    def __init__(self, *, slots: Mapping[str, list] | None = None, slots_per_node: int = 8,
+                 warm_headroom: Mapping[str, float] | None = None, **dims: float) -> None:
+        if not dims:
+            raise InvalidArgument("dims", "a pool needs at least one dimension, e.g. Pool(gpu=512)")
+        if not isinstance(slots_per_node, int) or slots_per_node < 1:
+            raise InvalidArgument("slots_per_node", "must be an integer >= 1", slots_per_node)
+        self.capacity: dict[str, int] = {}
+        for d, v in dims.items():
+            self.capacity[d] = _whole(v, f"pool[{d}]")
+        self.slot_map: dict[str, list[tuple[str, int]]] = {}
+        slots = _per_dim(slots, "slots")
+        for d in slots:
+            if d not in self.capacity:
+                raise InvalidArgument(f"slots[{d}]", "names a dimension the pool lacks", d)
+        for d, cap in self.capacity.items():
+            if d in slots:
+                smap = [(str(n), _whole(k, f"slots[{d}][{n}]")) for n, k in slots[d]]
+                if sum(k for _, k in smap) != cap:
+                    raise InvalidArgument(f"slots[{d}]", f"must sum to the capacity {cap}",
+                                          sum(k for _, k in smap))
+            else:
+                full, rest = divmod(cap, slots_per_node)
+                smap = [(f"{d}-node{i:04d}", slots_per_node) for i in range(full)]
+                if rest:
+                    smap.append((f"{d}-node{full:04d}", rest))
+            self.slot_map[d] = smap
+        wh = _per_dim(warm_headroom, "warm_headroom")
+        self.warm_headroom = {d: _whole(wh.get(d, 0), f"warm_headroom[{d}]") for d in self.capacity}
+        for d in wh:
+            if d not in self.capacity:
+                raise InvalidArgument(f"warm_headroom[{d}]", "names a dimension the pool lacks", d)
+            if self.warm_headroom[d] > self.capacity[d]:
+                raise InvalidArgument(f"warm_headroom[{d}]", "must be <= the capacity", wh[d])
+
+    @property
+    def dims(self) -> list[str]:
+        return list(self.capacity)
+
+    def __repr__(self) -> str:
+        return "Pool(" + ", ".join(f"{d}={c}" for d, c in self.capacity.items()) + ")"
+
+    def to_dict(self) -> dict:
+        return {"capacity": dict(self.capacity), "warm_headroom": dict(self.warm_headroom),
+                "slots": {d: [list(x) for x in m] for d, m in self.slot_map.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Pool":
+        return cls(slots={k: [tuple(x) for x in v] for k, v in d["slots"].items()},
+                   warm_headroom=d.get("warm_headroom"), **d["capacity"])
+
+
+@dataclass(frozen=True)
+class Intent:
+    """"min..max units of one held dimension for this long, by this deadline, spending at
+    most this much" (SPEC §1, §4.4).
+
+    ``units`` maps one held dimension to ``(min, max)`` or to one number (min = max).
+    ``deadline`` is an absolute broker time; ``ttl`` (default: the broker's) bounds the wait
+    in the pending queue; ``service_class`` overrides the envelope's default.
+    """
+
+    campaign: str
+    units: Mapping[str, object]
+    duration: float
+    deadline: float | None = None
+    max_spend: float | None = None
+    service_class: str | None = None
+    ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.campaign, str) or not self.campaign:
+            raise InvalidArgument("campaign", "must be a non-empty string", self.campaign)
+        u = _per_dim(self.units, "units")
+        if len(u) != 1:
+            raise InvalidArgument("units", "must name exactly one held dimension "
+                                  "(one lease holds one dimension)", self.units)
+        d, v = next(iter(u.items()))
+        if isinstance(v, (tuple, list)):
+            if len(v) != 2:
+                raise InvalidArgument(f"units[{d}]", "must be n or (min, max)", v)
+            lo, hi = _whole(v[0], f"units[{d}].min"), _whole(v[1], f"units[{d}].max")
+        else:
+            lo = hi = _whole(v, f"units[{d}]")
+        if hi < 1:
+            raise InvalidArgument(f"units[{d}].max", "must be >= 1", hi)
+        if lo > hi:
+            raise InvalidArgument(f"units[{d}].min", f"must be <= max ({hi})", lo)
+        dur = _number(self.duration, "duration")
+        if dur <= 0 or dur > 10 * 365 * 86400:
+            raise InvalidArgument("duration", "must be > 0 and at most ten years", self.duration)
+        if self.deadline is not None:
+            if isinstance(self.deadline, bool) or not isinstance(self.deadline, numbers.Real) \
+                    or not math.isfinite(self.deadline):
+                raise InvalidArgument("deadline", "must be a finite time or None", self.deadline)
+        if self.max_spend is not None:
+            _number(self.max_spend, "max_spend")
+        if self.ttl is not None:
+            t = _number(self.ttl, "ttl")
+            if t <= 0:
+                raise InvalidArgument("ttl", "must be > 0", self.ttl)
+        if self.service_class is not None and not isinstance(self.service_class, str):
+            raise InvalidArgument("service_class", "must be a class name", self.service_class)
+
+    @property
+    def dim(self) -> str:
+        return next(iter(self.units))
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        v = self.units[self.dim]
+        if isinstance(v, (tuple, list)):
+            return int(v[0]), int(v[1])
+        return int(v), int(v)  # type: ignore[call-overload]
+
+    def to_dict(self) -> dict:
+        lo, hi = self.bounds
+        return {"campaign": self.campaign, "units": {self.dim: [lo, hi]},
+                "duration": self.duration, "deadline": self.deadline,
+                "max_spend": self.max_spend, "service_class": self.service_class,
+                "ttl": self.ttl}

@@ -1,0 +1,168 @@
+"""The engine's state: plain numpy arrays that every kernel backend reads and writes.
+
+Policy objects (the :class:`~bursarcore.broker.Broker`) own one :class:`EngineState` and
+ask a kernel (compiled ``_engine`` or :mod:`bursarcore.reference.engine`) to do the
+per-decision arithmetic on it. Every number is an integer (SPEC §2):
+
+* time: int64 ns; held units: int64 whole units;
+* tokens: unit·ns (a unit-second is 1e9), so refill ``(s − H)·dt`` and the prepaid debit
+  ``excess·duration`` are exact integer products;
+* credits: micro-credits; prices: micro-credits per unit-hour; multipliers: ppm.
+
+The lease store keeps running sums per dimension (occupied, promised, revoking, firm,
+unmet guarantees, reclaimable) so no decision scans the leases (doorman's store habit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM"]
+
+MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
+HOUR_NS = 3_600_000_000_000
+PPM = 1_000_000
+CREDIT = 1_000_000                # micro-credits per credit
+
+# reason codes (index into REASONS); 0 = none
+OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID, UNKNOWN_CAMPAIGN, CANCELLED = range(10)
+REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
+           "unknown_campaign", "cancelled")
+# kernel outcomes of admit/admit_batch items
+GRANTED, REFUSED, SLOW = 0, 1, 2
+# lease states
+STARTING, ACTIVE, REVOKING, RELEASED, EXPIRED, REVOKED = range(6)
+LEASE_STATES = ("starting", "active", "revoking", "released", "expired", "revoked")
+WARM, RECLAIM, COLD = range(3)
+PATHS = ("warm", "reclaim", "cold")
+
+_CD_FIELDS = ("g", "s", "b", "Bcap", "T", "tlast", "H", "Hf", "acc",
+              "tok_minted", "tok_debited", "tok_refunded", "tok_clipped")
+_C_FIELDS = ("budget", "left", "escrow", "spent", "refunded", "cred_debited")
+_L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_start", "t_end",
+             "dur", "excess", "cost", "slot_off", "revoke_at", "intent")
+
+
+class EngineState:
+    """All integer state of one broker's held-dimension engine."""
+
+    def __init__(self, capacity: list[int], headroom: list[int], slot_counts: list[int],
+                 classes: list[tuple[int, int, int, int, int, int]], price: list[int],
+                 cong_thresholds: list[int], cong_mult: list[int], window_ns: int,
+                 bins: int, instant: bool) -> None:
+        D = len(capacity)
+        self.D = D
+        z = lambda: np.zeros(D, dtype=np.int64)  # noqa: E731
+        self.cap = np.array(capacity, dtype=np.int64)
+        self.headroom = np.array(headroom, dtype=np.int64)
+        self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
+        self.price = np.array(price, dtype=np.int64)
+        # class table: rank, mult_ppm, priced, preemptible, grace_ns, free_when_broke
+        self.cls = np.array(classes, dtype=np.int64).reshape(-1, 6)
+        self.cong_thr = np.array(cong_thresholds, dtype=np.int64)
+        self.cong_mult = np.array(cong_mult, dtype=np.int64)
+        self.bins = int(bins)
+        self.bin_ns = max(1, int(window_ns) // int(bins))
+        self.ring = np.zeros((D, bins), dtype=np.int64)
+        self.ring_sum = z()
+        # scalars kept in a small array so compiled kernels can write them in place:
+        # [0] ring bin index, [1] instant-enforcement flag, [2] lease count, [3] heap size
+        self.scal = np.array([0, int(instant), 0, 0], dtype=np.int64)
+        # slots: per dimension a stack of free slot ids (top = scal-like array `top`)
+        width = max(slot_counts) if slot_counts else 0
+        self.free_slots = np.zeros((D, max(width, 1)), dtype=np.int32)
+        self.top = z()
+        for d, n in enumerate(slot_counts):
+            self.free_slots[d, :n] = np.arange(n, dtype=np.int32)[::-1]  # pop gives slot 0 first
+            self.top[d] = n
+        # campaigns
+        self.C = 0
+        self._calloc = 0
+        for f in _CD_FIELDS:
+            setattr(self, f, np.zeros((0, D), dtype=np.int64))
+        for f in _C_FIELDS:
+            setattr(self, f, np.zeros(0, dtype=np.int64))
+        # leases and their slot arena
+        for f in _L_FIELDS:
+            setattr(self, f, np.zeros(0, dtype=np.int64))
+        self.arena = np.zeros(0, dtype=np.int32)
+        self.arena_top = np.zeros(1, dtype=np.int64)
+        self.heap_t = np.zeros(0, dtype=np.int64)
+        self.heap_id = np.zeros(0, dtype=np.int64)
+        self.grow_leases(1024, 1024 * 8)
+
+    # -- growth ------------------------------------------------------------------------
+    def add_campaign(self, g, s, b, Bcap, budget, now_ns) -> int:
+        if self.C == self._calloc:
+            new = max(16, 2 * self._calloc)
+            for f in _CD_FIELDS:
+                a = getattr(self, f)
+                b2 = np.zeros((new, self.D), dtype=np.int64)
+                b2[: self.C] = a[: self.C]
+                setattr(self, f, b2)
+            for f in _C_FIELDS:
+                a = getattr(self, f)
+                b2 = np.zeros(new, dtype=np.int64)
+                b2[: self.C] = a[: self.C]
+                setattr(self, f, b2)
+            self._calloc = new
+        c = self.C
+        self.g[c], self.s[c], self.b[c], self.Bcap[c] = g, s, b, Bcap
+        self.T[c] = Bcap
+        self.tlast[c] = now_ns
+        self.budget[c] = budget
+        self.left[c] = budget
+        self.U += np.asarray(g, dtype=np.int64)
+        self.C += 1
+        return c
+
+    def grow_leases(self, min_free: int = 1, min_arena: int = 0) -> None:
+        """Make room for ``min_free`` more leases and ``min_arena`` more slot ids."""
+        n = int(self.scal[2])
+        L = self.camp.shape[0]
+        if n + min_free > L:
+            new = max(2 * L, n + min_free, 1024)
+            for f in _L_FIELDS:
+                a = getattr(self, f)
+                b2 = np.zeros(new, dtype=np.int64)
+                b2[:n] = a[:n]
+                setattr(self, f, b2)
+            for f in ("heap_t", "heap_id"):
+                a = getattr(self, f)
+                b2 = np.zeros(new + 1, dtype=np.int64)
+                b2[: a.shape[0]] = a
+                setattr(self, f, b2)
+        used = int(self.arena_top[0])
+        if used + min_arena > self.arena.shape[0]:
+            self._compact_arena()
+            used = int(self.arena_top[0])
+        if used + min_arena > self.arena.shape[0]:
+            b2 = np.zeros(max(2 * self.arena.shape[0], used + min_arena, 8192), dtype=np.int32)
+            b2[:used] = self.arena[:used]
+            self.arena = b2
+
+    def _compact_arena(self) -> None:
+        """Drop the slot ids of ended leases: live leases' ranges are packed to the front."""
+        n = self.nleases
+        live = np.flatnonzero((self.state[:n] == ACTIVE) | (self.state[:n] == REVOKING))
+        # a live lease's slot ids must survive: pack them to the front, in lease order
+        if live.size == 0:
+            self.arena_top[0] = 0
+            return
+        offs, lens = self.slot_off[live], self.units[live]
+        idx = np.repeat(offs - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(lens.sum())
+        packed = self.arena[idx]
+        self.arena[: packed.shape[0]] = packed
+        self.slot_off[live] = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        self.arena_top[0] = packed.shape[0]
+
+    def grow_heap(self) -> None:
+        for f in ("heap_t", "heap_id"):
+            a = getattr(self, f)
+            b2 = np.zeros(2 * a.shape[0] + 16, dtype=np.int64)
+            b2[: a.shape[0]] = a
+            setattr(self, f, b2)
+
+    @property
+    def nleases(self) -> int:
+        return int(self.scal[2])

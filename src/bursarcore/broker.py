@@ -1,0 +1,960 @@
+"""The broker: admission policy over the integer engine (SPEC §3–§8, held dimensions).
+
+:class:`Broker` owns the policy — validation, service classes, the pending queue and its
+order, reclaim victims, events, supply and quotes — and asks a kernel backend (compiled
+``bursarcore._engine`` or the reference :mod:`bursarcore.reference.engine`) to do the
+per-decision arithmetic on an :class:`~bursarcore.admission.state.EngineState`. Both
+backends reach the same decisions bit for bit; ``backend=`` picks one.
+
+A denial is a :class:`Decision` with ``outcome="refused"`` and a reason code; only bad input
+raises (:class:`~bursarcore.errors.InvalidArgument`, naming the field and rule, before any
+state changes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from . import _backend, units
+from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
+from .admission.envelope import Envelope, Intent, Pool
+from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE,
+                              GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
+                              RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
+                              TOKENS, TTL, WARM, CANCELLED, EngineState)
+from .clock import ManualClock
+from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
+from .reference import engine as _ref_engine
+
+__all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
+           "BatchResult", "ENGINES"]
+
+NS = units.NS
+GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
+_OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
+
+_compiled = _backend.compiled("_engine")
+ENGINES: dict[str, Any] = {"reference": _ref_engine}
+if _compiled is not None:
+    ENGINES = {"compiled": _compiled, **ENGINES}
+
+# python-side event kinds, in the order they run at equal times
+_EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A snapshot of a lease. ``placement`` lists ``(node, units)``; ``slots`` the slot ids."""
+
+    id: int
+    campaign: str
+    dim: str
+    units: int
+    state: str
+    firm: bool
+    service_class: str
+    granted_at: float
+    start: float | None
+    expiry: float | None
+    cost: float
+    revoke_at: float | None
+    intent: int
+    placement: tuple[tuple[str, int], ...] = ()
+    slots: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["placement"] = [list(p) for p in self.placement]
+        d["slots"] = list(self.slots)
+        return d
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to an intent: ``outcome`` is ``granted``, ``pending`` or ``refused``.
+
+    ``path`` is the grant path (``warm``/``reclaim``), ``wait`` the expected seconds until
+    the lease is active (the reclaim grace), ``reason`` the binding rule for a refusal or a
+    pending intent, ``retry_after`` seconds when known, ``cost`` the escrowed credits.
+    """
+
+    outcome: str
+    intent_id: int
+    campaign: str
+    units: int = 0
+    lease: Lease | None = None
+    path: str | None = None
+    reason: str | None = None
+    retry_after: float | None = None
+    cost: float = 0.0
+    wait: float = 0.0
+
+    @property
+    def granted(self) -> bool:
+        return self.outcome == GRANTED_OUT
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["lease"] = self.lease.to_dict() if self.lease else None
+        return d
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened between calls: ``expired``, ``preempt_notice``,
+    ``revoked``, ``activated``, ``granted`` (a pending intent), ``refused`` (a pending
+    intent's TTL or deadline), ``released``."""
+
+    kind: str
+    time: float
+    campaign: str
+    lease_id: int | None = None
+    intent_id: int | None = None
+    deadline: float | None = None
+    reason: str | None = None
+    units: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DimSupply:
+    free: int
+    reclaimable: int
+    capacity: int
+    congestion: float
+    multiplier: float
+    tokens: float
+    bucket: float
+    held: int
+    ceiling: int
+    price: dict[str, float]
+    wait: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class Supply:
+    """Supply signals for one campaign (SPEC §8)."""
+
+    campaign: str
+    time: float
+    credits: float
+    service_class: str
+    dims: dict[str, DimSupply]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A grid of what-ifs: ``cost[i, j]`` for ``sizes[i]`` units over ``durations[j]``."""
+
+    sizes: np.ndarray
+    durations: np.ndarray
+    cost: np.ndarray
+    path: np.ndarray
+    wait: np.ndarray
+    grantable: np.ndarray
+    reason: np.ndarray
+
+    def to_dict(self) -> dict:
+        return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
+
+
+class BatchResult(NamedTuple):
+    """Arrays from :meth:`Broker.admit_batch`: units granted (0 unless granted), reason
+    codes (index into ``bursarcore.admission.state.REASONS``), lease ids (-1 if none),
+    outcome codes (0 granted, 1 refused, 2 pending) and intent ids."""
+
+    granted: np.ndarray
+    reason: np.ndarray
+    lease: np.ndarray
+    outcome: np.ndarray
+    intent: np.ndarray
+
+
+@dataclass
+class _Pending:
+    intent_id: int
+    campaign: int
+    dim: int
+    cls: int
+    nmin: int
+    nmax: int
+    dur: int
+    max_spend: int
+    deadline: int | None
+    expires: int
+    arrival: int
+    reason: int
+    request: Intent | None = None
+
+
+class Broker:
+    """An agent resource broker over one pool.
+
+    ``Broker(Pool(gpu=512), clock=ManualClock(0.0))``. Options: ``classes`` (the service
+    class table, SPEC §7 by default), ``congestion`` (:class:`Congestion`), ``price``
+    (credits per unit-hour per dimension, default 1), ``ttl`` (pending intents, default
+    900 s), ``half_life`` (fair share, default 600 s), ``enforcement`` (``"prepaid"`` or,
+    for experiments only, ``"instant"``), ``backend`` (``"compiled"``/``"reference"``).
+    """
+
+    def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
+                 congestion: Congestion | None = None, price: Mapping[str, float] | None = None,
+                 ttl: float = 900.0, half_life: float = 600.0, enforcement: str = "prepaid",
+                 backend: str | None = None, cold_wait: Any = None) -> None:
+        if not isinstance(pool, Pool):
+            raise InvalidArgument("pool", "must be a Pool", pool)
+        self.pool = pool
+        self.clock = clock if clock is not None else ManualClock(0.0)
+        self.classes = tuple(classes) if classes is not None else DEFAULT_CLASSES
+        names = [c.name for c in self.classes]
+        if not self.classes or len(set(names)) != len(names):
+            raise InvalidArgument("classes", "must be a non-empty table with unique names", names)
+        self._cls_index = {c.name: i for i, c in enumerate(self.classes)}
+        self.congestion = congestion or Congestion()
+        if enforcement not in ("prepaid", "instant"):
+            raise InvalidArgument("enforcement", "must be 'prepaid' or 'instant'", enforcement)
+        self.enforcement = enforcement
+        for name, v in (("ttl", ttl), ("half_life", half_life)):
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise InvalidArgument(name, "must be a finite number of seconds > 0", v)
+        self.ttl, self.half_life = float(ttl), float(half_life)
+        if backend is None:
+            backend = next(iter(ENGINES))
+        if backend not in ENGINES:
+            raise InvalidArgument("backend", f"must be one of {sorted(ENGINES)}", backend)
+        self.backend = backend
+        self._k = ENGINES[backend]
+        self.dims = pool.dims
+        self._dim_index = {d: i for i, d in enumerate(self.dims)}
+        price = dict(price or {})
+        for d in price:
+            if d not in self._dim_index:
+                raise InvalidArgument(f"price[{d}]", "names a dimension the pool lacks", d)
+        self.price = {d: float(price.get(d, 1.0)) for d in self.dims}
+        for d, p in self.price.items():
+            if not math.isfinite(p) or p < 0:
+                raise InvalidArgument(f"price[{d}]", "must be a finite number >= 0", p)
+        self.cold_wait = cold_wait  # callable(dim) -> seconds, from a facility binding
+        self._t = units.to_ns(self.clock.now())
+        self.st = EngineState(
+            capacity=[pool.capacity[d] for d in self.dims],
+            headroom=[pool.warm_headroom[d] for d in self.dims],
+            slot_counts=[pool.capacity[d] for d in self.dims],
+            classes=[(c.rank, round(c.multiplier * PPM), int(c.congestion_priced),
+                      int(c.preemptible), units.to_ns(c.grace), int(c.free_when_broke))
+                     for c in self.classes],
+            price=[round(self.price[d] * CREDIT) for d in self.dims],
+            cong_thresholds=[round(x * PPM) for x in self.congestion.thresholds],
+            cong_mult=[round(x * PPM) for x in self.congestion.multipliers],
+            window_ns=units.to_ns(self.congestion.window), bins=self.congestion.bins,
+            instant=enforcement == "instant")
+        self.st.scal[0] = self._t // self.st.bin_ns
+        self._node_of_slot = []
+        self._node_names = []
+        for d in self.dims:
+            names, owner = [], []
+            for j, (node, k) in enumerate(pool.slot_map[d]):
+                names.append(node)
+                owner.extend([j] * k)
+            self._node_names.append(names)
+            self._node_of_slot.append(np.array(owner, dtype=np.int64))
+        self._names: list[str] = []
+        self._cindex: dict[str, int] = {}
+        self.envelopes: dict[str, Envelope] = {}
+        self._share = np.zeros(0)
+        self._usage = np.zeros(0)
+        self._acc_seen = np.zeros(0, dtype=np.int64)
+        self._fs_t = self._t
+        self._pending: dict[int, _Pending] = {}
+        self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
+        self._seq = 0
+        self._next_intent = 0
+        self._events: list[Event] = []
+        self._opp_active: list[set[int]] = [set() for _ in self.dims]
+        self._revoking: list[set[int]] = [set() for _ in self.dims]
+        self._activation: dict[int, int] = {}
+        self._expired_buf = np.zeros(4096, dtype=np.int64)
+        self._buf = np.zeros(4, dtype=np.int64)
+
+    # ------------------------------------------------------------------ registration
+    def register(self, name: str, envelope: Envelope) -> int:
+        """Add a campaign (at any time). Returns its index, for :meth:`admit_batch`."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument("name", "must be a non-empty string", name)
+        if name in self._cindex:
+            raise InvalidArgument("name", "is already registered", name)
+        if not isinstance(envelope, Envelope):
+            raise InvalidArgument("envelope", "must be an Envelope", envelope)
+        if envelope.service_class not in self._cls_index:
+            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                  envelope.service_class)
+        for d in envelope.dims():
+            if d not in self._dim_index:
+                raise InvalidArgument(f"guaranteed[{d}]", "names a dimension the pool lacks", d)
+        t = self._now()
+        g = [int(envelope.g(d)) for d in self.dims]
+        s = [int(envelope.s(d)) for d in self.dims]
+        b = [int(envelope.b(d)) for d in self.dims]
+        for i, d in enumerate(self.dims):
+            for label, v in (("guaranteed", g[i]), ("sustained", s[i]), ("ceiling", b[i])):
+                if v != (envelope.g, envelope.s, envelope.b)[("guaranteed", "sustained",
+                                                              "ceiling").index(label)](d):
+                    raise InvalidArgument(f"{label}[{d}]", "must be a whole number of units", v)
+            total_g = int(self.st.g[: self.st.C, i].sum()) + g[i]
+            if total_g > self.pool.capacity[d]:
+                raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} would "
+                                      f"exceed the pool capacity {self.pool.capacity[d]}", g[i])
+            if int(self.st.F[i]) + int(self.st.U[i]) + g[i] > self.pool.capacity[d]:
+                raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
+                                      "no room for it now; retry when they end", g[i])
+        Bcap = []
+        for d in self.dims:
+            B = envelope.B(d)
+            if math.isinf(B):
+                Bcap.append(MAXV)
+            else:
+                if B * NS > MAXV // 2:
+                    raise InvalidArgument(f"burst[{d}]", "must be <= 2.3e9 unit-seconds or inf", B)
+                Bcap.append(round(B * NS))
+        credits = envelope.credits
+        if math.isinf(credits):
+            budget = MAXV
+        else:
+            if credits * CREDIT > MAXV // 2:
+                raise InvalidArgument("credits", "must be <= 2.3e12 or inf", credits)
+            budget = round(credits * CREDIT)
+        self._advance(t)
+        c = self.st.add_campaign(g, s, b, Bcap, budget, t)
+        self._names.append(name)
+        self._cindex[name] = c
+        self.envelopes[name] = envelope
+        share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
+        self._share = np.append(self._share, float(share))
+        self._usage = np.append(self._usage, 0.0)
+        self._acc_seen = np.append(self._acc_seen, 0)
+        return c
+
+    def campaign_index(self, name: str) -> int:
+        try:
+            return self._cindex[name]
+        except (KeyError, TypeError):
+            raise UnknownCampaign("campaign", "is not registered", name) from None
+
+    @property
+    def campaigns(self) -> list[str]:
+        return list(self._names)
+
+    # ------------------------------------------------------------------ time
+    def _now(self) -> int:
+        t = units.to_ns(self.clock.now(), "clock")
+        if t < self._t:
+            raise TimeWentBackwards("clock", f"must not run backwards (last {self._t / NS})",
+                                    t / NS)
+        return t
+
+    def _advance(self, t: int) -> None:
+        """Run every event up to t in time order, then serve the pending queue."""
+        k, st = self._k, self.st
+        moved = t > self._t
+        while self._pyev and self._pyev[0][0] <= t:
+            te = self._pyev[0][0]
+            self._expire_until(te)
+            while self._pyev and self._pyev[0][0] == te:
+                _, kind, _, ident = heapq.heappop(self._pyev)
+                self._run_pyevent(kind, ident, te)
+            self._serve_pending(te)
+        k.ring_advance(st, t)
+        freed = self._expire_until(t)
+        if moved or freed:
+            self._serve_pending(t)
+        self._t = max(self._t, t)
+
+    def _expire_until(self, t: int) -> int:
+        k, st = self._k, self.st
+        total = 0
+        while True:
+            m = k.advance(st, t, self._expired_buf)
+            n = min(m, self._expired_buf.shape[0])
+            for lid in self._expired_buf[:n]:
+                lid = int(lid)
+                self._opp_active[int(st.dim[lid])].discard(lid)
+                self._revoking[int(st.dim[lid])].discard(lid)
+                self._events.append(Event("expired", int(st.t_end[lid]) / NS,
+                                          self._names[int(st.camp[lid])], lease_id=lid,
+                                          units=int(st.units[lid])))
+            total += m
+            if m <= self._expired_buf.shape[0]:
+                return total
+            self._expired_buf = np.zeros(2 * m, dtype=np.int64)  # pragma: no cover
+
+    def _push(self, t: int, kind: int, ident: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._pyev, (t, kind, self._seq, ident))
+
+    def _run_pyevent(self, kind: int, ident: int, t: int) -> None:
+        st = self.st
+        if kind == _EV_REVOKE:
+            self._revoking[int(st.dim[ident])].discard(ident)
+            if int(st.state[ident]) == REVOKING and int(st.revoke_at[ident]) == t:
+                self._k.end_lease(st, ident, t, REVOKED)
+                self._events.append(Event("revoked", t / NS, self._names[int(st.camp[ident])],
+                                          lease_id=ident, units=int(st.units[ident])))
+        elif kind == _EV_ACTIVATE:
+            self._activation.pop(ident, None)
+            if int(st.state[ident]) == STARTING:
+                self._reserve(1, int(st.units[ident]))
+                self._k.activate(st, ident, t)
+                self._events.append(Event("activated", t / NS, self._names[int(st.camp[ident])],
+                                          lease_id=ident, units=int(st.units[ident])))
+        elif kind == _EV_PENDING:
+            p = self._pending.get(ident)
+            if p is not None and p.expires == t:
+                reason = DEADLINE if p.deadline is not None and p.deadline <= t else TTL
+                self._drop_pending(ident)
+                self._events.append(Event("refused", t / NS, self._names[p.campaign],
+                                          intent_id=ident, reason=REASONS[reason]))
+
+    def _reserve(self, leases: int, slots: int) -> None:
+        st = self.st
+        st.grow_leases(leases, slots)
+        if int(st.scal[3]) + leases + 1 > st.heap_t.shape[0]:
+            st.grow_heap()
+
+    # ------------------------------------------------------------------ fair share (§6)
+    def _fair_share_tick(self, t: int) -> None:
+        """Decay usage to t and fold in the unit-seconds held since the last tick,
+        vectorised over all campaigns (primary held dimension)."""
+        C = self.st.C
+        if C == 0:
+            self._fs_t = t
+            return
+        dt = (t - self._fs_t) / NS
+        acc = self.st.acc[:C, 0].copy()
+        # bring ∫H dt to t for everyone without settling tokens: add H·(t − tlast)
+        acc += self.st.H[:C, 0] * np.maximum(0, t - self.st.tlast[:C, 0])
+        new = (acc - self._acc_seen) / NS
+        self._acc_seen = acc
+        if dt > 0:
+            x = dt * math.log(2) / self.half_life
+            decay = math.exp(-x)
+            self._usage = self._usage * decay + new * ((1 - decay) / x)
+        else:
+            self._usage = self._usage + new
+        self._fs_t = t
+
+    def deficits(self) -> dict[str, float]:
+        """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time."""
+        t = self._now()
+        self._advance(t)
+        return dict(zip(self._names, self._deficit_array(t).tolist()))
+
+    def _deficit_array(self, t: int) -> np.ndarray:
+        self._fair_share_tick(t)
+        share = self._share / self._share.sum() if self._share.sum() > 0 else self._share
+        tot = self._usage.sum()
+        return share - (self._usage / tot if tot > 0 else 0.0)
+
+    # ------------------------------------------------------------------ acquire
+    def _class_of(self, campaign: str, name: str | None) -> int:
+        cname = name if name is not None else self.envelopes[campaign].service_class
+        try:
+            return self._cls_index[cname]
+        except KeyError:
+            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                  cname) from None
+
+    def acquire(self, intent: Intent) -> Decision:
+        """Decide an intent now (SPEC §4): granted, pending, or refused with a reason."""
+        if not isinstance(intent, Intent):
+            raise InvalidArgument("intent", "must be an Intent", intent)
+        c = self.campaign_index(intent.campaign)
+        d = self._dim_index.get(intent.dim)
+        if d is None:
+            raise InvalidArgument("units", f"dimension must be one of {self.dims}", intent.dim)
+        k = self._class_of(intent.campaign, intent.service_class)
+        nmin, nmax = intent.bounds
+        dur = units.to_ns(intent.duration, "duration")
+        spend = -1 if intent.max_spend is None else round(intent.max_spend * CREDIT)
+        deadline = None if intent.deadline is None else units.to_ns(intent.deadline, "deadline")
+        ttl = units.to_ns(intent.ttl if intent.ttl is not None else self.ttl, "ttl")
+        t = self._now()
+        self._advance(t)
+        iid = self._next_intent
+        self._next_intent += 1
+        return self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+
+    def _decide_one(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
+                    request) -> Decision:
+        name = self._names[c]
+        if deadline is not None and deadline < t:
+            return Decision(REFUSED_OUT, iid, name, reason="deadline")
+        self._reserve(1, nmax)
+        buf = self._buf
+        r = self._k.admit(self.st, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r == GRANTED:
+            lid = int(buf[2])
+            if not self.st.firm[lid]:
+                self._opp_active[d].add(lid)
+            return Decision(GRANTED_OUT, iid, name, units=int(buf[0]), lease=self.lease(lid),
+                            path="warm", cost=int(buf[3]) / CREDIT)
+        if r == REFUSED:
+            reason = int(buf[1])
+            return Decision(REFUSED_OUT, iid, name, reason=REASONS[reason],
+                            retry_after=self._retry_after(c, d, nmin, dur, reason))
+        return self._slow(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request)
+
+    def _slow(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request) -> Decision:
+        """Reclaim or pend: the parts of §4 that need policy (victims, queue)."""
+        name = self._names[c]
+        n, reason, path, pm, _ = self._k.decide(self.st, c, d, k, nmin, nmax, dur, spend, t)
+        if n >= nmin and path == RECLAIM:
+            plan = self._plan_reclaim(d, n, t)
+            if deadline is not None and plan[1] > deadline:
+                return Decision(REFUSED_OUT, iid, name, reason="deadline",
+                                wait=(plan[1] - t) / NS)
+            lid = self._reclaim(c, d, k, n, dur, pm, t, iid, plan)
+            return Decision(GRANTED_OUT, iid, name, units=n, lease=self.lease(lid),
+                            path="reclaim", cost=int(self.st.cost[lid]) / CREDIT,
+                            wait=(self._activation[lid] - t) / NS)
+        expires = t + ttl
+        if deadline is not None:
+            expires = min(expires, deadline)
+        p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason, request)
+        self._pending[iid] = p
+        if self.st.cls[k, 2]:
+            self.st.pend[d] += nmax
+        self._push(expires, _EV_PENDING, iid)
+        return Decision(PENDING_OUT, iid, name, reason=REASONS[reason],
+                        retry_after=self._retry_after(c, d, nmin, dur, reason))
+
+    def _plan_reclaim(self, d: int, n: int, t: int) -> tuple[list[int], int]:
+        """Victims and activation time for a reclaim grant of n units on d at t: units
+        already revoking but not promised come first (at their deadlines), then active
+        opportunistic leases in preemption order, each after its class grace."""
+        st = self.st
+        need = n - max(0, self._k.free_now(st, d))
+        at = t
+        surplus = max(0, int(st.rev[d]) - int(st.prom[d]))
+        if need > 0 and surplus > 0:
+            at = max([at] + [int(st.revoke_at[l]) for l in self._revoking[d]])
+            need -= surplus
+        victims = []
+        for lid in self._victims(d, t) if need > 0 else ():
+            if need <= 0:
+                break
+            victims.append(lid)
+            need -= int(st.units[lid])
+            at = max(at, t + int(st.cls[int(st.lcls[lid]), 4]))
+        return victims, at
+
+    def _victims(self, d: int, t: int) -> list[int]:
+        """Active opportunistic leases on d in preemption order: smallest fair-share
+        deficit first, then largest lease, then lease id (SPEC §6)."""
+        st = self.st
+        ids = self._opp_active[d]
+        if not ids:
+            return []
+        deficit = self._deficit_array(t)
+        return sorted(ids, key=lambda l: (deficit[int(st.camp[l])], -int(st.units[l]), l))
+
+    def _reclaim(self, c, d, k, n, dur, pm, t, iid, plan) -> int:
+        """Preempt the planned victims (notice now, revoked after their grace) and grant a
+        starting lease that becomes active when they are gone (SPEC §4.1, §4.6)."""
+        st = self.st
+        victims, at = plan
+        for lid in victims:
+            grace = int(st.cls[int(st.lcls[lid]), 4])
+            deadline = self._k.preempt(st, lid, t, grace)
+            self._opp_active[d].discard(lid)
+            self._revoking[d].add(lid)
+            self._push(deadline, _EV_REVOKE, lid)
+            self._events.append(Event("preempt_notice", t / NS, self._names[int(st.camp[lid])],
+                                      lease_id=lid, deadline=deadline / NS,
+                                      units=int(st.units[lid])))
+        self._reserve(1, n)
+        lid = self._k.grant(st, c, d, k, n, dur, pm, t, True, iid)
+        self._activation[lid] = at
+        self._push(at, _EV_ACTIVATE, lid)
+        return lid
+
+    def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int) -> float | None:
+        st = self.st
+        if reason == TOKENS and not st.scal[1]:
+            H, s = int(st.H[c, d]), int(st.s[c, d])
+            need = (max(0, H + nmin - s) - max(0, H - s)) * dur - int(st.T[c, d])
+            if s - H > 0 and need > 0:
+                return -(-need // (s - H)) / NS
+            return None
+        if reason == CAPACITY:
+            nxt = self._k.next_expiry(st)
+            return max(0, nxt - self._t) / NS if nxt >= 0 else None
+        return None
+
+    # ------------------------------------------------------------------ pending queue (§4.5)
+    def _drop_pending(self, iid: int) -> _Pending:
+        p = self._pending.pop(iid)
+        if self.st.cls[p.cls, 2]:
+            self.st.pend[p.dim] -= p.nmax
+        return p
+
+    def _serve_pending(self, t: int) -> None:
+        if not self._pending:
+            return
+        st = self.st
+        order = list(self._pending.values())
+        if len(order) > 1:
+            deficit = self._deficit_array(t)
+            for p in order:
+                self._k.settle(st, p.campaign, p.dim, t)
+            order.sort(key=lambda p: (int(st.cls[p.cls, 0]), -deficit[p.campaign],
+                                      -int(st.T[p.campaign, p.dim]), p.arrival))
+        for p in order:
+            if p.deadline is not None and p.deadline < t:
+                continue
+            self._reserve(1, p.nmax)
+            n, reason, path, pm, _ = self._k.decide(st, p.campaign, p.dim, p.cls, p.nmin,
+                                                    p.nmax, p.dur, p.max_spend, t)
+            if n < p.nmin:
+                p.reason = reason
+                continue
+            plan = None
+            if path == RECLAIM:
+                plan = self._plan_reclaim(p.dim, n, t)
+                if p.deadline is not None and plan[1] > p.deadline:
+                    continue
+            self._drop_pending(p.intent_id)
+            if path == WARM:
+                lid = self._k.grant(st, p.campaign, p.dim, p.cls, n, p.dur, pm, t, False,
+                                    p.intent_id)
+                if not st.firm[lid]:
+                    self._opp_active[p.dim].add(lid)
+            else:
+                lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
+            self._events.append(Event("granted", t / NS, self._names[p.campaign], lease_id=lid,
+                                      intent_id=p.intent_id, units=n))
+
+    def cancel(self, intent_id: int) -> bool:
+        """Withdraw a pending intent. Returns False if it is no longer pending."""
+        t = self._now()
+        self._advance(t)
+        if intent_id not in self._pending:
+            if isinstance(intent_id, int) and 0 <= intent_id < self._next_intent:
+                return False
+            raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
+        self._drop_pending(intent_id)
+        return True
+
+    def pending(self, campaign: str | None = None) -> list[dict]:
+        c = None if campaign is None else self.campaign_index(campaign)
+        return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
+                 "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
+                 "duration": p.dur / NS, "reason": REASONS[p.reason],
+                 "expires": p.expires / NS, "service_class": self.classes[p.cls].name}
+                for p in self._pending.values() if c is None or p.campaign == c]
+
+    # ------------------------------------------------------------------ leases
+    def _lease_id(self, lease_id: Any) -> int:
+        if isinstance(lease_id, bool) or not isinstance(lease_id, (int, np.integer)) \
+                or not 0 <= int(lease_id) < self.st.nleases:
+            raise UnknownLease("lease_id", "is not a lease of this broker", lease_id)
+        return int(lease_id)
+
+    def release(self, lease_id: int) -> Decision:
+        """End a lease early: its units free now, unused tokens and credits refunded."""
+        lid = self._lease_id(lease_id)
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        state = int(st.state[lid])
+        name = self._names[int(st.camp[lid])]
+        if state not in (STARTING, ACTIVE, REVOKING):
+            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
+                            lease=self.lease(lid))
+        before = int(st.refunded[int(st.camp[lid])])
+        self._k.end_lease(st, lid, t, RELEASED)
+        self._opp_active[int(st.dim[lid])].discard(lid)
+        self._revoking[int(st.dim[lid])].discard(lid)
+        self._activation.pop(lid, None)
+        refund = (int(st.refunded[int(st.camp[lid])]) - before) / CREDIT
+        self._serve_pending(t)
+        return Decision("released", int(st.intent[lid]), name, units=int(st.units[lid]),
+                        lease=self.lease(lid), cost=-refund)
+
+    def renew(self, lease_id: int, duration: float, max_spend: float | None = None) -> Decision:
+        """Extend an active lease by ``duration`` seconds, re-running §4.2/§4.3 atomically."""
+        lid = self._lease_id(lease_id)
+        ext = units.to_ns(duration, "duration")
+        if ext <= 0:
+            raise InvalidArgument("duration", "must be > 0", duration)
+        spend = -1 if max_spend is None else units.to_fixed(max_spend, "max_spend")
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        name = self._names[int(st.camp[lid])]
+        if int(st.state[lid]) != ACTIVE:
+            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
+                            lease=self.lease(lid))
+        reason, price = self._k.renew(st, lid, ext, t, spend)
+        self._reserve(1, 0)
+        if reason != OK:
+            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason=REASONS[reason],
+                            lease=self.lease(lid), cost=price / CREDIT)
+        return Decision(GRANTED_OUT, int(st.intent[lid]), name, units=int(st.units[lid]),
+                        lease=self.lease(lid), path="warm", cost=price / CREDIT)
+
+    def lease(self, lease_id: int) -> Lease:
+        lid = self._lease_id(lease_id)
+        st = self.st
+        state = int(st.state[lid])
+        d = int(st.dim[lid])
+        n = int(st.units[lid])
+        slots: tuple[int, ...] = ()
+        placement: tuple[tuple[str, int], ...] = ()
+        if state in (ACTIVE, REVOKING):
+            off = int(st.slot_off[lid])
+            sl = st.arena[off:off + n].astype(np.int64)
+            slots = tuple(int(x) for x in sl)
+            nodes = self._node_of_slot[d][sl]
+            uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
+            placement = tuple((self._node_names[d][int(uniq[i])], int(counts[i]))
+                              for i in np.argsort(first))
+        started = state != STARTING
+        return Lease(
+            id=lid, campaign=self._names[int(st.camp[lid])], dim=self.dims[d], units=n,
+            state=LEASE_STATES[state], firm=bool(st.firm[lid]),
+            service_class=self.classes[int(st.lcls[lid])].name,
+            granted_at=int(st.t_grant[lid]) / NS,
+            start=int(st.t_start[lid]) / NS if started else None,
+            expiry=int(st.t_end[lid]) / NS if started else None,
+            cost=int(st.cost[lid]) / CREDIT,
+            revoke_at=int(st.revoke_at[lid]) / NS if state in (REVOKING, REVOKED) else None,
+            intent=int(st.intent[lid]), placement=placement, slots=slots)
+
+    def leases(self, campaign: str | None = None) -> list[Lease]:
+        """Live leases (starting, active, revoking), optionally of one campaign."""
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        n = st.nleases
+        live = (st.state[:n] == STARTING) | (st.state[:n] == ACTIVE) | (st.state[:n] == REVOKING)
+        if campaign is not None:
+            live &= st.camp[:n] == self.campaign_index(campaign)
+        return [self.lease(int(l)) for l in np.flatnonzero(live)]
+
+    def poll(self) -> list[Event]:
+        """Advance to the clock and return the events since the last poll, in order."""
+        t = self._now()
+        self._advance(t)
+        ev, self._events = self._events, []
+        return ev
+
+    # ------------------------------------------------------------------ supply (§8)
+    def supply(self, campaign: str) -> Supply:
+        c = self.campaign_index(campaign)
+        t = self._now()
+        self._advance(t)
+        st, k = self.st, self._k
+        dims = {}
+        grace = max([cl.grace for cl in self.classes if cl.preemptible] or [0.0])
+        for d, dname in enumerate(self.dims):
+            k.settle(st, c, d, t)
+            free = k.free_now(st, d)
+            kappa = k.congestion_ppm(st, d) / PPM
+            mult = k.congestion_mult(st, d) / PPM
+            prices = {cl.name: k.price_pm(st, d, i) / CREDIT for i, cl in enumerate(self.classes)}
+            cold = self.cold_wait(dname) if self.cold_wait is not None else None
+            Bc = int(st.Bcap[c, d])
+            dims[dname] = DimSupply(
+                free=max(0, free), capacity=int(st.cap[d]),
+                reclaimable=int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])),
+                congestion=kappa, multiplier=mult,
+                tokens=int(st.T[c, d]) / NS, bucket=math.inf if Bc >= MAXV else Bc / NS,
+                held=int(st.H[c, d]), ceiling=int(st.b[c, d]), price=prices,
+                wait={"warm": 0.0, "reclaim": grace, "cold": cold})
+        left = int(st.left[c])
+        return Supply(campaign, t / NS, math.inf if left >= MAXV else left / CREDIT,
+                      self.envelopes[campaign].service_class, dims)
+
+    def quote(self, campaign: str, sizes: Sequence[int], durations: Sequence[float], *,
+              dim: str | None = None, service_class: str | None = None) -> Quote:
+        """Cost, path and wait for every (size, duration) pair, in one vectorised call."""
+        c = self.campaign_index(campaign)
+        dname = dim if dim is not None else self.dims[0]
+        if dname not in self._dim_index:
+            raise InvalidArgument("dim", f"must be one of {self.dims}", dname)
+        d = self._dim_index[dname]
+        kc = self._class_of(campaign, service_class)
+        sz = np.asarray(sizes)
+        if sz.ndim != 1 or sz.dtype.kind not in "iu" or (sz < 1).any():
+            raise InvalidArgument("sizes", "must be a 1-D array of integers >= 1", sizes)
+        du = units.ns_array(durations, "durations")
+        if (du <= 0).any():
+            raise InvalidArgument("durations", "must be > 0", durations)
+        t = self._now()
+        self._advance(t)
+        st, k = self.st, self._k
+        k.settle(st, c, d, t)
+        pm = k.price_pm(st, d, kc)
+        n_o = sz.astype(object)[:, None]
+        d_o = du.astype(object)[None, :]
+        cost = -(-(n_o * d_o * pm) // HOUR_NS)
+        H, s, b, T = (int(x) for x in (st.H[c, d], st.s[c, d], st.b[c, d], st.T[c, d]))
+        firm = not st.cls[kc, 3]
+        free = k.free_now(st, d)
+        if firm:
+            lim_firm = int(st.cap[d]) - int(st.F[d]) - int(st.U[d]) + k.unmet(st, c, d)
+            warm = min(free, lim_firm)
+            reach = min(free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])), lim_firm)
+        else:
+            warm = reach = max(0, free - int(st.headroom[d]))
+        left = int(st.left[c])
+        excess = np.maximum(0, H + n_o - s) - max(0, H - s)
+        tok_ok = (excess * d_o <= T) if not st.scal[1] else np.ones_like(excess, dtype=bool)
+        cred_ok = (cost <= left) | (left >= MAXV) | bool(st.cls[kc, 5])
+        ceil_ok = np.broadcast_to(H + n_o <= b, cost.shape)
+        path = np.where(n_o <= warm, "warm", np.where(n_o <= reach, "reclaim", "cold"))
+        path = np.broadcast_to(path, cost.shape)
+        grace = max([cl.grace for cl in self.classes if cl.preemptible] or [0.0])
+        cold = self.cold_wait(dname) if self.cold_wait is not None else math.inf
+        wait = np.where(path == "warm", 0.0, np.where(path == "reclaim", grace, cold))
+        reason = np.full(cost.shape, "", dtype=object)
+        reason = np.where(~np.asarray(cred_ok, bool), "credits", reason)
+        reason = np.where(~np.asarray(tok_ok, bool), "tokens", reason)
+        reason = np.where(path == "cold", "capacity", reason)
+        reason = np.where(~ceil_ok, "ceiling", reason)
+        return Quote(sizes=sz, durations=du / NS, cost=(cost.astype(float) / CREDIT),
+                     path=path, wait=wait.astype(float), grantable=(reason == ""),
+                     reason=reason.astype(str))
+
+    # ------------------------------------------------------------------ batch
+    def admit_batch(self, campaign_idx: Any, units_: Any, durations: Any, now: float | None = None,
+                    *, service_class: str | int | None = None, dim: str | None = None) -> BatchResult:
+        """Decide many intents at one instant, exactly as the same sequence of
+        :meth:`acquire` calls would: warm grants and certain refusals run in the compiled
+        loop; reclaim and pending items drop to the policy layer one at a time.
+
+        ``units_`` is shape (n,) (min = max) or (n, 2) (min, max); ``durations`` seconds
+        (scalar or (n,)); ``service_class`` a class name (default: each campaign's).
+        """
+        st = self.st
+        ci = units.index_array(campaign_idx, st.C, "campaign_idx")
+        n = ci.shape[0]
+        u = np.asarray(units_)
+        if u.dtype.kind not in "iu":
+            raise InvalidArgument("units", "must be integers", u.dtype)
+        if u.shape == (n,):
+            nmin = nmax = u.astype(np.int64)
+        elif u.shape == (n, 2):
+            nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
+        else:
+            raise InvalidArgument("units", f"must have shape ({n},) or ({n}, 2)", u.shape)
+        if n and ((nmax < 1).any() or (nmin > nmax).any() or (nmin < 0).any()
+                  or (nmax > 1 << 40).any()):
+            raise InvalidArgument("units", "need 0 <= min <= max, 1 <= max <= 2**40")
+        dur = units.ns_array(durations, "durations", n)
+        if n and ((dur <= 0).any() or (dur > 10 * 365 * 86400 * NS).any()):
+            raise InvalidArgument("durations", "must be > 0 and at most ten years")
+        dur = np.ascontiguousarray(dur)
+        d = self._dim_index.get(dim if dim is not None else self.dims[0])
+        if d is None:
+            raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
+        if service_class is None:
+            default = np.array([self._cls_index[self.envelopes[nm].service_class]
+                                for nm in self._names], dtype=np.int64)
+            ks = default[ci] if n else np.zeros(0, np.int64)
+        else:
+            name = service_class if isinstance(service_class, str) else None
+            kk = self._cls_index.get(name) if name else None
+            if kk is None:
+                raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                      service_class)
+            ks = np.full(n, kk, dtype=np.int64)
+        t = self._now() if now is None else units.to_ns(now)
+        if t < self._t:
+            raise TimeWentBackwards("now", f"must be >= the broker time {self._t / NS}", t / NS)
+        if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
+            self.clock.set(t / NS)
+        self._advance(t)
+        dims = np.full(n, d, dtype=np.int64)
+        out_n = np.zeros(n, dtype=np.int64)
+        out_r = np.zeros(n, dtype=np.int64)
+        out_l = np.full(n, -1, dtype=np.int64)
+        out_o = np.zeros(n, dtype=np.int64)
+        iid0 = self._next_intent
+        self._next_intent += n
+        self._reserve(n, int(nmax.sum()) if n else 0)
+        j = 0
+        ttl = units.to_ns(self.ttl)
+        while j < n:
+            j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
+                                    out_l, j)
+            if j >= n:
+                break
+            dec = self._slow(iid0 + j, int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
+                             int(dur[j]), -1, None, ttl, t, None)
+            out_o[j] = _OUTCOME_CODE[dec.outcome]
+            out_n[j] = dec.units if dec.granted else 0
+            out_r[j] = REASONS.index(dec.reason) if dec.reason else 0
+            out_l[j] = dec.lease.id if dec.lease else -1
+            j += 1
+        granted = out_l >= 0
+        out_o[(~granted) & (out_o == 0)] = 1
+        out_n[~granted] = 0
+        opp = granted & (st.firm[np.maximum(out_l, 0)] == 0)
+        for lid in out_l[opp]:
+            if int(st.state[lid]) == ACTIVE:
+                self._opp_active[d].add(int(lid))
+        return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
+
+    # ------------------------------------------------------------------ introspection
+    def state(self) -> dict:
+        """A JSON-serialisable picture of the broker: pool, campaigns, leases, pending."""
+        t = self._now()
+        self._advance(t)
+        st, k = self.st, self._k
+        deficit = self._deficit_array(t) if st.C else np.zeros(0)
+        pool = {}
+        for d, dn in enumerate(self.dims):
+            pool[dn] = {"capacity": int(st.cap[d]), "occupied": int(st.occ[d]),
+                        "free": int(k.free_now(st, d)), "firm": int(st.F[d]),
+                        "unmet_guarantees": int(st.U[d]), "reclaimable": int(st.oppa[d]),
+                        "revoking": int(st.rev[d]), "promised": int(st.prom[d]),
+                        "congestion": k.congestion_ppm(st, d) / PPM,
+                        "warm_headroom": int(st.headroom[d])}
+        camps = {}
+        for c, name in enumerate(self._names):
+            for d in range(len(self.dims)):
+                k.settle(st, c, d, t)
+            left = int(st.left[c])
+            camps[name] = {
+                "credits_left": None if left >= MAXV else left / CREDIT,
+                "credits_escrowed": int(st.escrow[c]) / CREDIT,
+                "credits_spent": int(st.spent[c]) / CREDIT,
+                "credits_refunded": int(st.refunded[c]) / CREDIT,
+                "deficit": float(deficit[c]),
+                "held": {dn: int(st.H[c, d]) for d, dn in enumerate(self.dims)},
+                "firm_held": {dn: int(st.Hf[c, d]) for d, dn in enumerate(self.dims)},
+                "tokens": {dn: (None if int(st.Bcap[c, d]) >= MAXV else int(st.T[c, d]) / NS)
+                           for d, dn in enumerate(self.dims)},
+                "envelope": self.envelopes[name].to_dict(),
+            }
+            for key in ("credits", "envelope"):
+                env = camps[name]["envelope"]
+                if key == "envelope":
+                    for f in ("credits",):
+                        if isinstance(env[f], float) and math.isinf(env[f]):
+                            env[f] = None
+                    env["burst"] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
+                                    for dd, v in env["burst"].items()}
+        return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
+                "leases": [l.to_dict() for l in self.leases()], "pending": self.pending()}

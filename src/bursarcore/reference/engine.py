@@ -1,0 +1,448 @@
+"""Reference admission kernel: the per-decision arithmetic of SPEC §4 in plain Python.
+
+Every function takes an :class:`~bursarcore.admission.state.EngineState` and ``now`` in
+int ns, reads and writes its arrays, and returns plain ints. The compiled ``_engine``
+module implements the same functions with the same signatures; the broker (policy) calls
+whichever backend it was built with. Python ints never overflow, which makes this the
+yardstick for the 128-bit arithmetic in the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import heapq  # noqa: F401  (the heap below is array-based so both backends share it)
+
+from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, GRANTED, HOUR_NS,
+                               MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING, SLOW, STARTING,
+                               TOKENS, WARM)
+
+# class-table columns
+RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
+BIG = MAXV
+
+
+# -- tokens and holdings --------------------------------------------------------------------
+def settle(st, c: int, d: int, t: int) -> None:
+    """Bring campaign c's bucket on dimension d to time t (SPEC §4.2).
+
+    Prepaid mode: T grows at (s − H)+ per second, capped at B. Instant mode (experiments
+    only): T moves at (s − H), so it also drains while H > s, floored at 0. Also
+    accumulates ∫H dt (unit·ns) for fair share.
+    """
+    dt = t - int(st.tlast[c, d])
+    if dt <= 0:
+        return
+    st.tlast[c, d] = t
+    H = int(st.H[c, d])
+    st.acc[c, d] += H * dt
+    rate = int(st.s[c, d]) - H
+    T = int(st.T[c, d])
+    if rate > 0:
+        add = min(rate * dt, int(st.Bcap[c, d]) - T)
+        st.T[c, d] = T + add
+        st.tok_minted[c, d] += add
+    elif rate < 0 and st.scal[1]:
+        drain = min(-rate * dt, T)
+        st.T[c, d] = T - drain
+        st.tok_debited[c, d] += drain
+
+
+def unmet(st, c: int, d: int) -> int:
+    return max(0, int(st.g[c, d]) - int(st.Hf[c, d]))
+
+
+def free_now(st, d: int) -> int:
+    """Units a warm grant may take now, counting units promised to starting leases."""
+    return int(st.cap[d]) - int(st.occ[d]) - max(0, int(st.prom[d]) - int(st.rev[d]))
+
+
+def _hold(st, c: int, d: int, delta: int, firm: bool) -> None:
+    """Change c's holding by delta (caller settled first), keeping F and U exact."""
+    st.H[c, d] += delta
+    if firm:
+        before = unmet(st, c, d)
+        st.Hf[c, d] += delta
+        st.F[d] += delta
+        st.U[d] += unmet(st, c, d) - before
+
+
+# -- congestion and price --------------------------------------------------------------------
+def ring_advance(st, t: int) -> None:
+    """Move the congestion window's ring to the bin holding t, clearing bins that left it."""
+    b = t // st.bin_ns
+    cur = int(st.scal[0])
+    if b <= cur:
+        return
+    steps = min(b - cur, st.bins)
+    for d in range(st.D):
+        for j in range(1, steps + 1):
+            k = (cur + j) % st.bins
+            st.ring_sum[d] -= st.ring[d, k]
+            st.ring[d, k] = 0
+    st.scal[0] = b
+
+
+def congestion_ppm(st, d: int) -> int:
+    """κ in ppm: (shortfall in the window + pending priced demand) / free units."""
+    return (int(st.ring_sum[d]) + int(st.pend[d])) * PPM // max(1, free_now(st, d))
+
+
+def congestion_mult(st, d: int) -> int:
+    k = congestion_ppm(st, d)
+    for i in range(st.cong_thr.shape[0]):
+        if k < st.cong_thr[i]:
+            return int(st.cong_mult[i])
+    return int(st.cong_mult[st.cong_thr.shape[0]])
+
+
+def price_pm(st, d: int, k: int) -> int:
+    """Micro-credits per unit-hour for class k on dimension d, at this instant."""
+    m = int(st.cls[k, MULT])
+    if st.cls[k, PRICED]:
+        m = m * congestion_mult(st, d) // PPM
+    return int(st.price[d]) * m // PPM
+
+
+def cost(n: int, dur: int, pm: int) -> int:
+    """Credits (micro) for n units for dur ns at pm: ceil(n·dur·pm / hour)."""
+    return -(-(n * dur * pm) // HOUR_NS)
+
+
+def _count_shortfall(st, d: int, units: int) -> None:
+    k = int(st.scal[0]) % st.bins
+    st.ring[d, k] += units
+    st.ring_sum[d] += units
+
+
+# -- the decision ---------------------------------------------------------------------------
+def decide(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend: int,
+           t: int) -> tuple[int, int, int, int, tuple[int, int, int, int]]:
+    """Size an intent (SPEC §4.4): the largest n ≤ nmax that satisfies capacity and
+    isolation (§4.1), tokens (§4.2), credits and max_spend (§4.3) and the ceiling.
+
+    Returns ``(n, reason, path, pm, limits)``: reason is the binding rule when n < nmin,
+    path WARM when n fits in free units now, else RECLAIM; limits are
+    (ceiling, capacity, tokens, credits). Settles c's bucket; changes nothing else.
+    """
+    settle(st, c, d, t)
+    firm = not st.cls[k, PREEMPT]
+    H = int(st.H[c, d])
+    s = int(st.s[c, d])
+    lim_ceil = int(st.b[c, d]) - H
+    T = int(st.T[c, d])
+    if st.scal[1]:
+        lim_tok = BIG if T > 0 else max(0, s - H)
+    else:
+        lim_tok = max(0, s - H) + T // dur
+    pm = price_pm(st, d, k)
+    if pm == 0:
+        lim_cred = BIG
+    else:
+        left = int(st.left[c])
+        lim_cred = BIG if (left >= MAXV or st.cls[k, FREEBROKE]) else left * HOUR_NS // (dur * pm)
+        if max_spend >= 0:
+            lim_cred = min(lim_cred, max_spend * HOUR_NS // (dur * pm))
+    free = free_now(st, d)
+    if firm:
+        lim_firm = int(st.cap[d]) - int(st.F[d]) - int(st.U[d]) + unmet(st, c, d)
+        lim_warm = min(free, lim_firm)
+        lim_cap = min(free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])), lim_firm)
+    else:
+        lim_warm = lim_cap = max(0, free - int(st.headroom[d]))
+    n = max(0, min(nmax, lim_ceil, lim_cap, lim_tok, lim_cred))
+    reason = OK
+    if n < nmin:
+        for code, lim in ((CEILING, lim_ceil), (CAPACITY, lim_cap), (TOKENS, lim_tok),
+                          (CREDITS, lim_cred)):
+            if lim <= n:
+                reason = code
+                break
+    path = WARM if n <= lim_warm else RECLAIM
+    return n, reason, path, pm, (lim_ceil, lim_cap, lim_tok, lim_cred)
+
+
+def never(st, c: int, d: int, k: int, nmin: int, dur: int, pm: int) -> int:
+    """The reason an intent can *never* be met, or OK (SPEC §4.4: refused at once)."""
+    if nmin > int(st.b[c, d]):
+        return CEILING
+    if st.cls[k, PREEMPT]:
+        if nmin > int(st.cap[d]) - int(st.headroom[d]):
+            return CAPACITY
+    else:
+        others_g = int(st.g[: st.C, d].sum()) - int(st.g[c, d])
+        if nmin > int(st.cap[d]) - others_g:
+            return CAPACITY
+    if not st.scal[1] and max(0, nmin - int(st.s[c, d])) * dur > int(st.Bcap[c, d]):
+        return TOKENS
+    left = int(st.left[c])
+    if (pm and left < MAXV and not st.cls[k, FREEBROKE]
+            and cost(nmin, dur, pm) > left + int(st.escrow[c])):
+        return CREDITS
+    return OK
+
+
+def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, starting: bool,
+          intent: int) -> int:
+    """Commit a grant of n units: escrow tokens and credits, hold units, record the lease.
+
+    A ``starting`` lease (reclaim path) holds its units in reserve (``prom``) until
+    :func:`activate`; otherwise slots are placed now and the expiry is scheduled.
+    The caller has made room (``EngineState.grow_leases``).
+    """
+    settle(st, c, d, t)
+    firm = not st.cls[k, PREEMPT]
+    H = int(st.H[c, d])
+    s = int(st.s[c, d])
+    excess = 0 if st.scal[1] else max(0, H + n - s) - max(0, H - s)
+    st.T[c, d] -= excess * dur
+    st.tok_debited[c, d] += excess * dur
+    price = cost(n, dur, pm)
+    if st.cls[k, FREEBROKE] and price > int(st.left[c]):
+        price = 0
+    if int(st.left[c]) < MAXV:
+        st.left[c] -= price
+    st.escrow[c] += price
+    st.cred_debited[c] += price
+    _hold(st, c, d, n, firm)
+    lid = int(st.scal[2])
+    st.scal[2] = lid + 1
+    st.camp[lid], st.dim[lid], st.units[lid], st.firm[lid] = c, d, n, int(firm)
+    st.state[lid] = STARTING if starting else ACTIVE
+    st.lcls[lid] = k
+    st.t_grant[lid] = t
+    st.dur[lid] = dur
+    st.excess[lid] = excess
+    st.cost[lid] = price
+    st.intent[lid] = intent
+    st.revoke_at[lid] = 0
+    if starting:
+        st.prom[d] += n
+        st.t_start[lid] = 0
+        st.t_end[lid] = 0
+        st.slot_off[lid] = -1
+    else:
+        _place(st, lid, d, n, t)
+    return lid
+
+
+def _place(st, lid: int, d: int, n: int, t: int) -> None:
+    """Activate: pop n free slots into the lease's arena range and schedule its expiry."""
+    off = int(st.arena_top[0])
+    top = int(st.top[d])
+    for j in range(n):
+        st.arena[off + j] = st.free_slots[d, top - 1 - j]
+    st.top[d] = top - n
+    st.arena_top[0] = off + n
+    st.slot_off[lid] = off
+    st.occ[d] += n
+    if not st.firm[lid]:
+        st.oppa[d] += n
+    st.state[lid] = ACTIVE
+    st.t_start[lid] = t
+    st.t_end[lid] = t + int(st.dur[lid])
+    heap_push(st, t + int(st.dur[lid]), lid)
+
+
+def activate(st, lid: int, t: int) -> None:
+    """A starting lease's reclaim grace is over: its promised units become held slots."""
+    d, n = int(st.dim[lid]), int(st.units[lid])
+    st.prom[d] -= n
+    _place(st, lid, d, n, t)
+
+
+def preempt(st, lid: int, t: int, grace: int) -> int:
+    """Mark an active opportunistic lease revoking; returns its revocation deadline."""
+    d, n = int(st.dim[lid]), int(st.units[lid])
+    st.state[lid] = REVOKING
+    st.revoke_at[lid] = t + grace
+    st.rev[d] += n
+    st.oppa[d] -= n
+    return t + grace
+
+
+def end_lease(st, lid: int, t: int, new_state: int) -> None:
+    """End a lease at t (release, expiry, revocation): free its units and slots, refund
+    the unused remainder of its prepaid tokens and its credits pro rata (SPEC §4.2, §4.3)."""
+    c, d, n = int(st.camp[lid]), int(st.dim[lid]), int(st.units[lid])
+    state = int(st.state[lid])
+    firm = bool(st.firm[lid])
+    settle(st, c, d, t)
+    dur = int(st.dur[lid])
+    if state == STARTING:
+        remaining = dur
+        st.prom[d] -= n
+    else:
+        remaining = max(0, int(st.t_end[lid]) - t)
+        st.occ[d] -= n
+        if state == REVOKING:
+            st.rev[d] -= n
+        elif not firm:
+            st.oppa[d] -= n
+        off, top = int(st.slot_off[lid]), int(st.top[d])
+        for j in range(n):
+            st.free_slots[d, top + j] = st.arena[off + n - 1 - j]
+        st.top[d] = top + n
+    refund = int(st.excess[lid]) * remaining
+    room = int(st.Bcap[c, d]) - int(st.T[c, d])
+    st.T[c, d] += min(refund, room)
+    st.tok_refunded[c, d] += min(refund, room)
+    st.tok_clipped[c, d] += max(0, refund - room)
+    price = int(st.cost[lid])
+    back = price * remaining // dur
+    if int(st.left[c]) < MAXV:
+        st.left[c] += back
+    st.escrow[c] -= price
+    st.refunded[c] += back
+    st.spent[c] += price - back
+    _hold(st, c, d, -n, firm)
+    st.state[lid] = new_state
+
+
+def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
+    """Extend an active lease by ext ns, re-running §4.2 and §4.3 for it atomically.
+
+    The prepaid segment is re-priced from t: the unused escrow is credited back and the
+    lease's marginal excess (as the top-most holding) is debited for t..new end.
+    Returns ``(reason, cost)``; reason OK means renewed.
+    """
+    c, d, n, k = int(st.camp[lid]), int(st.dim[lid]), int(st.units[lid]), int(st.lcls[lid])
+    settle(st, c, d, t)
+    end = int(st.t_end[lid])
+    H, s = int(st.H[c, d]), int(st.s[c, d])
+    new_end = end + ext
+    if st.scal[1]:
+        ex_new, delta = 0, 0
+    else:
+        ex_new = max(0, H - s) - max(0, H - n - s)
+        delta = ex_new * (new_end - t) - int(st.excess[lid]) * (end - t)
+        if delta > int(st.T[c, d]):
+            return TOKENS, 0
+    pm = price_pm(st, d, k)
+    price = cost(n, ext, pm)
+    left = int(st.left[c])
+    if st.cls[k, FREEBROKE] and price > left:
+        price = 0
+    if left < MAXV and price > left:
+        return CREDITS, price
+    if 0 <= max_spend < price:
+        return CREDITS, price
+    if delta >= 0:
+        st.T[c, d] -= delta
+        st.tok_debited[c, d] += delta
+    else:
+        room = int(st.Bcap[c, d]) - int(st.T[c, d])
+        st.T[c, d] += min(-delta, room)
+        st.tok_refunded[c, d] += min(-delta, room)
+        st.tok_clipped[c, d] += max(0, -delta - room)
+    st.excess[lid] = ex_new
+    if left < MAXV:
+        st.left[c] -= price
+    st.escrow[c] += price
+    st.cred_debited[c] += price
+    st.cost[lid] += price
+    st.dur[lid] += ext
+    st.t_end[lid] = new_end
+    heap_push(st, new_end, lid)
+    return OK, price
+
+
+# -- expiry heap (array-based binary heap ordered by (time, lease id)) -------------------
+def _less(st, i: int, j: int) -> bool:
+    a, b = int(st.heap_t[i]), int(st.heap_t[j])
+    return a < b or (a == b and int(st.heap_id[i]) < int(st.heap_id[j]))
+
+
+def heap_push(st, t: int, lid: int) -> None:
+    i = int(st.scal[3])
+    if i >= st.heap_t.shape[0]:
+        st.grow_heap()
+    st.heap_t[i], st.heap_id[i] = t, lid
+    st.scal[3] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if not _less(st, i, p):
+            break
+        st.heap_t[i], st.heap_t[p] = st.heap_t[p], st.heap_t[i]
+        st.heap_id[i], st.heap_id[p] = st.heap_id[p], st.heap_id[i]
+        i = p
+
+
+def heap_pop(st) -> None:
+    n = int(st.scal[3]) - 1
+    st.heap_t[0], st.heap_id[0] = st.heap_t[n], st.heap_id[n]
+    st.scal[3] = n
+    i = 0
+    while True:
+        lo, r, m = 2 * i + 1, 2 * i + 2, i
+        if lo < n and _less(st, lo, m):
+            m = lo
+        if r < n and _less(st, r, m):
+            m = r
+        if m == i:
+            break
+        st.heap_t[i], st.heap_t[m] = st.heap_t[m], st.heap_t[i]
+        st.heap_id[i], st.heap_id[m] = st.heap_id[m], st.heap_id[i]
+        i = m
+
+
+def next_expiry(st) -> int:
+    """Time of the earliest scheduled expiry (stale entries included), or -1."""
+    return int(st.heap_t[0]) if st.scal[3] > 0 else -1
+
+
+def advance(st, t: int, out) -> int:
+    """Expire every active or revoking lease whose end is ≤ t, in (end, id) order, each
+    settled at its own end time. Writes their ids to ``out`` (sized by the caller) and
+    returns how many. Stale heap entries (ended or renewed leases) are skipped."""
+    m = 0
+    while st.scal[3] > 0 and st.heap_t[0] <= t:
+        te, lid = int(st.heap_t[0]), int(st.heap_id[0])
+        heap_pop(st)
+        if int(st.state[lid]) in (ACTIVE, REVOKING) and int(st.t_end[lid]) == te:
+            end_lease(st, lid, te, EXPIRED)
+            if m < len(out):
+                out[m] = lid
+            m += 1
+    return m
+
+
+# -- the fast path ---------------------------------------------------------------------------
+def admit(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend: int, t: int,
+          intent: int, out) -> int:
+    """One decision on the fast path. ``out`` (int64[4]) receives
+    (n, reason, lease id, cost). Returns GRANTED (warm, committed), REFUSED (never
+    satisfiable, nothing changed but the bucket settle) or SLOW (needs the policy layer:
+    pending queue or reclaim; nothing committed)."""
+    n, reason, path, pm, lims = decide(st, c, d, k, nmin, nmax, dur, max_spend, t)
+    out[0], out[1], out[2], out[3] = n, reason, -1, 0
+    if n >= nmin and path == WARM:
+        priced = bool(st.cls[k, PRICED])
+        if priced and lims[1] < nmax and n < nmax:
+            _count_shortfall(st, d, nmax - n)
+        lid = grant(st, c, d, k, n, dur, pm, t, False, intent)
+        out[2], out[3] = lid, int(st.cost[lid])
+        return GRANTED
+    if n < nmin:
+        why = never(st, c, d, k, nmin, dur, pm)
+        if why != OK:
+            out[1] = why
+            if st.cls[k, PRICED] and why == CAPACITY:
+                _count_shortfall(st, d, nmax)
+            return REFUSED
+    return SLOW
+
+
+def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, t: int, intent0: int,
+                out_n, out_reason, out_lease, start: int) -> int:
+    """Decide items start.. in order with :func:`admit`; stop at the first SLOW item and
+    return its index (or len). Item j's intent id is intent0 + j."""
+    buf = [0, 0, 0, 0]
+    m = len(camps)
+    j = start
+    while j < m:
+        r = admit(st, int(camps[j]), int(dims[j]), int(ks[j]), int(nmins[j]), int(nmaxs[j]),
+                  int(durs[j]), -1, t, intent0 + j, buf)
+        if r == SLOW:
+            return j
+        out_n[j], out_reason[j], out_lease[j] = buf[0], buf[1], buf[2]
+        j += 1
+    return m
