@@ -431,38 +431,37 @@ class Broker:
             st.grow_heap()
 
     # ------------------------------------------------------------------ fair share (§6)
-    def _fair_share_tick(self, t: int) -> None:
-        """Decay usage to t and fold in the unit-seconds held since the last tick,
-        vectorised over all campaigns (primary held dimension)."""
+    def _fair_share(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Usage decayed to t with the unit-seconds held since the last tick folded in,
+        vectorised over all campaigns (primary held dimension). Pure: returns
+        ``(usage, acc)`` for :meth:`_deficit_array` to commit or not."""
         C = self.st.C
-        if C == 0:
-            self._fs_t = t
-            return
         dt = (t - self._fs_t) / NS
-        acc = self.st.acc[:C, 0].copy()
-        # bring ∫H dt to t for everyone without settling tokens: add H·(t − tlast)
-        acc += self.st.H[:C, 0] * np.maximum(0, t - self.st.tlast[:C, 0])
+        acc = self.st.acc[:C, 0] + self.st.H[:C, 0] * np.maximum(0, t - self.st.tlast[:C, 0])
         new = (acc - self._acc_seen) / NS
-        self._acc_seen = acc
         if dt > 0:
             x = dt * math.log(2) / self.half_life
             decay = math.exp(-x)
-            self._usage = self._usage * decay + new * ((1 - decay) / x)
-        else:
-            self._usage = self._usage + new
-        self._fs_t = t
+            return self._usage * decay + new * ((1 - decay) / x), acc
+        return self._usage + new, acc
 
     def deficits(self) -> dict[str, float]:
-        """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time."""
+        """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time.
+        A query: it does not move the fair-share state."""
         t = self._now()
         self._advance(t)
-        return dict(zip(self._names, self._deficit_array(t).tolist()))
+        return dict(zip(self._names, self._deficit_array(t, commit=False).tolist()))
 
-    def _deficit_array(self, t: int) -> np.ndarray:
-        self._fair_share_tick(t)
-        share = self._share / self._share.sum() if self._share.sum() > 0 else self._share
-        tot = self._usage.sum()
-        return share - (self._usage / tot if tot > 0 else 0.0)
+    def _deficit_array(self, t: int, commit: bool = True) -> np.ndarray:
+        """Deficits at t. Decisions (queue order, victims) ``commit`` the tick, so the
+        fair-share state moves only at decisions — the same ones on replay."""
+        usage, acc = self._fair_share(t)
+        if commit:
+            self._usage, self._acc_seen, self._fs_t = usage, acc, t
+        tot_share = self._share.sum()
+        share = self._share / tot_share if tot_share > 0 else self._share
+        tot = usage.sum()
+        return share - (usage / tot if tot > 0 else 0.0)
 
     # ------------------------------------------------------------------ acquire
     def _class_of(self, campaign: str, name: str | None) -> int:
@@ -537,6 +536,12 @@ class Broker:
         return Decision(PENDING_OUT, iid, name, reason=REASONS[reason],
                         retry_after=self._retry_after(c, d, nmin, dur, reason))
 
+    def _track_opportunistic(self, d: int, lids: np.ndarray) -> None:
+        """Remember leases the compiled loop granted that are opportunistic (victims)."""
+        lids = lids[lids >= 0]
+        for lid in lids[self.st.firm[lids] == 0]:
+            self._opp_active[d].add(int(lid))
+
     def _plan_reclaim(self, d: int, n: int, t: int) -> tuple[list[int], int]:
         """Victims and activation time for a reclaim grant of n units on d at t: units
         already revoking but not promised come first (at their deadlines), then active
@@ -555,6 +560,8 @@ class Broker:
             victims.append(lid)
             need -= int(st.units[lid])
             at = max(at, t + int(st.cls[int(st.lcls[lid]), 4]))
+        if need > 0:  # decide() counted reclaimable units that the victim set lacks
+            raise RuntimeError(f"bursarcore internal error: reclaim plan short by {need} units")
         return victims, at
 
     def _victims(self, d: int, t: int) -> list[int]:
@@ -896,8 +903,10 @@ class Broker:
         j = 0
         ttl = units.to_ns(self.ttl)
         while j < n:
+            j0 = j
             j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
                                     out_l, j)
+            self._track_opportunistic(d, out_l[j0:j])
             if j >= n:
                 break
             dec = self._slow(iid0 + j, int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
@@ -910,10 +919,6 @@ class Broker:
         granted = out_l >= 0
         out_o[(~granted) & (out_o == 0)] = 1
         out_n[~granted] = 0
-        opp = granted & (st.firm[np.maximum(out_l, 0)] == 0)
-        for lid in out_l[opp]:
-            if int(st.state[lid]) == ACTIVE:
-                self._opp_active[d].add(int(lid))
         return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
 
     # ------------------------------------------------------------------ introspection
@@ -922,7 +927,7 @@ class Broker:
         t = self._now()
         self._advance(t)
         st, k = self.st, self._k
-        deficit = self._deficit_array(t) if st.C else np.zeros(0)
+        deficit = self._deficit_array(t, commit=False)
         pool = {}
         for d, dn in enumerate(self.dims):
             pool[dn] = {"capacity": int(st.cap[d]), "occupied": int(st.occ[d]),

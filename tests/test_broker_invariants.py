@@ -1,0 +1,248 @@
+"""SPEC §11 invariants 1–7 as hypothesis state machines with adversarial campaigns,
+checked after every step, on every engine backend."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule, run_state_machine_as_test)
+
+from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore.admission.state import ACTIVE, MAXV, REVOKING, STARTING
+from bursarcore.broker import ENGINES
+
+INF = math.inf
+NS = 1_000_000_000
+GRACE = 60.0
+
+CAMPAIGNS = {
+    # an adversary storming its ceiling, on a tiny budget of tokens and credits
+    "storm": Envelope(credits=200, service_class="agent-burst", guaranteed={"gpu": 0},
+                      sustained={"gpu": 8}, ceiling={"gpu": 48}, burst={"gpu": 2000}),
+    # small, guaranteed, latency-sensitive
+    "inter": Envelope(credits=100, service_class="interactive", guaranteed={"gpu": 8},
+                      sustained={"gpu": 8}, ceiling={"gpu": 16}, burst={"gpu": 500}),
+    "dl": Envelope(credits=INF, service_class="deadline", guaranteed={"gpu": 16},
+                   sustained={"gpu": 16}, ceiling={"gpu": 32}, burst={"gpu": 1000}),
+    "bf": Envelope(credits=INF, service_class="opportunistic", sustained={"gpu": 64},
+                   ceiling={"gpu": 64}, burst={"gpu": INF}),
+}
+NAMES = list(CAMPAIGNS)
+
+
+def new_broker(backend: str, enforcement: str = "prepaid") -> Broker:
+    b = Broker(Pool(gpu=64, warm_headroom={"gpu": 2}), clock=ManualClock(0.0), backend=backend,
+               ttl=120.0, enforcement=enforcement)
+    for name, env in CAMPAIGNS.items():
+        b.register(name, env)
+    return b
+
+
+class BrokerMachine(RuleBasedStateMachine):
+    backend = "reference"
+
+    @initialize()
+    def setup(self):
+        self.b = new_broker(self.backend)
+        self.ops: list[tuple] = []
+        self.log: list = []
+        self.released: dict[int, float] = {}
+
+    # -- operations ------------------------------------------------------------------
+    def _do(self, op):
+        self.ops.append(op)
+        out = apply(self.b, op, self.released)
+        self.log.append(out)
+        return out
+
+    @rule(c=st.sampled_from(NAMES), lo=st.integers(1, 48), span=st.integers(0, 48),
+          dur=st.sampled_from([1.0, 5.0, 30.0, 60.0, 300.0, 900.0]),
+          opp=st.booleans(), deadline=st.sampled_from([None, 0.5, 30.0, 90.0]))
+    def acquire(self, c, lo, span, dur, opp, deadline):
+        cls = "opportunistic" if opp and c != "bf" else None
+        self._do(("acquire", c, lo, lo + span, dur, cls, deadline))
+
+    @rule(k=st.integers(0, 10_000))
+    def release(self, k):
+        live = [l.id for l in self.b.leases()]
+        if live:
+            self._do(("release", live[k % len(live)]))
+
+    @rule(k=st.integers(0, 10_000), ext=st.sampled_from([1.0, 60.0, 600.0]))
+    def renew(self, k, ext):
+        live = [l.id for l in self.b.leases() if l.state == "active"]
+        if live:
+            self._do(("renew", live[k % len(live)], ext))
+
+    @rule(k=st.integers(0, 10_000))
+    def cancel(self, k):
+        pend = [p["intent_id"] for p in self.b.pending()]
+        if pend:
+            self._do(("cancel", pend[k % len(pend)]))
+
+    @rule(dt=st.sampled_from([0.0, 0.25, 1.0, 7.0, 30.0, 60.0, 61.0, 300.0]))
+    def advance(self, dt):
+        self._do(("advance", dt))
+
+    @rule(items=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 24),
+                                   st.sampled_from([5.0, 60.0, 600.0])), min_size=1, max_size=6))
+    def batch(self, items):
+        self._do(("batch", tuple(items)))
+
+    @rule(c=st.sampled_from(["inter", "dl"]))
+    def guarantee_probe(self, c):
+        """Invariant 2: a request within the unmet guarantee is never refused (or left
+        pending) for capacity, and is active within the preemption grace."""
+        st_ = self.b.state()["campaigns"][c]
+        n = int(CAMPAIGNS[c].g("gpu")) - st_["firm_held"]["gpu"]
+        if n <= 0:
+            return
+        d = self._do(("acquire", c, n, n, 30.0, None, None))
+        assert d["reason"] != "capacity", d
+        if d["outcome"] == "granted":
+            assert d["wait"] <= GRACE
+
+    # -- invariants ------------------------------------------------------------------
+    @invariant()
+    def running_sums_and_bounds(self):
+        if not hasattr(self, "b"):
+            return
+        check_invariants(self.b)
+
+    def teardown(self):
+        if not hasattr(self, "b"):
+            return
+        check_prepaid_bound(self.b, self.released)
+        # invariant 7: the same operations give the same decisions and state
+        again = new_broker(self.backend)
+        rel: dict[int, float] = {}
+        assert [apply(again, op, rel) for op in self.ops] == self.log
+        assert again.state() == self.b.state()
+
+
+def apply(b: Broker, op: tuple, released: dict):
+    kind = op[0]
+    if kind == "acquire":
+        _, c, lo, hi, dur, cls, deadline = op
+        dl = None if deadline is None else b.clock.now() + deadline
+        return b.acquire(Intent(c, units={"gpu": (lo, hi)}, duration=dur, service_class=cls,
+                                deadline=dl)).to_dict()
+    if kind == "release":
+        d = b.release(op[1])
+        if d.outcome == "released":
+            released[op[1]] = b.clock.now()
+        return d.to_dict()
+    if kind == "renew":
+        return b.renew(op[1], op[2]).to_dict()
+    if kind == "cancel":
+        return b.cancel(op[1])
+    if kind == "advance":
+        b.clock.advance(op[1])
+        return [e.to_dict() for e in b.poll()]
+    if kind == "batch":
+        items = op[1]
+        r = b.admit_batch([i[0] for i in items], [i[1] for i in items], [i[2] for i in items])
+        return [x.tolist() for x in r]
+    raise AssertionError(kind)
+
+
+def check_invariants(b: Broker) -> None:
+    st = b.st
+    n = st.nleases
+    state = st.state[:n]
+    units = st.units[:n]
+    live = (state == ACTIVE) | (state == REVOKING) | (state == STARTING)
+    placed = (state == ACTIVE) | (state == REVOKING)
+    for d in range(st.D):
+        on = st.dim[:n] == d
+        # invariant 1: capacity
+        assert int(units[placed & on].sum()) == int(st.occ[d]) <= int(st.cap[d])
+        assert int(st.F[d]) + int(st.U[d]) <= int(st.cap[d])
+        assert int(st.F[d]) == int(units[live & on & (st.firm[:n] == 1)].sum())
+        assert b._k.free_now(st, d) >= 0
+        slots = np.concatenate([st.arena[int(st.slot_off[l]):int(st.slot_off[l]) + int(st.units[l])]
+                                for l in np.flatnonzero(placed & on)] or [np.zeros(0, np.int32)])
+        assert len(set(slots.tolist())) == slots.size == int(st.occ[d])
+        assert int(st.top[d]) == int(st.cap[d]) - int(st.occ[d])
+    for c in range(st.C):
+        for d in range(st.D):
+            mine = live & (st.camp[:n] == c) & (st.dim[:n] == d)
+            assert int(st.H[c, d]) == int(units[mine].sum())
+            assert int(st.H[c, d]) <= int(st.b[c, d])                    # invariant 6
+            assert 0 <= int(st.T[c, d]) <= int(st.Bcap[c, d])           # invariant 4
+            if int(st.Bcap[c, d]) < MAXV:                                # invariant 5 (tokens)
+                assert int(st.T[c, d]) == (int(st.Bcap[c, d]) + int(st.tok_minted[c, d])
+                                           + int(st.tok_refunded[c, d]) - int(st.tok_debited[c, d]))
+        assert int(st.left[c]) >= 0                                      # invariant 4
+        assert int(st.escrow[c]) == int(st.cost[:n][live & (st.camp[:n] == c)].sum())
+        if int(st.budget[c]) < MAXV:                                     # invariant 5 (credits)
+            assert int(st.left[c]) + int(st.escrow[c]) + int(st.spent[c]) == int(st.budget[c])
+    U = sum(max(0, int(st.g[c, d]) - int(st.Hf[c, d])) for c in range(st.C) for d in range(st.D))
+    assert U == int(st.U.sum())
+
+
+def check_prepaid_bound(b: Broker, released: dict) -> None:
+    """Invariant 3: above-sustained unit-seconds actually held ≤ B + refills."""
+    st = b.st
+    now = b.clock.now()
+    for c, name in enumerate(b.campaigns):
+        B = int(st.Bcap[c, 0])
+        if B >= MAXV or st.scal[1]:
+            continue
+        edges = []
+        for l in range(st.nleases):
+            if int(st.camp[l]) != c or int(st.t_start[l]) == 0 and int(st.state[l]) == STARTING:
+                continue
+            lease = b.lease(l)
+            if lease.start is None:
+                continue
+            end = {"released": released.get(l), "expired": lease.expiry,
+                   "revoked": lease.revoke_at}.get(lease.state, min(now, lease.expiry))
+            if end is None or end <= lease.start:
+                continue
+            edges += [(lease.start, lease.units), (end, -lease.units)]
+        edges.sort()
+        s = int(st.s[c, 0])
+        H, t0, above = 0, 0.0, 0.0
+        for t, du in edges:
+            above += max(0, H - s) * (t - t0)
+            H, t0 = H + du, t
+        minted = int(st.tok_minted[c, 0]) / NS
+        assert above <= B / NS + minted + 1e-6, (name, above, B / NS, minted)
+
+
+@pytest.mark.parametrize("backend", list(ENGINES))
+def test_invariants_state_machine(backend):
+    M = type(f"BrokerMachine_{backend}", (BrokerMachine,), {"backend": backend})
+    thorough = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+    run_state_machine_as_test(M, settings=settings(
+        max_examples=400 if thorough else 30, stateful_step_count=60 if thorough else 40, deadline=None, derandomize=True,
+        suppress_health_check=list(HealthCheck)))
+
+
+@pytest.mark.parametrize("backend", list(ENGINES))
+def test_storm_at_ceiling_is_held_to_prepaid_rate(backend):
+    """A storm demanding its ceiling for 1,800 s holds on average ≈ s + B/window
+    (SPEC §10: 64 + 150,000/1,800 ≈ 147) and never more than B above s."""
+    b = Broker(Pool(gpu=512), clock=ManualClock(0.0), backend=backend)
+    b.register("storm", Envelope(credits=1e6, service_class="agent-burst",
+                                 guaranteed={"gpu": 16}, sustained={"gpu": 64},
+                                 ceiling={"gpu": 384}, burst={"gpu": 150_000}))
+    held = []
+    for _ in range(1800):
+        h = b.supply("storm").dims["gpu"].held
+        if h < 384:
+            b.acquire(Intent("storm", units={"gpu": (1, 384 - h)}, duration=60))
+        held.append(b.supply("storm").dims["gpu"].held)
+        b.clock.advance(1)
+    avg = sum(held) / len(held)
+    assert 64 < avg < 384
+    assert abs(avg - (64 + 150_000 / 1800)) < 15
+    above = sum(max(0, h - 64) for h in held)
+    assert above <= 150_000 + 1e-6
