@@ -36,6 +36,8 @@ cdef double SCALE_D = 1e6
 cdef double MAX_SECONDS = <double>(1 << 62) / 1e9
 cdef double MAX_UNITS = <double>(1 << 62) / 1e6
 cdef int64_t I64_MAX = 0x7FFFFFFFFFFFFFFF
+cdef int64_t EXACT_INT = 1LL << 53    # largest range of ints a double holds exactly; up to
+                                      # here int / int in C equals Python's true division
 
 
 cdef inline int64_t _ns(object now) except? -1:
@@ -65,11 +67,12 @@ cdef inline int64_t _fixed(object amount, str field) except? -1:
 
 cdef inline void _refill(int64_t* row, int64_t t) noexcept nogil:
     """Settle one bucket at ``t`` (t >= last). Exact, see reference.buckets.refill."""
-    cdef int64_t dt = t - row[LAST]
     cdef int64_t tok, rate
-    cdef i128 gained, room
-    if dt <= 0:
+    cdef i128 gained, room, dt
+    if t <= row[LAST]:
         return
+    # t and last both lie in [-2**62, 2**62], so t - last can reach 2**63: take it in 128 bits
+    dt = <i128>t - <i128>row[LAST]
     row[LAST] = t
     tok = row[TOK]
     if tok >= row[CAP]:
@@ -251,7 +254,9 @@ cdef class TokenBuckets:
         row[TOK] += credited
         if row[TOK] == row[CAP]:
             row[REM] = 0
-        return credited / 1e6
+        if credited <= EXACT_INT:
+            return <double>credited / 1e6
+        return <object>credited / units.SCALE
 
     def tokens(self, now):
         cdef int64_t t = _ns(now)
@@ -280,13 +285,17 @@ cdef class TokenBuckets:
         cdef int64_t* row = self._row(k)
         cdef int64_t rem
         cdef int64_t tok = _peek(row, t, &rem)
-        cdef i128 need
+        cdef i128 need, q
         if a <= tok:
             return 0.0
         if a > row[CAP] or row[RATE] == 0:
             return math.inf
         need = <i128>(a - tok) * NS - rem
-        return <int64_t>((need + row[RATE] - 1) // row[RATE]) / 1e9
+        q = (need + row[RATE] - 1) // row[RATE]
+        if q <= EXACT_INT:
+            return <double>q / 1e9
+        # beyond 2**53 ns a C double cannot hold q: use Python ints, as the reference does
+        return (-(-((<object>a - <object>tok) * NS - <object>rem) // <object>row[RATE])) / units.NS
 
     def append(self, capacity, rate, tokens=None, now=None):
         cdef int64_t c = _fixed(capacity, "capacity")

@@ -625,14 +625,25 @@ class Broker:
                 self._k.settle(st, p.campaign, p.dim, t)
             order.sort(key=lambda p: (int(st.cls[p.cls, 0]), -deficit[p.campaign],
                                       -int(st.T[p.campaign, p.dim]), p.arrival))
+        # Within one pass grants only consume, so limits only shrink: once an intent of
+        # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
+        # nmin >= m fails too. Keeps a long queue of one agent's retries O(1) per pass.
+        failed: dict[tuple, tuple[int, int]] = {}
         for p in order:
             if p.deadline is not None and p.deadline < t:
+                continue
+            key = (p.campaign, p.dim, p.cls, p.dur, p.max_spend)
+            seen = failed.get(key)
+            if seen is not None and p.nmin >= seen[0]:
+                p.reason = seen[1]
                 continue
             self._reserve(1, p.nmax)
             n, reason, path, pm, _ = self._k.decide(st, p.campaign, p.dim, p.cls, p.nmin,
                                                     p.nmax, p.dur, p.max_spend, t)
             if n < p.nmin:
                 p.reason = reason
+                if seen is None or p.nmin < seen[0]:
+                    failed[key] = (p.nmin, reason)
                 continue
             plan = None
             if path == RECLAIM:

@@ -18,6 +18,15 @@ __all__ = [
 ]
 
 
+def _safe_repr(value: object) -> str:
+    """``repr(value)``, short and never raising (a huge int's repr can raise ValueError)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must never fail to build
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 class BursarError(Exception):
     """Base class of every exception bursarcore raises on purpose."""
 
@@ -29,7 +38,7 @@ class InvalidArgument(BursarError, ValueError):
         self.field = field
         self.rule = rule
         self.value = value
-        super().__init__(f"{field}: {rule} (got {value!r})")
+        super().__init__(f"{field}: {rule} (got {_safe_repr(value)})")
 
     def __reduce__(self):  # keep field/rule through pickling (multiprocessing, services)
         return (type(self), (self.field, self.rule, self.value))

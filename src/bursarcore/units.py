@@ -48,7 +48,10 @@ def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) ->
     """Float seconds to int nanoseconds, or :class:`InvalidArgument` naming ``field``."""
     if not isinstance(seconds, numbers.Real):
         raise InvalidArgument(field, "must be a real number of seconds", seconds)
-    x = float(seconds)
+    try:
+        x = float(seconds)
+    except OverflowError:  # an int (or Fraction) too large for a float
+        raise InvalidArgument(field, f"must be within +/-{_MAX_SECONDS:.6g} s", seconds) from None
     if not math.isfinite(x):
         raise InvalidArgument(field, "must be finite", seconds)
     if x < 0 and not allow_negative:
@@ -62,7 +65,11 @@ def to_fixed(amount: float, field: str = "amount") -> int:
     """Non-negative float units to fixed point, or :class:`InvalidArgument`."""
     if not isinstance(amount, numbers.Real):
         raise InvalidArgument(field, "must be a real number", amount)
-    x = float(amount)
+    try:
+        x = float(amount)
+    except OverflowError:
+        raise InvalidArgument(field, "must be >= 0" if amount < 0 else
+                              f"must be <= {_MAX_UNITS:.6g}", amount) from None
     if not math.isfinite(x):
         raise InvalidArgument(field, "must be finite", amount)
     if x < 0:

@@ -12,6 +12,7 @@ at t2 alone. A full bucket holds no remainder.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -194,7 +195,7 @@ class TokenBuckets:
         arrays = _validate_state(state)
         self._cap, self._rate, self._tok, self._rem, self._last = (
             [int(x) for x in a] for a in arrays)
-        self._wm = int(state["watermark"])
+        self._wm = operator.index(state["watermark"])
         return self
 
     def __reduce__(self):
@@ -216,10 +217,20 @@ def _validate_state(state: dict) -> list[np.ndarray]:
         a = np.asarray(state[name])
         if a.ndim != 1 or a.dtype.kind not in "iu":
             raise InvalidArgument(f"state.{name}", "must be a 1-D integer array", a.dtype)
+        if a.dtype.kind == "u" and a.size and int(a.max()) > units.MAX_FIXED:
+            # checked before the cast, which would wrap it to a negative int64
+            raise InvalidArgument(f"state.{name}", "is out of range", int(a.max()))
         arrays.append(a.astype(np.int64))
     n = arrays[0].shape[0]
     if any(a.shape[0] != n for a in arrays):
         raise InvalidArgument("state", "arrays must have equal length")
+    try:
+        wm = operator.index(state["watermark"])
+    except TypeError:
+        raise InvalidArgument("state.watermark", "must be an integer",
+                              type(state["watermark"]).__name__) from None
+    if not -units.MAX_NS <= wm <= units.MAX_NS:
+        raise InvalidArgument("state.watermark", "must be in [-MAX_NS, MAX_NS]", wm)
     cap, rate, tok, rem, last = arrays
     if (cap < 0).any() or (cap > units.MAX_FIXED).any():
         raise InvalidArgument("state.capacity", "must be in [0, MAX_FIXED]")
@@ -229,6 +240,10 @@ def _validate_state(state: dict) -> list[np.ndarray]:
         raise InvalidArgument("state.tokens", "must be in [0, capacity]")
     if (rem < 0).any() or (rem >= NS).any():
         raise InvalidArgument("state.remainder", "must be in [0, 1e9)")
-    if n and int(last.max()) > int(state["watermark"]):
+    if (rem[tok == cap] != 0).any():
+        raise InvalidArgument("state.remainder", "must be 0 for a full bucket")
+    if (last < -units.MAX_NS).any() or (last > units.MAX_NS).any():
+        raise InvalidArgument("state.last", "must be in [-MAX_NS, MAX_NS]")
+    if n and int(last.max()) > wm:
         raise InvalidArgument("state.watermark", "must be >= every last update")
     return arrays
