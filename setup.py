@@ -1,5 +1,6 @@
 """Build the compiled core. Metadata lives in pyproject.toml."""
 
+import glob
 import os
 
 import numpy as np
@@ -16,7 +17,7 @@ extensions = [
         extra_compile_args=extra,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
-    for name in ("_buckets",)
+    for name in sorted(os.path.basename(p)[:-4] for p in glob.glob("src/bursarcore/_*.pyx"))
 ]
 
 setup(
