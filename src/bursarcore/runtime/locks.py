@@ -1,0 +1,321 @@
+"""Mutual exclusion on a shared filesystem: an ``fcntl`` lock, or a lock-file protocol.
+
+Both are context managers guarding one queue directory (SPEC §13; ``docs/runtime.md``
+has the on-disk protocol).
+
+:class:`FcntlLock`
+    A POSIX record lock (``fcntl.lockf``, which NFS forwards to the server's lock manager)
+    on ``<queue>/.lock``. The kernel drops it when the holder dies, so a crashed worker can
+    never leave the queue locked. POSIX locks belong to a *process*: two opens of the same
+    file in one process share one lock, and closing either releases it. So each process
+    keeps one descriptor per lock file, and a :class:`threading.Lock` serialises its threads.
+
+:class:`FileLock`
+    For filesystems without working ``fcntl`` locks. The holder creates ``<queue>/.lock.excl``
+    with ``O_CREAT | O_EXCL`` and writes ``{"owner", "token", "at"}`` into it; others poll.
+    A lock older than ``stale_after`` seconds (by the injected clock) is broken: the breaker
+    renames it aside, checks that the file it moved is the one it judged stale (else puts it
+    back with ``link``), and deletes it. Release deletes the file only if it still holds the
+    holder's token. The residual risk — two breakers racing on the same stale lock while a
+    third process takes it — needs a holder that stalled for ``stale_after`` seconds *and*
+    two simultaneous breakers; keep ``stale_after`` far above the longest critical section
+    (milliseconds) and clocks roughly in step across hosts.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from ..errors import BursarError
+
+__all__ = [
+    "LockError",
+    "LockUnsupported",
+    "LockTimeout",
+    "FcntlLock",
+    "FileLock",
+    "fcntl_supported",
+    "UNSUPPORTED_ERRNOS",
+]
+
+log = logging.getLogger("bursarcore.runtime.locks")
+
+try:  # pragma: no cover - always present on POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+UNSUPPORTED_ERRNOS = frozenset(
+    e for e in (getattr(errno, n, None) for n in ("ENOLCK", "EOPNOTSUPP", "ENOTSUP", "ENOSYS", "EINVAL"))
+    if e is not None
+)
+"""errno values meaning "this filesystem does not do fcntl locks" (NFS without lockd,
+some FUSE and object-store mounts)."""
+
+
+class LockError(BursarError):
+    """Base class of lock failures."""
+
+
+class LockUnsupported(LockError):
+    """``fcntl`` locking is not supported where the queue lives."""
+
+
+class LockTimeout(LockError):
+    """The lock could not be taken within ``timeout`` seconds of real time."""
+
+
+def fcntl_supported(directory: str) -> tuple[bool, str]:
+    """Probe whether ``fcntl`` locks work in ``directory``: ``(ok, why_not)``."""
+    if fcntl is None:
+        return False, "the fcntl module is not available on this platform"
+    path = os.path.join(directory, f".lockprobe.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        return False, f"cannot create a probe file: {exc}"
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return True, ""
+    except OSError as exc:
+        if exc.errno in UNSUPPORTED_ERRNOS:
+            return False, f"lockf failed: {exc}"
+        return True, ""  # EAGAIN/EACCES: someone else holds it, so locking works
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+# One descriptor and one thread lock per lock file per process (see module docstring).
+_registry: dict[str, tuple[threading.Lock, int]] = {}
+_registry_guard = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    # Locks are not inherited across fork; the child starts with its own descriptors.
+    global _registry_guard
+    for _, fd in _registry.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _registry.clear()
+    _registry_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+class FcntlLock:
+    """Exclusive ``fcntl.lockf`` lock on ``path`` (created if missing).
+
+    ``timeout`` (seconds of real time, ``None`` = wait forever) bounds the wait; a
+    filesystem that does not support the lock raises :class:`LockUnsupported`.
+    """
+
+    kind = "fcntl"
+
+    def __init__(self, path: str, *, timeout: float | None = 600.0) -> None:
+        if fcntl is None:  # pragma: no cover
+            raise LockUnsupported("the fcntl module is not available")
+        self.path = os.path.realpath(path)
+        self.timeout = timeout
+
+    def _entry(self) -> tuple[threading.Lock, int]:
+        with _registry_guard:
+            ent = _registry.get(self.path)
+            if ent is None:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                ent = (threading.Lock(), fd)
+                _registry[self.path] = ent
+            return ent
+
+    def acquire(self) -> None:
+        tlock, fd = self._entry()
+        if not tlock.acquire(timeout=-1 if self.timeout is None else self.timeout):
+            raise LockTimeout(f"{self.path}: another thread held the lock for {self.timeout} s")
+        try:
+            if self.timeout is None:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                return
+            # Poll with LOCK_NB so the wait is bounded; back off up to 20 ms.
+            deadline = time.monotonic() + self.timeout
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"{self.path}: not acquired within {self.timeout} s")
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.02)
+        except OSError as exc:
+            tlock.release()
+            if exc.errno in UNSUPPORTED_ERRNOS:
+                raise LockUnsupported(f"{self.path}: fcntl locks not supported here ({exc})") from exc
+            raise
+        except BaseException:
+            tlock.release()
+            raise
+
+    def release(self) -> None:
+        tlock, fd = self._entry()
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            tlock.release()
+
+    def __enter__(self) -> "FcntlLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class FileLock:
+    """Lock-file protocol (``O_CREAT | O_EXCL``) with stale-lock breaking; see module doc.
+
+    ``clock`` supplies the timestamps written into the lock and compared against
+    ``stale_after``; ``timeout`` bounds the wait in real time; ``sleep`` is the poll pause.
+    """
+
+    kind = "file"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        stale_after: float = 60.0,
+        timeout: float | None = 600.0,
+        sleep: Callable[[float], None] = time.sleep,
+        owner: str | None = None,
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.stale_after = float(stale_after)
+        self.timeout = timeout
+        self.sleep = sleep
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._token: str | None = None
+        self._tlock = threading.Lock()
+        # inode -> clock time we first saw it unreadable (a holder between create and write)
+        self._unreadable_since: dict[int, float] = {}
+        self.broken = 0  # stale locks this object broke (for tests and logs)
+
+    def _try_create(self) -> bool:
+        token = uuid.uuid4().hex
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, json.dumps({"owner": self.owner, "token": token, "at": self.clock()}).encode())
+        finally:
+            os.close(fd)
+        self._token = token
+        return True
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read().decode() or "null")
+            return data if isinstance(data, dict) and "token" in data else None
+        except (OSError, ValueError):
+            return None
+
+    def _stale(self) -> dict[str, Any] | None:
+        """The lock's content if it is stale, else None."""
+        try:
+            ino = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return None
+        now = self.clock()
+        info = self._read(self.path)
+        if info is None:
+            first = self._unreadable_since.setdefault(ino, now)
+            return {"token": None, "owner": "?", "at": first} if now - first > self.stale_after else None
+        self._unreadable_since.pop(ino, None)
+        at = info.get("at")
+        if not isinstance(at, (int, float)) or now - at > self.stale_after:
+            return info
+        return None
+
+    def _break(self, info: dict[str, Any]) -> None:
+        aside = f"{self.path}.broken.{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return  # someone else broke or released it
+        moved = self._read(aside)
+        if (moved or {}).get("token") != info.get("token"):
+            # We moved a newer, live lock: put it back unless a newer one exists already.
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                log.error("lock %s: moved a live lock aside and could not restore it; "
+                          "its holder %s may overlap with the next", self.path,
+                          (moved or {}).get("owner"))
+            os.unlink(aside)
+            return
+        os.unlink(aside)
+        self.broken += 1
+        log.warning("lock %s: broke a stale lock held by %s since %s (stale after %s s)",
+                    self.path, info.get("owner"), info.get("at"), self.stale_after)
+
+    def acquire(self) -> None:
+        if not self._tlock.acquire(timeout=-1 if self.timeout is None else self.timeout):
+            raise LockTimeout(f"{self.path}: another thread held the lock for {self.timeout} s")
+        try:
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            delay = 0.0005
+            while not self._try_create():
+                info = self._stale()
+                if info is not None:
+                    self._break(info)
+                    continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LockTimeout(f"{self.path}: not acquired within {self.timeout} s")
+                self.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.05)
+        except BaseException:
+            self._tlock.release()
+            raise
+
+    def release(self) -> None:
+        try:
+            info = self._read(self.path)
+            if info is not None and info.get("token") == self._token:
+                os.unlink(self.path)
+            else:
+                log.error("lock %s: released by %s after it had been broken as stale; the "
+                          "critical section outlived stale_after=%s s", self.path, self.owner,
+                          self.stale_after)
+        finally:
+            self._token = None
+            self._tlock.release()
+
+    def __enter__(self) -> "FileLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,665 @@
+"""A task queue on a shared filesystem: files, renames and one lock; no database, no service.
+
+SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``; in short::
+
+    <root>/queue.json            settings every worker obeys (written once, at create)
+    <root>/seq                   next submission number
+    <root>/.lock  | .lock.excl   the queue lock (fcntl, or the lock-file protocol)
+    <root>/pending/<tier>.<failures>.<seq>.<id>.json
+    <root>/claimed/<id>.json     record with claim {worker, token, heartbeat, ...}
+    <root>/done/<id>.json        record with result
+    <root>/failed/<id>.json      record with reason
+
+Guarantees (checked by ``tests/runtime``):
+
+* Every task is in exactly one of ``pending/ claimed/ done/ failed/`` at every instant:
+  each state change is one ``rename`` of the task's file, made while holding the lock.
+* A claim is held by one worker at a time. A worker's heartbeat, completion, failure or
+  release is accepted only while its claim token is the one in ``claimed/<id>.json``; once a
+  peer has reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``.
+* A result reaches ``done/`` exactly once: only the current claim may complete, and the
+  move out of ``claimed/`` ends that claim.
+* A claim whose heartbeat is older than ``stale_after`` (default 180 s) is reclaimed by any
+  peer, and (by default) counts as a failure: a worker killed for memory routes its task
+  up a tier. A task that failed ``max_failures`` times goes to ``failed/`` with the reason.
+* Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
+  moves it, and a record's ``state`` says where it is going; a worker that dies between
+  the two leaves a record that the next stale scan moves on without counting anything
+  twice.
+
+Time comes only from ``clock`` (float seconds, wall time shared by all hosts), so tests
+drive it by hand. Heartbeat and stale decisions compare clock readings of different hosts:
+keep clocks within a small fraction of ``stale_after``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from ..errors import BursarError, InvalidArgument
+from .locks import FcntlLock, FileLock, LockUnsupported, fcntl_supported
+from .tiers import TierPolicy
+
+__all__ = [
+    "QueueConfig",
+    "TaskQueue",
+    "Claim",
+    "QueueError",
+    "NotAQueue",
+    "STATES",
+    "default_worker_id",
+]
+
+log = logging.getLogger("bursarcore.runtime.queue")
+
+STATES = ("pending", "claimed", "done", "failed")
+FORMAT = 1
+HISTORY_LIMIT = 50
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,199}$")
+_UNSET: Any = object()
+Record = dict[str, Any]
+"""A task record as stored on disk (see the module docstring and docs/runtime.md)."""
+
+
+class QueueError(BursarError):
+    """The queue directory is unusable (missing, corrupt, or settings disagree)."""
+
+
+class NotAQueue(QueueError):
+    """``root`` has no ``queue.json``: create the queue first."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Settings shared by every worker of a queue; stored in ``queue.json``.
+
+    ``stale_after``: seconds without a heartbeat after which a peer reclaims a claim.
+    ``max_failures``: a task that failed this many times goes to ``failed/``.
+    ``tiers``, ``promote_after``, ``steal_down``: see :mod:`bursarcore.runtime.tiers`.
+    ``stale_is_failure``: a stale reclaim counts as a failure (the worker probably died
+    with the task, e.g. out of memory). ``scan_every``: a worker that claims also scans
+    ``claimed/`` for stale claims at least this often (and whenever nothing is pending).
+    ``lock``: ``"fcntl"`` or ``"file"``, decided at create time for every worker.
+    ``lock_stale_after``: a lock file older than this is broken (file protocol only).
+    ``durable``: fsync each record before the rename that publishes it.
+    """
+
+    stale_after: float = 180.0
+    max_failures: int = 3
+    tiers: int = 1
+    promote_after: int = 1
+    steal_down: bool = True
+    stale_is_failure: bool = True
+    scan_every: float = 30.0
+    lock: str = "fcntl"
+    lock_stale_after: float = 60.0
+    durable: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("stale_after", "scan_every", "lock_stale_after"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise InvalidArgument(name, "must be a positive number of seconds", v)
+        if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < 1:
+            raise InvalidArgument("max_failures", "must be an integer >= 1", self.max_failures)
+        if self.lock not in ("fcntl", "file"):
+            raise InvalidArgument("lock", "must be 'fcntl' or 'file'", self.lock)
+        TierPolicy(self.tiers, self.promote_after, self.steal_down)  # validates them
+
+    @property
+    def policy(self) -> TierPolicy:
+        return TierPolicy(self.tiers, self.promote_after, self.steal_down)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "QueueConfig":
+        if data.get("format") != FORMAT:
+            raise QueueError(f"queue.json format {data.get('format')!r}, expected {FORMAT}")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Claim:
+    """A worker's hold on one task; pass it back to heartbeat/complete/fail/release."""
+
+    task_id: str
+    token: str
+    worker: str
+    worker_tier: int
+    tier: int
+    payload: Any
+    failures: int
+    attempts: int
+    resume: Any
+    claimed_at: float
+    lost: bool = field(default=False)
+
+
+def default_worker_id() -> str:
+    """``host:pid``, plus the Slurm array task (``JOB_TASK``) or job id when inside one."""
+    wid = f"{socket.gethostname()}:{os.getpid()}"
+    aj, at = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if aj and at:
+        return f"{wid}:{aj}_{at}"
+    job = os.environ.get("SLURM_JOB_ID")
+    return f"{wid}:{job}" if job else wid
+
+
+def check_task_id(task_id: Any) -> str:
+    if not isinstance(task_id, str) or not _ID.match(task_id):
+        raise InvalidArgument("task_id", "must match [A-Za-z0-9_][A-Za-z0-9_-]{0,199}", task_id)
+    return task_id
+
+
+def _pending_name(tier: int, failures: int, seq: int, task_id: str) -> str:
+    return f"{tier}.{failures}.{seq:012d}.{task_id}.json"
+
+
+def _parse_pending(name: str) -> tuple[int, int, int, str] | None:
+    if name.startswith(".") or not name.endswith(".json"):
+        return None
+    parts = name[:-5].split(".")
+    if len(parts) != 4:
+        return None
+    try:
+        return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
+    except ValueError:
+        return None
+
+
+def _entries(directory: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
+class TaskQueue:
+    """Open the queue at ``root`` (created by :meth:`create`).
+
+    ``clock``: float seconds, shared meaning across hosts (default :func:`time.time`).
+    ``worker``: this process's worker id in claims and history (default
+    :func:`default_worker_id`). ``lock_timeout``: real seconds to wait for the lock before
+    :class:`~bursarcore.runtime.locks.LockTimeout`. ``sleep``: the lock-file poll pause.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        worker: str | None = None,
+        lock_timeout: float | None = 600.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.root = os.fspath(root)
+        self.clock = clock
+        self.worker = worker or default_worker_id()
+        cfg_path = os.path.join(self.root, "queue.json")
+        try:
+            with open(cfg_path, "rb") as f:
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            raise NotAQueue(f"{self.root}: no queue.json (create the queue first)") from None
+        except ValueError as exc:
+            raise QueueError(f"{cfg_path}: {exc}") from None
+        self.config = QueueConfig.from_json(data)
+        self.policy = self.config.policy
+        self._dirs = {s: os.path.join(self.root, s) for s in STATES}
+        if self.config.lock == "fcntl":
+            ok, why = fcntl_supported(self.root)
+            if not ok:
+                raise LockUnsupported(
+                    f"{self.root}: the queue was created for fcntl locks, which do not work on "
+                    f"this host's mount ({why}); recreate it with lock='file' (every worker of "
+                    "a queue must use the same lock)")
+            self._lock: FcntlLock | FileLock = FcntlLock(os.path.join(self.root, ".lock"), timeout=lock_timeout)
+        else:
+            self._lock = FileLock(os.path.join(self.root, ".lock.excl"), clock=clock,
+                                  stale_after=self.config.lock_stale_after, timeout=lock_timeout,
+                                  sleep=sleep, owner=self.worker)
+            log.info("queue %s: using the lock-file protocol (.lock.excl, O_CREAT|O_EXCL)", self.root)
+        self._last_scan = float("-inf")
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(
+        cls,
+        root: str | os.PathLike[str],
+        config: QueueConfig | None = None,
+        *,
+        lock: str = "auto",
+        **kwargs: Any,
+    ) -> "TaskQueue":
+        """Create (or reopen, if the settings match) a queue at ``root`` and open it.
+
+        ``lock="auto"`` probes ``fcntl`` on the filesystem and falls back to the lock-file
+        protocol where it does not work, logging a warning; ``"fcntl"`` / ``"file"`` force
+        one (``"file"`` is also forced by ``BURSAR_QUEUE_LOCK=file`` at create time).
+        ``config.lock`` is overridden by the decision. Extra keyword arguments go to
+        :class:`TaskQueue`.
+        """
+        root = os.fspath(root)
+        config = config or QueueConfig()
+        env = os.environ.get("BURSAR_QUEUE_LOCK", "").strip()
+        if lock == "auto" and env:
+            lock = env
+        if lock not in ("auto", "fcntl", "file"):
+            raise InvalidArgument("lock", "must be 'auto', 'fcntl' or 'file'", lock)
+        os.makedirs(root, exist_ok=True)
+        cfg_path = os.path.join(root, "queue.json")
+        existing = None
+        if os.path.exists(cfg_path):
+            with open(cfg_path, "rb") as f:
+                existing = QueueConfig.from_json(json.loads(f.read()))
+        if lock == "auto" and existing is not None:
+            lock = existing.lock  # reopening: the queue's lock was decided when it was made
+        elif lock == "auto":
+            ok, why = fcntl_supported(root)
+            lock = "fcntl" if ok else "file"
+            if not ok:
+                log.warning("queue %s: fcntl locks not supported (%s); falling back to the "
+                            "lock-file protocol", root, why)
+        elif lock == "fcntl":
+            ok, why = fcntl_supported(root)
+            if not ok:
+                raise LockUnsupported(f"{root}: fcntl locks not supported ({why})")
+        config = QueueConfig(**{**asdict(config), "lock": lock})
+        for s in STATES:
+            os.makedirs(os.path.join(root, s), exist_ok=True)
+        if existing is not None:
+            if existing != config:
+                raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
+        else:
+            _write_json(cfg_path, config.to_json(), durable=config.durable)
+        return cls(root, **kwargs)
+
+    # ------------------------------------------------------------------ plumbing
+    def _path(self, state: str, name: str) -> str:
+        return os.path.join(self._dirs[state], name)
+
+    def _write(self, path: str, record: Record) -> None:
+        _write_json(path, record, durable=self.config.durable)
+
+    def _history(self, rec: Record, now: float, event: str, **extra: Any) -> None:
+        h = rec.setdefault("history", [])
+        h.append({"at": now, "event": event, "worker": self.worker, **extra})
+        del h[:-HISTORY_LIMIT]
+
+    def _to_pending(self, src: str, rec: Record) -> None:
+        """Rewrite ``src`` as a pending record, then move it to its pending name."""
+        rec["state"] = "pending"
+        rec["claim"] = None
+        rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
+        self._write(src, rec)
+        os.rename(src, self._path("pending", _pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"])))
+
+    def _route_failure(self, src: str, rec: Record, now: float, reason: str) -> str:
+        """After ``failures`` was incremented: retry (pending) or give up (failed)."""
+        if rec["failures"] >= self.config.max_failures:
+            rec.update(state="failed", claim=None, reason=reason, failed_at=now)
+            self._write(src, rec)
+            os.rename(src, self._path("failed", rec["id"] + ".json"))
+            return "failed"
+        self._to_pending(src, rec)
+        return "retry"
+
+    def _own(self, claim: Claim) -> tuple[str, Record] | None:
+        """The claimed record if ``claim`` still holds it (under the lock)."""
+        path = self._path("claimed", claim.task_id + ".json")
+        try:
+            rec = _read_json(path)
+        except FileNotFoundError:
+            claim.lost = True
+            return None
+        c = rec.get("claim")
+        if rec.get("state") != "claimed" or not c or c.get("token") != claim.token:
+            claim.lost = True
+            return None
+        return path, rec
+
+    def _next_seq(self, n: int) -> int:
+        path = os.path.join(self.root, "seq")
+        try:
+            with open(path) as f:
+                first = int(f.read().strip() or 0)
+        except FileNotFoundError:
+            first = 0
+        _write_text(path, f"{first + n}\n", durable=self.config.durable)
+        return first
+
+    # ------------------------------------------------------------------ submit
+    def put(self, task_id: str, payload: Any = None, *, tier: int = 0) -> bool:
+        """Add one task; ``False`` if the id was ever put before (ids are unique)."""
+        return self.put_many([(task_id, payload, tier)]) == 1
+
+    def put_many(self, tasks: Iterable[tuple[Any, ...]]) -> int:
+        """Add ``(task_id, payload[, tier])`` tuples; returns how many were new.
+
+        Ids already present in any state are skipped, so re-running a submission is
+        harmless. Payloads must be JSON-serialisable.
+        """
+        items = []
+        for t in tasks:
+            t = tuple(t)
+            if len(t) not in (2, 3):
+                raise InvalidArgument("tasks", "items must be (task_id, payload[, tier])", t)
+            task_id, payload, tier = t if len(t) == 3 else (*t, 0)
+            check_task_id(task_id)
+            self.policy.check_tier(tier)
+            json.dumps(payload)  # fail before any state changes
+            items.append((task_id, payload, tier))
+        with self._lock:
+            known = self._all_ids()
+            fresh = []
+            for task_id, payload, tier in items:
+                if task_id not in known:
+                    known.add(task_id)
+                    fresh.append((task_id, payload, tier))
+            if not fresh:
+                return 0
+            now = self.clock()
+            seq = self._next_seq(len(fresh))
+            for k, (task_id, payload, tier) in enumerate(fresh):
+                rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
+                       "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
+                       "state": "pending", "submitted_at": now, "claim": None, "resume": None,
+                       "history": []}
+                self._write(self._path("pending", _pending_name(tier, 0, seq + k, task_id)), rec)
+            return len(fresh)
+
+    def _all_ids(self) -> set[str]:
+        ids = {p[3] for p in map(_parse_pending, _entries(self._dirs["pending"])) if p}
+        for s in ("claimed", "done", "failed"):
+            ids.update(n[:-5] for n in _entries(self._dirs[s]))
+        return ids
+
+    # ------------------------------------------------------------------ work
+    def claim(self, worker_tier: int = 0) -> Claim | None:
+        """Claim the pending task this tier's worker prefers, or ``None`` if none is eligible.
+
+        First reclaims stale claims (see :meth:`reclaim_stale`) if ``scan_every`` seconds
+        passed since this object last scanned, so a dead worker's task returns to pending
+        within ``stale_after + scan_every`` while any worker keeps claiming. The scan reads
+        every claimed record under the lock; rate-limiting it keeps idle polling cheap.
+        """
+        self.policy.check_tier(worker_tier, "worker_tier")
+        with self._lock:
+            now = self.clock()
+            if now - self._last_scan >= self.config.scan_every:
+                self._reclaim_locked(now)
+            while True:
+                pick = self._pick(worker_tier)
+                if pick is None:
+                    return None
+                name, task_id = pick
+                src = self._path("pending", name)
+                try:
+                    rec = _read_json(src)
+                    break
+                except ValueError as exc:  # only outside damage: every write is atomic
+                    self._quarantine(src, exc)
+            token = uuid.uuid4().hex
+            rec["attempts"] = rec.get("attempts", 0) + 1
+            rec["state"] = "claimed"
+            rec["claim"] = {"worker": self.worker, "token": token, "worker_tier": worker_tier,
+                            "claimed_at": now, "heartbeat": now}
+            self._history(rec, now, "claim", worker_tier=worker_tier)
+            self._write(src, rec)
+            os.rename(src, self._path("claimed", task_id + ".json"))
+            return Claim(task_id, token, self.worker, worker_tier, rec["tier"], rec["payload"],
+                         rec["failures"], rec["attempts"], rec.get("resume"), now)
+
+    def _quarantine(self, path: str, exc: Exception) -> None:
+        aside = os.path.join(self.root, "corrupt")
+        os.makedirs(aside, exist_ok=True)
+        os.rename(path, os.path.join(aside, os.path.basename(path)))
+        log.error("queue %s: unreadable record %s (%s); moved to corrupt/", self.root, path, exc)
+
+    def _pick(self, worker_tier: int) -> tuple[str, str] | None:
+        best, best_key = None, None
+        pol = self.policy
+        for name in _entries(self._dirs["pending"]):
+            p = _parse_pending(name)
+            if p is None:
+                continue
+            tier, failures, seq, task_id = p
+            if not pol.eligible(worker_tier, tier):
+                continue
+            key = pol.preference(worker_tier, tier, failures, seq)
+            if best_key is None or key < best_key:
+                best, best_key = (name, task_id), key
+        return best
+
+    def heartbeat(self, claim: Claim, *, resume: Any = _UNSET) -> bool:
+        """Refresh the claim's heartbeat (and optionally its ``resume`` data, e.g. the path
+        of the newest checkpoint). ``False`` means the claim was lost: stop the task."""
+        with self._lock:
+            own = self._own(claim)
+            if own is None:
+                return False
+            path, rec = own
+            rec["claim"]["heartbeat"] = self.clock()
+            if resume is not _UNSET:
+                json.dumps(resume)
+                rec["resume"] = claim.resume = resume
+            self._write(path, rec)
+            return True
+
+    def complete(self, claim: Claim, result: Any = None) -> bool:
+        """Record the result in ``done/``; ``False`` (and nothing written) if the claim was lost."""
+        json.dumps(result)
+        with self._lock:
+            own = self._own(claim)
+            if own is None:
+                return False
+            path, rec = own
+            now = self.clock()
+            rec.update(state="done", result=result, completed_at=now, completed_by=self.worker)
+            self._history(rec, now, "done")
+            self._write(path, rec)
+            os.rename(path, self._path("done", claim.task_id + ".json"))
+            return True
+
+    def fail(self, claim: Claim, reason: str) -> str:
+        """Count a failure: ``"retry"`` (back to pending, maybe a tier up), ``"failed"``
+        (``max_failures`` reached; in ``failed/`` with ``reason``) or ``"lost"``."""
+        with self._lock:
+            own = self._own(claim)
+            if own is None:
+                return "lost"
+            path, rec = own
+            now = self.clock()
+            rec["failures"] += 1
+            self._history(rec, now, "fail", reason=str(reason))
+            return self._route_failure(path, rec, now, str(reason))
+
+    def release(self, claim: Claim, reason: str = "released", *, resume: Any = _UNSET) -> bool:
+        """Give the task back without counting a failure (preemption, walltime, shutdown);
+        ``resume`` is kept for the next claimer. ``False`` if the claim was lost."""
+        with self._lock:
+            own = self._own(claim)
+            if own is None:
+                return False
+            path, rec = own
+            if resume is not _UNSET:
+                json.dumps(resume)
+                rec["resume"] = resume
+            self._history(rec, self.clock(), "release", reason=str(reason))
+            self._to_pending(path, rec)
+            return True
+
+    # ------------------------------------------------------------------ recovery
+    def reclaim_stale(self) -> list[str]:
+        """Move claims whose heartbeat is older than ``stale_after`` back to pending (or to
+        ``failed/``), and finish moves that a crashed worker left half done. Returns the
+        ids of the stale claims taken."""
+        with self._lock:
+            return self._reclaim_locked(self.clock())
+
+    def _reclaim_locked(self, now: float) -> list[str]:
+        self._last_scan = now
+        taken = []
+        for name in _entries(self._dirs["claimed"]):
+            path = self._path("claimed", name)
+            try:
+                rec = _read_json(path)
+            except FileNotFoundError:
+                continue
+            except ValueError as exc:
+                self._quarantine(path, exc)
+                continue
+            state = rec.get("state")
+            if state == "done":  # completer died between rewrite and rename
+                os.rename(path, self._path("done", name))
+            elif state == "failed":
+                os.rename(path, self._path("failed", name))
+            elif state == "pending" or not rec.get("claim"):
+                self._to_pending(path, rec)
+            else:
+                hb = rec["claim"].get("heartbeat", float("-inf"))
+                if now - hb <= self.config.stale_after:
+                    continue
+                who = rec["claim"].get("worker")
+                reason = f"heartbeat stale for {now - hb:.0f} s (worker {who})"
+                self._history(rec, now, "stale", reason=reason, holder=who)
+                taken.append(rec["id"])
+                if self.config.stale_is_failure:
+                    rec["failures"] += 1
+                    self._route_failure(path, rec, now, reason)
+                else:
+                    self._to_pending(path, rec)
+                log.warning("queue %s: reclaimed %s: %s", self.root, rec["id"], reason)
+        return taken
+
+    def requeue_failed(self, task_ids: Iterable[str] | None = None) -> list[str]:
+        """Move failed tasks (all, or ``task_ids``) back to pending with their failure count
+        reset; each keeps the tier it had reached as its new base tier."""
+        with self._lock:
+            names = [f"{check_task_id(t)}.json" for t in task_ids] if task_ids is not None \
+                else _entries(self._dirs["failed"])
+            moved = []
+            now = self.clock()
+            for name in names:
+                path = self._path("failed", name)
+                try:
+                    rec = _read_json(path)
+                except FileNotFoundError:
+                    continue
+                rec["base_tier"] = rec.get("tier", rec["base_tier"])
+                rec["failures"] = 0
+                rec.pop("reason", None)
+                rec.pop("failed_at", None)
+                self._history(rec, now, "requeue")
+                self._to_pending(path, rec)
+                moved.append(rec["id"])
+            return moved
+
+    # ------------------------------------------------------------------ inspection
+    def counts(self) -> dict[str, int]:
+        """Number of tasks per state (directory listings only; no lock, no reads)."""
+        return {s: len(_entries(d)) for s, d in self._dirs.items()}
+
+    def counts_by_tier(self) -> dict[str, dict[int, int]]:
+        """Tasks per state and tier. Pending comes from file names; the other states read
+        every record, so this costs one read per task."""
+        out: dict[str, dict[int, int]] = {s: {} for s in STATES}
+        for name in _entries(self._dirs["pending"]):
+            p = _parse_pending(name)
+            if p:
+                out["pending"][p[0]] = out["pending"].get(p[0], 0) + 1
+        for s in ("claimed", "done", "failed"):
+            for name in _entries(self._dirs[s]):
+                try:
+                    t = _read_json(self._path(s, name)).get("tier", 0)
+                except (OSError, ValueError):
+                    continue
+                out[s][t] = out[s].get(t, 0) + 1
+        return out
+
+    def get(self, task_id: str) -> tuple[str, Record] | None:
+        """``(state, record)`` of a task, or ``None`` if unknown."""
+        check_task_id(task_id)
+        for s in ("claimed", "done", "failed"):
+            try:
+                return s, _read_json(self._path(s, task_id + ".json"))
+            except FileNotFoundError:
+                pass
+        for name in _entries(self._dirs["pending"]):
+            p = _parse_pending(name)
+            if p and p[3] == task_id:
+                try:
+                    return "pending", _read_json(self._path("pending", name))
+                except FileNotFoundError:
+                    return self.get(task_id)  # moved while we looked
+        return None
+
+    def results(self) -> Iterator[tuple[str, Any]]:
+        """``(task_id, result)`` for every task in ``done/``."""
+        for name in sorted(_entries(self._dirs["done"])):
+            yield name[:-5], _read_json(self._path("done", name)).get("result")
+
+    def check(self) -> list[str]:
+        """Invariant check (under the lock): each task id in exactly one state, records
+        agree with their directory. Returns problems; empty means consistent. A record a
+        crashed worker left half-moved in ``claimed/`` is reported until the next stale
+        scan (:meth:`reclaim_stale`) finishes the move."""
+        with self._lock:
+            where: dict[str, list[str]] = {}
+            problems = []
+            for s in STATES:
+                for name in _entries(self._dirs[s]):
+                    if s == "pending":
+                        p = _parse_pending(name)
+                        if p is None:
+                            problems.append(f"pending/{name}: bad name")
+                            continue
+                        task_id = p[3]
+                    else:
+                        task_id = name[:-5]
+                    where.setdefault(task_id, []).append(s)
+                    try:
+                        rec = _read_json(self._path(s, name))
+                    except (OSError, ValueError) as exc:
+                        problems.append(f"{s}/{name}: {exc}")
+                        continue
+                    # a claim that died between rewriting a pending file and moving it leaves
+                    # state "claimed" in pending/: an ordinary pending task, so not a problem
+                    ok = rec.get("state") == s or (s == "pending" and rec.get("state") == "claimed")
+                    if not ok or rec.get("id") != task_id:
+                        problems.append(f"{s}/{name}: record says {rec.get('state')}/{rec.get('id')}")
+            problems += [f"{t}: in {w}" for t, w in where.items() if len(w) > 1]
+            return problems
+
+
+def _read_json(path: str) -> Record:
+    with open(path, "rb") as f:
+        rec: Record = json.loads(f.read())
+    return rec
+
+
+def _write_text(path: str, text: str, *, durable: bool) -> None:
+    """Atomic replace: write a hidden temp file beside ``path``, then rename over it."""
+    d, base = os.path.split(path)
+    tmp = os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
+    with open(tmp, "xb") as f:
+        f.write(text.encode())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_json(path: str, obj: Any, *, durable: bool) -> None:
+    _write_text(path, json.dumps(obj, separators=(",", ":")), durable=durable)

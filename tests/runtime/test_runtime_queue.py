@@ -1,0 +1,497 @@
+"""TaskQueue with a manual clock: claims, heartbeats, stale reclaim, retries, tiers,
+exactly-once completion, crash consistency, and the lock-file fallback (SPEC §13).
+
+Every test ends with ``q.check() == []``: each task in exactly one state directory and
+every record agreeing with where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import pytest
+
+from bursarcore.errors import InvalidArgument
+from bursarcore.runtime import (
+    LockUnsupported,
+    NotAQueue,
+    QueueConfig,
+    QueueError,
+    TaskQueue,
+    TierPolicy,
+)
+from bursarcore.runtime import queue as queue_mod
+
+
+def make(qdir, clock, worker="w0", lock="auto", **cfg):
+    return TaskQueue.create(qdir, QueueConfig(**cfg), lock=lock, clock=clock, worker=worker)
+
+
+def peer(q, clock, worker):
+    """Another worker (its own TaskQueue object, as in another process) on the same queue."""
+    return TaskQueue(q.root, clock=clock, worker=worker)
+
+
+# ---------------------------------------------------------------------- basics
+def test_put_claim_complete_exactly_once(qdir, clock):
+    q = make(qdir, clock)
+    assert q.put_many([("t1", {"x": 1}), ("t2", [2])]) == 2
+    assert q.counts() == {"pending": 2, "claimed": 0, "done": 0, "failed": 0}
+    c = q.claim()
+    assert (c.task_id, c.payload, c.failures, c.attempts, c.worker) == ("t1", {"x": 1}, 0, 1, "w0")
+    assert q.counts()["claimed"] == 1
+    assert q.complete(c, {"answer": 42}) is True
+    assert q.complete(c, "again") is False  # the claim ended with the first completion
+    assert c.lost
+    assert q.fail(c, "late") == "lost"
+    assert q.heartbeat(c) is False
+    assert dict(q.results()) == {"t1": {"answer": 42}}
+    state, rec = q.get("t1")
+    assert state == "done" and rec["completed_by"] == "w0" and rec["completed_at"] == clock()
+    assert q.counts() == {"pending": 1, "claimed": 0, "done": 1, "failed": 0}
+    assert q.check() == []
+
+
+def test_ids_are_unique_forever(qdir, clock):
+    q = make(qdir, clock)
+    assert q.put("a", 1) is True
+    assert q.put("a", 2) is False
+    c = q.claim()
+    q.complete(c, None)
+    assert q.put("a", 3) is False  # even once done
+    assert q.put_many([("a", 1), ("b", 1), ("b", 2)]) == 1
+    assert q.get("a")[0] == "done" and q.get("b")[0] == "pending" and q.get("zz") is None
+    assert q.check() == []
+
+
+@pytest.mark.parametrize("bad", ["", ".hidden", "a.b", "a/b", "x" * 201, 7, None, "é"])
+def test_bad_task_ids_raise_before_any_change(qdir, clock, bad):
+    q = make(qdir, clock)
+    with pytest.raises(InvalidArgument) as ei:
+        q.put_many([("ok", 1), (bad, 1)])
+    assert ei.value.field == "task_id"
+    assert q.counts()["pending"] == 0
+
+
+def test_bad_tier_and_payload(qdir, clock):
+    q = make(qdir, clock, tiers=2)
+    with pytest.raises(InvalidArgument, match="tier"):
+        q.put("a", 1, tier=2)
+    with pytest.raises(InvalidArgument, match="worker_tier"):
+        q.claim(worker_tier=-1)
+    with pytest.raises(TypeError):
+        q.put("a", object())
+    assert q.counts()["pending"] == 0
+
+
+@pytest.mark.parametrize("field,value", [
+    ("stale_after", 0), ("stale_after", -1), ("max_failures", 0), ("tiers", 0),
+    ("promote_after", 0), ("lock", "nfs"), ("scan_every", 0),
+])
+def test_bad_config(field, value):
+    with pytest.raises(InvalidArgument) as ei:
+        QueueConfig(**{field: value})
+    assert ei.value.field == field
+
+
+def test_create_reopen_and_not_a_queue(qdir, clock, tmp_path):
+    q = make(qdir, clock, max_failures=5)
+    again = TaskQueue.create(qdir, QueueConfig(max_failures=5), clock=clock)
+    assert again.config == q.config
+    with pytest.raises(QueueError, match="other settings"):
+        TaskQueue.create(qdir, QueueConfig(max_failures=4))
+    with pytest.raises(NotAQueue):
+        TaskQueue(tmp_path / "nowhere")
+    assert json.loads((qdir / "queue.json").read_text())["max_failures"] == 5
+
+
+def test_fifo_among_equals(qdir, clock):
+    q = make(qdir, clock)
+    q.put_many([(f"t{i:02d}", i) for i in range(12)])
+    q.put("late", None)
+    got = []
+    while (c := q.claim()) is not None:
+        got.append(c.task_id)
+        q.complete(c)
+    assert got == [f"t{i:02d}" for i in range(12)] + ["late"]
+    assert q.check() == []
+
+
+# ---------------------------------------------------------------------- heartbeats
+def test_heartbeat_keeps_a_claim_and_stale_claim_is_reclaimed(qdir, clock):
+    q = make(qdir, clock, scan_every=1)  # stale_after defaults to 180 s
+    assert q.config.stale_after == 180.0
+    q.put("t", "p")
+    mine = q.claim()
+    other = peer(q, clock, "w1")
+
+    clock.advance(170)
+    assert q.heartbeat(mine) is True
+    clock.advance(180)  # exactly stale_after since the heartbeat: not older than it
+    assert other.claim() is None
+    assert q.get("t")[0] == "claimed"
+
+    clock.advance(1)  # now older than 180 s
+    theirs = other.claim()
+    assert theirs is not None and theirs.task_id == "t" and theirs.worker == "w1"
+    assert theirs.failures == 1 and theirs.attempts == 2  # a stale claim counts as a failure
+    # the first worker learns it lost the task, and cannot complete it
+    assert q.heartbeat(mine) is False and mine.lost
+    assert q.complete(mine, "stale result") is False
+    assert q.release(mine) is False
+    assert other.complete(theirs, "fresh result") is True
+    assert dict(q.results()) == {"t": "fresh result"}
+    hist = [h["event"] for h in q.get("t")[1]["history"]]
+    assert hist == ["claim", "stale", "claim", "done"]
+    assert q.check() == []
+
+
+def test_reclaim_stale_explicit_and_not_a_failure(qdir, clock):
+    q = make(qdir, clock, stale_after=10, stale_is_failure=False)
+    q.put_many([("a", 1), ("b", 2)])
+    ca, cb = q.claim(), q.claim()
+    clock.advance(5)
+    q.heartbeat(cb)
+    clock.advance(6)
+    assert q.reclaim_stale() == ["a"]  # b's heartbeat is 6 s old
+    state, rec = q.get("a")
+    assert state == "pending" and rec["failures"] == 0 and rec["claim"] is None
+    assert "heartbeat stale for 11 s (worker w0)" in rec["history"][-1]["reason"]
+    assert q.complete(ca) is False and q.complete(cb) is True
+    assert q.check() == []
+
+
+def test_periodic_scan_while_work_remains(qdir, clock):
+    """With work pending, a worker scans claimed/ for stale claims every scan_every s."""
+    q = make(qdir, clock, stale_after=10, scan_every=30)
+    q.put_many([(t, None) for t in "abcd"])
+    assert q.claim().task_id == "a"  # then abandoned
+    w = peer(q, clock, "w1")
+    clock.advance(1)
+    assert w.claim().task_id == "b"  # w1's first claim scans: a is 1 s old, kept
+    clock.advance(11)
+    assert w.claim().task_id == "c"  # a is stale, but w1 scanned 11 s ago: no scan
+    assert q.get("a")[0] == "claimed"
+    clock.advance(19)
+    assert w.claim().task_id == "d"  # 30 s since w1's scan: scans, a goes back, d is fresh
+    state, rec = q.get("a")
+    assert state == "pending" and rec["failures"] == 1
+    assert w.claim().task_id == "a"
+    assert q.check() == []
+
+
+def test_worker_prefers_fresh_after_a_reclaim(qdir, clock):
+    q = make(qdir, clock, stale_after=10, scan_every=30)
+    q.put_many([("a", 1), ("b", 2)])
+    q.claim()  # a, abandoned
+    clock.advance(20)
+    w = peer(q, clock, "w1")
+    first, second = w.claim(), w.claim()
+    assert (first.task_id, first.failures) == ("b", 0)  # fresh first
+    assert (second.task_id, second.failures) == ("a", 1)
+    assert q.check() == []
+
+
+def test_heartbeat_and_release_carry_resume_data(qdir, clock):
+    q = make(qdir, clock)
+    q.put("t", {"steps": 10})
+    c = q.claim()
+    assert c.resume is None
+    assert q.heartbeat(c, resume={"checkpoint": "ckpt-1"}) is True
+    assert q.get("t")[1]["resume"] == {"checkpoint": "ckpt-1"}
+    assert q.release(c, "SIGTERM", resume={"checkpoint": "ckpt-2"}) is True
+    state, rec = q.get("t")
+    assert state == "pending" and rec["failures"] == 0 and rec["history"][-1]["reason"] == "SIGTERM"
+    c2 = peer(q, clock, "w2").claim()
+    assert c2.resume == {"checkpoint": "ckpt-2"} and c2.attempts == 2 and c2.failures == 0
+    assert q.check() == []
+
+
+# ---------------------------------------------------------------------- retries and tiers
+def test_retries_then_failed_with_reason(qdir, clock):
+    q = make(qdir, clock, max_failures=3)
+    q.put("t", None)
+    outcomes = []
+    for k in range(3):
+        c = q.claim()
+        assert c.failures == k
+        clock.advance(1)
+        outcomes.append(q.fail(c, f"exit {k}"))
+    assert outcomes == ["retry", "retry", "failed"]
+    assert q.claim() is None
+    state, rec = q.get("t")
+    assert state == "failed" and rec["failures"] == 3 and rec["reason"] == "exit 2"
+    assert rec["failed_at"] == clock()
+    assert [h.get("reason") for h in rec["history"] if h["event"] == "fail"] == ["exit 0", "exit 1", "exit 2"]
+    assert q.check() == []
+
+
+def test_stale_reclaims_count_towards_max_failures(qdir, clock):
+    q = make(qdir, clock, max_failures=2, stale_after=5, scan_every=1)
+    q.put("t", None)
+    for _ in range(2):
+        assert q.claim() is not None
+        clock.advance(6)
+    assert q.reclaim_stale() == ["t"]
+    state, rec = q.get("t")
+    assert state == "failed" and rec["reason"].startswith("heartbeat stale")
+    assert q.check() == []
+
+
+@pytest.mark.parametrize("promote_after,tiers,base,expect", [
+    # expected tier after 0, 1, 2, 3, 4, 5 failures
+    (1, 1, 0, [0, 0, 0, 0, 0, 0]),
+    (1, 3, 0, [0, 1, 2, 2, 2, 2]),
+    (2, 3, 0, [0, 0, 1, 1, 2, 2]),
+    (2, 3, 1, [1, 1, 2, 2, 2, 2]),
+    (3, 2, 0, [0, 0, 0, 1, 1, 1]),
+])
+def test_tier_of(promote_after, tiers, base, expect):
+    pol = TierPolicy(tiers=tiers, promote_after=promote_after)
+    assert [pol.tier_of(base, f) for f in range(6)] == expect
+
+
+@pytest.mark.parametrize("steal_down,worker,task,ok", [
+    (True, 0, 0, True), (True, 0, 1, False), (True, 2, 0, True), (True, 1, 1, True),
+    (False, 2, 0, False), (False, 1, 1, True), (False, 0, 1, False),
+])
+def test_eligible(steal_down, worker, task, ok):
+    assert TierPolicy(tiers=3, steal_down=steal_down).eligible(worker, task) is ok
+
+
+def test_failures_route_up_the_tiers(qdir, clock):
+    q = make(qdir, clock, tiers=3, promote_after=2, max_failures=9)
+    q.put("t", None)
+    seen = []
+    for _ in range(6):
+        # the lowest worker tier that can still see the task
+        c = next(c for c in (q.claim(w) for w in range(3)) if c is not None)
+        seen.append((c.tier, c.worker_tier))
+        q.fail(c, "oom")
+    assert seen == [(0, 0), (0, 0), (1, 1), (1, 1), (2, 2), (2, 2)]
+    # a tier-0 or tier-1 worker can no longer take it
+    assert q.claim(0) is None and q.claim(1) is None
+    assert q.get("t")[1]["tier"] == 2
+    assert q.check() == []
+
+
+def test_tier_preference_table(qdir, clock):
+    """Worker tiers prefer (own tier, fewest failures, FIFO); tier 0 never sees tier 1."""
+    q = make(qdir, clock, tiers=2, promote_after=2, max_failures=9)
+    q.put_many([("retry0", None), ("fresh0a", None), ("fresh0b", None), ("big", None, 1)])
+    c = q.claim(0)
+    assert c.task_id == "retry0"
+    q.fail(c, "x")  # retry0: tier 0, 1 failure
+    assert q.claim(1).task_id == "big"  # own tier first
+    assert q.claim(1).task_id == "fresh0a"  # then steal down, fresh first
+    assert q.claim(0).task_id == "fresh0b"  # tier 0 prefers fresh over the retry
+    assert q.claim(0).task_id == "retry0"
+    assert q.claim(0) is None
+    assert q.check() == []
+
+
+def test_no_steal_down(qdir, clock):
+    q = make(qdir, clock, tiers=2, steal_down=False)
+    q.put("small", None)
+    assert q.claim(1) is None
+    assert q.claim(0).task_id == "small"
+
+
+def test_requeue_failed_keeps_the_tier_reached(qdir, clock):
+    q = make(qdir, clock, tiers=2, promote_after=1, max_failures=2)
+    q.put_many([("a", 1), ("b", 2)])
+    for _ in range(2):
+        q.fail(q.claim(1), "oom")
+        q.fail(q.claim(1), "oom")
+    assert q.counts()["failed"] == 2
+    assert q.requeue_failed(["a"]) == ["a"]
+    state, rec = q.get("a")
+    assert state == "pending" and rec["failures"] == 0 and rec["tier"] == 1 and rec["base_tier"] == 1
+    assert q.claim(0) is None
+    assert sorted(q.requeue_failed()) == ["b"]
+    assert q.check() == []
+
+
+# ---------------------------------------------------------------------- crash consistency
+class Crash(Exception):
+    pass
+
+
+def crash_on_rename(monkeypatch, nth=1):
+    """Make the nth os.rename in the queue module raise, as if the process died there
+    (after the record was rewritten, before the move)."""
+    real = os.rename
+    calls = {"n": 0}
+
+    def rename(a, b):
+        calls["n"] += 1
+        if calls["n"] == nth:
+            raise Crash(f"crash before rename {a} -> {b}")
+        return real(a, b)
+
+    monkeypatch.setattr(queue_mod.os, "rename", rename)
+    return lambda: monkeypatch.setattr(queue_mod.os, "rename", real)
+
+
+def test_crash_between_rewrite_and_move_complete(qdir, clock, monkeypatch):
+    q = make(qdir, clock)
+    q.put("t", None)
+    c = q.claim()
+    undo = crash_on_rename(monkeypatch)
+    with pytest.raises(Crash):
+        q.complete(c, "result")
+    undo()
+    assert q.get("t")[0] == "claimed"  # record says done, file still in claimed/
+    assert q.check() == ["claimed/t.json: record says done/t"]  # until the next scan
+    assert q.reclaim_stale() == []  # finishing the move is not a stale reclaim
+    state, rec = q.get("t")
+    assert state == "done" and rec["result"] == "result" and rec["failures"] == 0
+    assert q.check() == []
+
+
+def test_crash_between_rewrite_and_move_fail(qdir, clock, monkeypatch):
+    q = make(qdir, clock)
+    q.put("t", None)
+    c = q.claim()
+    undo = crash_on_rename(monkeypatch)
+    with pytest.raises(Crash):
+        q.fail(c, "boom")
+    undo()
+    q.reclaim_stale()
+    state, rec = q.get("t")
+    assert state == "pending" and rec["failures"] == 1  # counted once, not twice
+    assert q.check() == []
+
+
+def test_crash_between_rewrite_and_move_claim(qdir, clock, monkeypatch):
+    q = make(qdir, clock)
+    q.put("t", None)
+    undo = crash_on_rename(monkeypatch)
+    with pytest.raises(Crash):
+        q.claim()
+    undo()
+    # the pending file carries a claim nobody holds; the next claim simply takes it
+    assert q.get("t")[0] == "pending" and q.check() == []
+    c = peer(q, clock, "w1").claim()
+    assert c.task_id == "t" and c.worker == "w1"
+    assert q.check() == []
+
+
+def test_check_reports_a_task_in_two_states(qdir, clock):
+    q = make(qdir, clock)
+    q.put("t", None)
+    c = q.claim()
+    shutil.copy(qdir / "claimed" / "t.json", qdir / "done" / "t.json")
+    problems = q.check()
+    assert any("t: in ['claimed', 'done']" in p for p in problems)
+    assert any(p.startswith("done/t.json: record says claimed") for p in problems)
+    del c
+
+
+def test_damaged_records_are_quarantined_not_fatal(qdir, clock, caplog):
+    q = make(qdir, clock, stale_after=5, scan_every=1)
+    q.put_many([("a", 1), ("b", 2), ("c", 3)])
+    [name_a] = [n for n in os.listdir(qdir / "pending") if ".a." in n]
+    (qdir / "pending" / name_a).write_text("{not json")
+    c = q.claim()
+    assert c.task_id == "b" and "unreadable record" in caplog.text
+    (qdir / "claimed" / "b.json").write_text("")
+    clock.advance(2)
+    assert q.claim().task_id == "c"  # the scan moved b aside and carried on
+    assert sorted(os.listdir(qdir / "corrupt")) == sorted([name_a, "b.json"])
+    assert q.check() == []
+
+
+# ---------------------------------------------------------------------- lock-file fallback
+def test_forced_lock_file_protocol(qdir, clock, caplog):
+    caplog.set_level(logging.INFO, logger="bursarcore.runtime")
+    q = make(qdir, clock, lock="file")
+    assert q.config.lock == "file" and q._lock.kind == "file"
+    assert "lock-file protocol" in caplog.text
+    q.put_many([("a", 1), ("b", 2)])
+    c = q.claim()
+    assert q.complete(c) is True
+    assert not (qdir / ".lock.excl").exists()  # released
+    # a peer opening the queue obeys the queue's lock, whatever its own host supports
+    assert peer(q, clock, "w1")._lock.kind == "file"
+    assert q.check() == []
+
+
+def test_env_forces_lock_file(qdir, clock, monkeypatch):
+    monkeypatch.setenv("BURSAR_QUEUE_LOCK", "file")
+    assert make(qdir, clock).config.lock == "file"
+
+
+def test_auto_falls_back_when_fcntl_unsupported(qdir, clock, monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="bursarcore.runtime")
+    monkeypatch.setattr(queue_mod, "fcntl_supported", lambda d: (False, "lockf failed: [Errno 37] No locks available"))
+    q = make(qdir, clock)
+    assert q.config.lock == "file"
+    assert "fcntl locks not supported" in caplog.text and "falling back" in caplog.text
+    q.put("a", None)
+    assert q.complete(q.claim()) is True
+
+
+def test_fcntl_queue_refuses_a_mount_without_fcntl(qdir, clock, monkeypatch):
+    q = make(qdir, clock, lock="fcntl")
+    monkeypatch.setattr(queue_mod, "fcntl_supported", lambda d: (False, "simulated"))
+    with pytest.raises(LockUnsupported, match="recreate it with lock='file'"):
+        peer(q, clock, "w1")
+    with pytest.raises(LockUnsupported):
+        TaskQueue.create(qdir.parent / "other", lock="fcntl")
+
+
+def test_lock_file_stale_lock_is_broken(qdir, clock, caplog):
+    q = make(qdir, clock, lock="file", lock_stale_after=60)
+    q.put("a", None)
+    # a holder that died 61 s ago, by the queue's clock
+    (qdir / ".lock.excl").write_text(json.dumps({"owner": "dead:1", "token": "x", "at": clock() - 61}))
+    c = q.claim()
+    assert c is not None and q._lock.broken == 1
+    assert "broke a stale lock held by dead:1" in caplog.text
+    assert not (qdir / ".lock.excl").exists()
+    assert [p for p in os.listdir(qdir) if "broken" in p] == []
+
+
+def test_lock_file_waits_for_a_live_holder_then_breaks_it_when_stale(qdir, clock):
+    """The poll pause is injected: each pause advances the manual clock, so the wait is
+    simulated; the holder never releases, and its lock is broken once 60 s old."""
+    pauses = []
+
+    def sleep(dt):
+        pauses.append(dt)
+        clock.advance(1.0)
+
+    TaskQueue.create(qdir, QueueConfig(lock_stale_after=60), lock="file", clock=clock)
+    q = TaskQueue(qdir, clock=clock, worker="w0", sleep=sleep)
+    q.put("a", None)
+    (qdir / ".lock.excl").write_text(json.dumps({"owner": "slow:2", "token": "y", "at": clock()}))
+    assert q.claim() is not None
+    assert 60 <= len(pauses) <= 62 and q._lock.broken == 1
+
+
+def test_lock_file_unreadable_lock_is_broken_after_stale(qdir, clock):
+    def sleep(dt):
+        clock.advance(5.0)
+
+    TaskQueue.create(qdir, QueueConfig(lock_stale_after=60), lock="file", clock=clock)
+    q = TaskQueue(qdir, clock=clock, worker="w0", sleep=sleep)
+    (qdir / ".lock.excl").write_text("")  # a holder died between create and write
+    t0 = clock()
+    assert q.put("a", None) is True
+    assert clock() - t0 > 60
+
+
+def test_lock_file_timeout(qdir, clock):
+    from bursarcore.runtime import LockTimeout
+
+    TaskQueue.create(qdir, QueueConfig(), lock="file", clock=clock)
+    q = TaskQueue(qdir, clock=clock, lock_timeout=0.0, sleep=lambda dt: None)
+    (qdir / ".lock.excl").write_text(json.dumps({"owner": "live:3", "token": "z", "at": clock()}))
+    with pytest.raises(LockTimeout):
+        q.put("a", None)
+    (qdir / ".lock.excl").unlink()
+    assert q.put("a", None) is True  # the thread lock was released on the timeout
