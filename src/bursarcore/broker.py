@@ -13,7 +13,10 @@ state changes).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import heapq
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -29,6 +32,9 @@ from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLI
                               TOKENS, TTL, WARM, CANCELLED, EngineState)
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
+from .journal import records as J
+from .journal.base import Journal
+from .journal.explain import explain as _explain
 from .reference import engine as _ref_engine
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
@@ -42,6 +48,20 @@ _compiled = _backend.compiled("_engine")
 ENGINES: dict[str, Any] = {"reference": _ref_engine}
 if _compiled is not None:
     ENGINES = {"compiled": _compiled, **ENGINES}
+
+def _op(method):
+    """A public operation: when it returns, the journal may commit a group (group commit
+    happens only between operations, so a durable journal always ends on an operation
+    boundary and replays to a consistent state)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if self.journal is not None:
+                self.journal.end_op(self.durable)
+    return wrapper
+
 
 # python-side event kinds, in the order they run at equal times
 _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
@@ -93,6 +113,7 @@ class Decision:
     retry_after: float | None = None
     cost: float = 0.0
     wait: float = 0.0
+    seq: int = -1
 
     @property
     def granted(self) -> bool:
@@ -210,7 +231,8 @@ class Broker:
     def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
                  congestion: Congestion | None = None, price: Mapping[str, float] | None = None,
                  ttl: float = 900.0, half_life: float = 600.0, enforcement: str = "prepaid",
-                 backend: str | None = None, cold_wait: Any = None) -> None:
+                 backend: str | None = None, cold_wait: Any = None,
+                 journal: Journal | None = None, durable: bool = False) -> None:
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
         self.pool = pool
@@ -285,8 +307,30 @@ class Broker:
         self._activation: dict[int, int] = {}
         self._expired_buf = np.zeros(4096, dtype=np.int64)
         self._buf = np.zeros(4, dtype=np.int64)
+        self._t_force: int | None = None      # replay drives exact integer times
+        self._deficit_last = np.zeros(0)
+        self._config = {"pool": pool.to_dict(), "classes": [vars(c) for c in self.classes],
+                        "congestion": {"window": self.congestion.window,
+                                       "bins": self.congestion.bins,
+                                       "thresholds": list(self.congestion.thresholds),
+                                       "multipliers": list(self.congestion.multipliers)},
+                        "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
+                        "enforcement": enforcement}
+        if journal is not None and not isinstance(journal, Journal):
+            raise InvalidArgument("journal", "must be a bursarcore.journal.Journal", journal)
+        if journal is not None and len(journal):
+            raise InvalidArgument("journal", "is not empty: rebuild the broker from it with "
+                                  "Broker.replay(journal)", len(journal))
+        self.journal = journal
+        self.durable = bool(durable)   # sync the journal at the end of every operation
+        if journal is not None:
+            row = J.new_rows(1)
+            row["op"] = J.OP["config"]
+            row["t"] = self._t
+            journal.append(row, {0: json.dumps(self._config, sort_keys=True)})
 
     # ------------------------------------------------------------------ registration
+    @_op
     def register(self, name: str, envelope: Envelope) -> int:
         """Add a campaign (at any time). Returns its index, for :meth:`admit_batch`."""
         if not isinstance(name, str) or not name:
@@ -342,6 +386,15 @@ class Broker:
         self._share = np.append(self._share, float(share))
         self._usage = np.append(self._usage, 0.0)
         self._acc_seen = np.append(self._acc_seen, 0)
+        self._deficit_last = np.append(self._deficit_last, np.nan)
+        if self.journal is not None:
+            row = J.new_rows(1)
+            row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["register"], t, c, 4
+            env = envelope.to_dict()
+            env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
+            env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
+            self.journal.append(row, {0: json.dumps({"name": name, "envelope": env},
+                                                    sort_keys=True)})
         return c
 
     def campaign_index(self, name: str) -> int:
@@ -356,6 +409,8 @@ class Broker:
 
     # ------------------------------------------------------------------ time
     def _now(self) -> int:
+        if self._t_force is not None:
+            return self._t_force
         t = units.to_ns(self.clock.now(), "clock")
         if t < self._t:
             raise TimeWentBackwards("clock", f"must not run backwards (last {self._t / NS})",
@@ -366,6 +421,9 @@ class Broker:
         """Run every event up to t in time order, then serve the pending queue."""
         k, st = self._k, self.st
         moved = t > self._t
+        # serving a non-empty queue at a new time moves fair share without a decision of
+        # its own: journal the advance (after what it causes) so replay serves it too
+        note = moved and bool(self._pending) and self.journal is not None
         while self._pyev and self._pyev[0][0] <= t:
             te = self._pyev[0][0]
             self._expire_until(te)
@@ -378,6 +436,10 @@ class Broker:
         if moved or freed:
             self._serve_pending(t)
         self._t = max(self._t, t)
+        if note:
+            row = J.new_rows(1)
+            row["op"], row["t"], row["outcome"] = J.OP["advance"], t, 4
+            self.journal.append(row)
 
     def _expire_until(self, t: int) -> int:
         k, st = self._k, self.st
@@ -389,13 +451,53 @@ class Broker:
                 lid = int(lid)
                 self._opp_active[int(st.dim[lid])].discard(lid)
                 self._revoking[int(st.dim[lid])].discard(lid)
-                self._events.append(Event("expired", int(st.t_end[lid]) / NS,
-                                          self._names[int(st.camp[lid])], lease_id=lid,
-                                          units=int(st.units[lid])))
+                self._emit("expired", int(st.t_end[lid]), int(st.camp[lid]), lid=lid)
             total += m
             if m <= self._expired_buf.shape[0]:
                 return total
             self._expired_buf = np.zeros(2 * m, dtype=np.int64)  # pragma: no cover
+
+    _EV_OP = {"expired": "expire", "revoked": "revoke", "activated": "activate",
+              "preempt_notice": "preempt", "granted": "grant", "refused": "refuse"}
+
+    def _emit(self, kind: str, t: int, c: int, lid: int | None = None, iid: int | None = None,
+              deadline: int | None = None, reason: int = 0, pend: _Pending | None = None,
+              path: int = 0) -> None:
+        """Queue an event for :meth:`poll` and journal it (a derived record)."""
+        st = self.st
+        n = int(st.units[lid]) if lid is not None else 0
+        if iid is None and lid is not None:
+            iid = None
+        self._events.append(Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
+                                  deadline=None if deadline is None else deadline / NS,
+                                  reason=REASONS[reason] if reason else None, units=n))
+        if self.journal is None:
+            return
+        row = J.new_rows(1)
+        row["op"], row["t"], row["campaign"], row["reason"] = J.OP[self._EV_OP[kind]], t, c, reason
+        if lid is not None:
+            d = int(st.dim[lid])
+            row["lease"], row["units"], row["dim"] = lid, n, d
+            row["cls"], row["intent"] = int(st.lcls[lid]), int(st.intent[lid])
+            row["cost"] = int(st.cost[lid])
+            self._after(row, c, d)
+        if pend is not None:
+            row["intent"], row["dim"], row["cls"] = pend.intent_id, pend.dim, pend.cls
+            row["nmin"], row["nmax"], row["dur"] = pend.nmin, pend.nmax, pend.dur
+            row["max_spend"] = pend.max_spend
+            row["rank"] = int(st.cls[pend.cls, 0])
+            row["outcome"] = 1 if kind == "granted" else 3
+            row["path"] = (1 if path == WARM else 2) if kind == "granted" else 0
+            self._after(row, c, pend.dim)
+        if deadline is not None:
+            row["deadline"] = deadline
+        self.journal.append(row)
+
+    def _after(self, row: np.ndarray, c: int, d: int) -> None:
+        st = self.st
+        row["tokens_after"] = int(st.T[c, d])
+        row["credits_after"] = int(st.left[c])
+        row["held_after"] = int(st.H[c, d])
 
     def _push(self, t: int, kind: int, ident: int) -> None:
         self._seq += 1
@@ -407,22 +509,19 @@ class Broker:
             self._revoking[int(st.dim[ident])].discard(ident)
             if int(st.state[ident]) == REVOKING and int(st.revoke_at[ident]) == t:
                 self._k.end_lease(st, ident, t, REVOKED)
-                self._events.append(Event("revoked", t / NS, self._names[int(st.camp[ident])],
-                                          lease_id=ident, units=int(st.units[ident])))
+                self._emit("revoked", t, int(st.camp[ident]), lid=ident)
         elif kind == _EV_ACTIVATE:
             self._activation.pop(ident, None)
             if int(st.state[ident]) == STARTING:
                 self._reserve(1, int(st.units[ident]))
                 self._k.activate(st, ident, t)
-                self._events.append(Event("activated", t / NS, self._names[int(st.camp[ident])],
-                                          lease_id=ident, units=int(st.units[ident])))
+                self._emit("activated", t, int(st.camp[ident]), lid=ident)
         elif kind == _EV_PENDING:
             p = self._pending.get(ident)
             if p is not None and p.expires == t:
                 reason = DEADLINE if p.deadline is not None and p.deadline <= t else TTL
                 self._drop_pending(ident)
-                self._events.append(Event("refused", t / NS, self._names[p.campaign],
-                                          intent_id=ident, reason=REASONS[reason]))
+                self._emit("refused", t, p.campaign, iid=ident, reason=reason, pend=p)
 
     def _reserve(self, leases: int, slots: int) -> None:
         st = self.st
@@ -445,6 +544,7 @@ class Broker:
             return self._usage * decay + new * ((1 - decay) / x), acc
         return self._usage + new, acc
 
+    @_op
     def deficits(self) -> dict[str, float]:
         """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time.
         A query: it does not move the fair-share state."""
@@ -456,12 +556,14 @@ class Broker:
         """Deficits at t. Decisions (queue order, victims) ``commit`` the tick, so the
         fair-share state moves only at decisions — the same ones on replay."""
         usage, acc = self._fair_share(t)
-        if commit:
-            self._usage, self._acc_seen, self._fs_t = usage, acc, t
         tot_share = self._share.sum()
         share = self._share / tot_share if tot_share > 0 else self._share
         tot = usage.sum()
-        return share - (usage / tot if tot > 0 else 0.0)
+        deficit = share - (usage / tot if tot > 0 else 0.0)
+        if commit:
+            self._usage, self._acc_seen, self._fs_t = usage, acc, t
+            self._deficit_last = deficit
+        return deficit
 
     # ------------------------------------------------------------------ acquire
     def _class_of(self, campaign: str, name: str | None) -> int:
@@ -472,6 +574,7 @@ class Broker:
             raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                   cname) from None
 
+    @_op
     def acquire(self, intent: Intent) -> Decision:
         """Decide an intent now (SPEC §4): granted, pending, or refused with a reason."""
         if not isinstance(intent, Intent):
@@ -488,9 +591,51 @@ class Broker:
         ttl = units.to_ns(intent.ttl if intent.ttl is not None else self.ttl, "ttl")
         t = self._now()
         self._advance(t)
+        return self._acquire_ns(c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+
+    def _acquire_ns(self, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
+                    deadline: int | None, ttl: int, t: int, request: Intent | None = None,
+                    batch: int = 0) -> Decision:
+        """One intent in engine integers, journaled (the entry point replay uses)."""
         iid = self._next_intent
         self._next_intent += 1
-        return self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+        if self.journal is None:
+            return self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
+                                    request)
+        row = self._request_row(c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, iid, batch)
+        dec = self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request)
+        self._record_decision(row, dec, c, d)
+        return dataclasses.replace(dec, seq=self.journal.append(row))
+
+    def _request_row(self, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, iid, batch):
+        """A journal row with the request and the rule inputs as they stand before the
+        decision (SPEC §9): class rank, deficit, tokens, credits, free/unmet capacity and
+        the limit each rule sets on the size."""
+        st, kern = self.st, self._k
+        row = J.new_rows(1)
+        row["op"], row["t"], row["campaign"], row["dim"], row["cls"] = J.OP["acquire"], t, c, d, k
+        row["batch"] = batch
+        row["nmin"], row["nmax"], row["dur"], row["max_spend"] = nmin, nmax, dur, spend
+        row["deadline"] = -1 if deadline is None else deadline
+        row["ttl"], row["intent"] = ttl, iid
+        row["rank"] = int(st.cls[k, 0])
+        row["deficit"] = self._deficit_last[c]
+        _, _, _, _, lims = kern.decide(st, c, d, k, nmin, nmax, dur, spend, t)
+        row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])
+        row["free"], row["unmet"] = kern.free_now(st, d), int(st.U[d])
+        row["lim_ceiling"], row["lim_capacity"], row["lim_tokens"], row["lim_credits"] = \
+            (min(x, MAXV) for x in lims)
+        return row
+
+    def _record_decision(self, row: np.ndarray, dec: "Decision", c: int, d: int) -> None:
+        row["outcome"] = {GRANTED_OUT: 1, PENDING_OUT: 2, REFUSED_OUT: 3}.get(dec.outcome, 4)
+        row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
+        row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
+        row["units"] = dec.units
+        if dec.lease is not None:
+            row["lease"] = dec.lease.id
+            row["cost"] = int(self.st.cost[dec.lease.id])
+        self._after(row, c, d)
 
     def _decide_one(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
                     request) -> Decision:
@@ -585,9 +730,7 @@ class Broker:
             self._opp_active[d].discard(lid)
             self._revoking[d].add(lid)
             self._push(deadline, _EV_REVOKE, lid)
-            self._events.append(Event("preempt_notice", t / NS, self._names[int(st.camp[lid])],
-                                      lease_id=lid, deadline=deadline / NS,
-                                      units=int(st.units[lid])))
+            self._emit("preempt_notice", t, int(st.camp[lid]), lid=lid, deadline=deadline)
         self._reserve(1, n)
         lid = self._k.grant(st, c, d, k, n, dur, pm, t, True, iid)
         self._activation[lid] = at
@@ -658,9 +801,9 @@ class Broker:
                     self._opp_active[p.dim].add(lid)
             else:
                 lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
-            self._events.append(Event("granted", t / NS, self._names[p.campaign], lease_id=lid,
-                                      intent_id=p.intent_id, units=n))
+            self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
 
+    @_op
     def cancel(self, intent_id: int) -> bool:
         """Withdraw a pending intent. Returns False if it is no longer pending."""
         t = self._now()
@@ -669,7 +812,13 @@ class Broker:
             if isinstance(intent_id, int) and 0 <= intent_id < self._next_intent:
                 return False
             raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
-        self._drop_pending(intent_id)
+        p = self._drop_pending(intent_id)
+        if self.journal is not None:
+            row = J.new_rows(1)
+            row["op"], row["t"], row["campaign"], row["intent"] = J.OP["cancel"], t, p.campaign, intent_id
+            row["dim"], row["cls"], row["outcome"], row["reason"] = p.dim, p.cls, 4, CANCELLED
+            self._after(row, p.campaign, p.dim)
+            self.journal.append(row)
         return True
 
     def pending(self, campaign: str | None = None) -> list[dict]:
@@ -687,27 +836,53 @@ class Broker:
             raise UnknownLease("lease_id", "is not a lease of this broker", lease_id)
         return int(lease_id)
 
+    @_op
     def release(self, lease_id: int) -> Decision:
         """End a lease early: its units free now, unused tokens and credits refunded."""
         lid = self._lease_id(lease_id)
         t = self._now()
         self._advance(t)
+        return self._journaled(J.OP["release"], lid, t, 0, -1, self._release(lid, t))
+
+    def _release(self, lid: int, t: int) -> Decision:
         st = self.st
         state = int(st.state[lid])
-        name = self._names[int(st.camp[lid])]
+        c = int(st.camp[lid])
+        name = self._names[c]
         if state not in (STARTING, ACTIVE, REVOKING):
             return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
                             lease=self.lease(lid))
-        before = int(st.refunded[int(st.camp[lid])])
+        before = int(st.refunded[c])
         self._k.end_lease(st, lid, t, RELEASED)
         self._opp_active[int(st.dim[lid])].discard(lid)
         self._revoking[int(st.dim[lid])].discard(lid)
         self._activation.pop(lid, None)
-        refund = (int(st.refunded[int(st.camp[lid])]) - before) / CREDIT
+        refund = int(st.refunded[c]) - before
         self._serve_pending(t)
         return Decision("released", int(st.intent[lid]), name, units=int(st.units[lid]),
-                        lease=self.lease(lid), cost=-refund)
+                        lease=self.lease(lid), cost=-refund / CREDIT)
 
+    def _journaled(self, op: int, lid: int, t: int, ext: int, spend: int,
+                   dec: Decision) -> Decision:
+        """Journal a release or renew decision on lease ``lid``."""
+        if self.journal is None:
+            return dec
+        st = self.st
+        c, d = int(st.camp[lid]), int(st.dim[lid])
+        row = J.new_rows(1)
+        row["op"], row["t"], row["campaign"], row["dim"] = op, t, c, d
+        row["cls"], row["lease"], row["intent"], row["units"] = int(st.lcls[lid]), lid, \
+            int(st.intent[lid]), int(st.units[lid])
+        row["dur"], row["max_spend"] = ext, spend
+        row["outcome"] = {GRANTED_OUT: 1, REFUSED_OUT: 3}.get(dec.outcome, 4)
+        row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
+        row["cost"] = round(dec.cost * CREDIT)
+        if op == J.OP["renew"]:
+            row["tokens_before"], row["credits_before"] = self._renew_before
+        self._after(row, c, d)
+        return dataclasses.replace(dec, seq=self.journal.append(row))
+
+    @_op
     def renew(self, lease_id: int, duration: float, max_spend: float | None = None) -> Decision:
         """Extend an active lease by ``duration`` seconds, re-running §4.2/§4.3 atomically."""
         lid = self._lease_id(lease_id)
@@ -717,13 +892,19 @@ class Broker:
         spend = -1 if max_spend is None else units.to_fixed(max_spend, "max_spend")
         t = self._now()
         self._advance(t)
+        return self._journaled(J.OP["renew"], lid, t, ext, spend, self._renew(lid, ext, spend, t))
+
+    def _renew(self, lid: int, ext: int, spend: int, t: int) -> Decision:
         st = self.st
-        name = self._names[int(st.camp[lid])]
+        c, d = int(st.camp[lid]), int(st.dim[lid])
+        name = self._names[c]
+        self._k.settle(st, c, d, t)
+        self._renew_before = (int(st.T[c, d]), int(st.left[c]))
         if int(st.state[lid]) != ACTIVE:
             return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
                             lease=self.lease(lid))
-        reason, price = self._k.renew(st, lid, ext, t, spend)
         self._reserve(1, 0)
+        reason, price = self._k.renew(st, lid, ext, t, spend)
         if reason != OK:
             return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason=REASONS[reason],
                             lease=self.lease(lid), cost=price / CREDIT)
@@ -758,6 +939,7 @@ class Broker:
             revoke_at=int(st.revoke_at[lid]) / NS if state in (REVOKING, REVOKED) else None,
             intent=int(st.intent[lid]), placement=placement, slots=slots)
 
+    @_op
     def leases(self, campaign: str | None = None) -> list[Lease]:
         """Live leases (starting, active, revoking), optionally of one campaign."""
         t = self._now()
@@ -769,6 +951,7 @@ class Broker:
             live &= st.camp[:n] == self.campaign_index(campaign)
         return [self.lease(int(l)) for l in np.flatnonzero(live)]
 
+    @_op
     def poll(self) -> list[Event]:
         """Advance to the clock and return the events since the last poll, in order."""
         t = self._now()
@@ -777,6 +960,7 @@ class Broker:
         return ev
 
     # ------------------------------------------------------------------ supply (§8)
+    @_op
     def supply(self, campaign: str) -> Supply:
         c = self.campaign_index(campaign)
         t = self._now()
@@ -803,6 +987,7 @@ class Broker:
         return Supply(campaign, t / NS, math.inf if left >= MAXV else left / CREDIT,
                       self.envelopes[campaign].service_class, dims)
 
+    @_op
     def quote(self, campaign: str, sizes: Sequence[int], durations: Sequence[float], *,
               dim: str | None = None, service_class: str | None = None) -> Quote:
         """Cost, path and wait for every (size, duration) pair, in one vectorised call."""
@@ -855,6 +1040,7 @@ class Broker:
                      reason=reason.astype(str))
 
     # ------------------------------------------------------------------ batch
+    @_op
     def admit_batch(self, campaign_idx: Any, units_: Any, durations: Any, now: float | None = None,
                     *, service_class: str | int | None = None, dim: str | None = None) -> BatchResult:
         """Decide many intents at one instant, exactly as the same sequence of
@@ -908,6 +1094,8 @@ class Broker:
         out_r = np.zeros(n, dtype=np.int64)
         out_l = np.full(n, -1, dtype=np.int64)
         out_o = np.zeros(n, dtype=np.int64)
+        if self.journal is not None:
+            return self._admit_batch_journaled(ci, ks, d, nmin, nmax, dur, t)
         iid0 = self._next_intent
         self._next_intent += n
         self._reserve(n, int(nmax.sum()) if n else 0)
@@ -932,7 +1120,143 @@ class Broker:
         out_n[~granted] = 0
         return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
 
+    def _admit_batch_journaled(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
+        """The batch with a journal: item by item through the single path (which the
+        compiled loop is proven equal to), each item a record flagged as part of a batch."""
+        n = ci.shape[0]
+        out = [np.zeros(n, dtype=np.int64) for _ in range(4)]
+        out[2][:] = -1
+        iids = np.zeros(n, dtype=np.int64)
+        ttl = units.to_ns(self.ttl)
+        for j in range(n):
+            dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
+                                   int(dur[j]), -1, None, ttl, t, None, batch=1 if j == 0 else 2)
+            out[0][j] = dec.units if dec.granted else 0
+            out[1][j] = REASONS.index(dec.reason) if dec.reason else 0
+            out[2][j] = dec.lease.id if dec.lease else -1
+            out[3][j] = _OUTCOME_CODE[dec.outcome]
+            iids[j] = dec.intent_id
+        return BatchResult(out[0], out[1], out[2], out[3], iids)
+
+    # ------------------------------------------------------------------ journal (§9)
+    def sync(self) -> int:
+        """Make every journaled decision durable; returns the highest durable seq (-1
+        without a journal). A decision is acknowledged once its ``seq`` ≤ this."""
+        return self.journal.flush() if self.journal is not None else -1
+
+    def explain(self, record: int | dict) -> str:
+        """Why a decision came out as it did, in one paragraph (a seq or a record)."""
+        if self.journal is None and not isinstance(record, dict):
+            raise InvalidArgument("record", "needs a journal: Broker(..., journal=...)", record)
+        rec = dict(self.journal.record(record) if not isinstance(record, dict) else record)
+        if 0 <= rec.get("dim", -1) < len(self.dims):
+            rec.setdefault("dim_name", self.dims[rec["dim"]])
+        if 0 <= rec.get("cls", -1) < len(self.classes):
+            rec.setdefault("class_name", self.classes[rec["cls"]].name)
+        if 0 <= rec.get("campaign", -1) < len(self._names):
+            rec.setdefault("campaign_name", self._names[rec["campaign"]])
+        return _explain(rec)
+
+    @classmethod
+    def replay(cls, journal: Journal, *, backend: str | None = None, clock: Any = None,
+               resume: bool = True) -> "Broker":
+        """Rebuild a broker from its journal (SPEC §9, invariant 8).
+
+        Every input record is re-executed at its recorded time; the records the rebuilt
+        broker writes must equal the journal's, field for field, or
+        :class:`~bursarcore.errors.JournalCorrupt` names the first that differs. With
+        ``resume`` the broker goes on appending to ``journal``.
+        """
+        from .admission.classes import Congestion as _Cg
+        from .errors import JournalCorrupt
+        from .journal.memory import MemoryJournal
+
+        rows, pl = journal.rows(), journal.payloads()
+        if rows.size == 0 or rows[0]["op"] != J.OP["config"] or 0 not in pl:
+            raise JournalCorrupt(0, "a journal starts with its broker's config record")
+        try:
+            cfg = json.loads(pl[0])
+            pool = Pool.from_dict(cfg["pool"])
+            classes = [ServiceClass(**c) for c in cfg["classes"]]
+            cg = cfg["congestion"]
+            congestion = _Cg(window=cg["window"], bins=cg["bins"],
+                             thresholds=tuple(cg["thresholds"]),
+                             multipliers=tuple(cg["multipliers"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise JournalCorrupt(0, f"config record unreadable: {e}") from None
+        t0 = int(rows[0]["t"])
+        clk = clock if clock is not None else ManualClock(t0 / NS)
+        shadow = MemoryJournal()
+        b = cls(pool, clk, classes=classes, congestion=congestion, price=cfg["price"],
+                ttl=cfg["ttl"], half_life=cfg["half_life"], enforcement=cfg["enforcement"],
+                backend=backend, journal=shadow)
+        for i in range(1, rows.shape[0]):
+            r = rows[i]
+            op = int(r["op"])
+            if op not in J.INPUT_OPS:
+                continue
+            t = int(r["t"])
+            b._t_force = t
+            try:
+                b._replay_one(op, r, pl.get(int(r["seq"])), t)
+            except (InvalidArgument, KeyError, ValueError, IndexError) as e:
+                raise JournalCorrupt(int(r["seq"]), f"cannot be replayed: {e}") from None
+        # derived records after the last input (expiries seen by a poll) come back too
+        b._t_force = int(rows[-1]["t"])
+        b._advance(b._t_force)
+        b._t_force = None
+        b._events = []  # the original delivered (or will never deliver) these
+        if isinstance(clk, ManualClock) and clk.now() < b._t / NS:
+            clk.set(b._t / NS)
+        mine = shadow.rows()
+        a = rows.view(np.uint8).reshape(rows.shape[0], -1) if rows.size else rows
+        m = mine.view(np.uint8).reshape(mine.shape[0], -1) if mine.size else mine
+        k = min(a.shape[0], m.shape[0])
+        diff = np.flatnonzero((a[:k] != m[:k]).any(axis=1)) if k else np.zeros(0, int)
+        if diff.size or a.shape[0] != m.shape[0]:
+            seq = int(diff[0]) if diff.size else k
+            field = ""
+            if diff.size:
+                field = next((f for f in J.FIELDS if not (rows[seq][f] == mine[seq][f]
+                              or (f == "deficit" and np.isnan(rows[seq][f])
+                                  and np.isnan(mine[seq][f])))), "")
+            raise JournalCorrupt(seq, "replay diverged from the journal"
+                                 + (f" in field {field!r}" if field else " in length"))
+        if resume:
+            b.journal = journal
+            journal.flush()
+        return b
+
+    def _replay_one(self, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
+        if op == J.OP["register"]:
+            p = json.loads(payload)
+            env = dict(p["envelope"])
+            if env.get("credits") is None:
+                env["credits"] = math.inf
+            env["burst"] = {k: (math.inf if v is None else v) for k, v in env["burst"].items()}
+            self.register(p["name"], Envelope.from_dict(env))
+        elif op == J.OP["acquire"]:
+            self._advance(t)
+            deadline = None if int(r["deadline"]) < 0 else int(r["deadline"])
+            self._acquire_ns(int(r["campaign"]), int(r["dim"]), int(r["cls"]), int(r["nmin"]),
+                             int(r["nmax"]), int(r["dur"]), int(r["max_spend"]), deadline,
+                             int(r["ttl"]), t, None, batch=int(r["batch"]))
+        elif op == J.OP["release"]:
+            self.release(int(r["lease"]))
+        elif op == J.OP["renew"]:
+            lid = int(r["lease"])
+            self._advance(t)
+            self._journaled(op, lid, t, int(r["dur"]), int(r["max_spend"]),
+                            self._renew(lid, int(r["dur"]), int(r["max_spend"]), t))
+        elif op == J.OP["cancel"]:
+            self.cancel(int(r["intent"]))
+        elif op == J.OP["advance"]:
+            self._advance(t)
+        else:
+            raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
+
     # ------------------------------------------------------------------ introspection
+    @_op
     def state(self) -> dict:
         """A JSON-serialisable picture of the broker: pool, campaigns, leases, pending."""
         t = self._now()

@@ -1,0 +1,53 @@
+"""Command line: ``python -m bursarcore <command>`` (also installed as ``bursar``).
+
+Each subcommand is a function ``add_<name>(subparsers)`` that registers its parser and sets
+``func`` to a handler taking the parsed namespace and returning an exit status; adding a
+command is one such function and one entry in :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="throughput of the token-bucket core on this machine",
+                       description="Decisions per second: compiled single calls and batches, "
+                                   "the reference model, and peer rate limiters if installed.")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, a few repetitions (well under 20 s)")
+    p.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="skip token-bucket, limits and pyrate-limiter")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # for the tests
+    p.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench  # imported here so other commands don't pay for numpy setup twice
+
+    bench.main(quick=args.quick, tiny=args.tiny, peers=args.peers)
+    return 0
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bursar", description="bursarcore command line.")
+    sub = parser.add_subparsers(dest="command", metavar="command", required=True)
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""In-memory columnar journal: numpy structured arrays grown in chunks (the fast path)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Journal
+from .records import RECORD_DTYPE
+
+__all__ = ["MemoryJournal"]
+
+
+class MemoryJournal(Journal):
+    """Records in chunks of ``chunk`` rows; nothing survives the process."""
+
+    def __init__(self, chunk: int = 1 << 16) -> None:
+        super().__init__()
+        self._chunk = chunk
+        self._chunks: list[np.ndarray] = []
+        self._fill = 0                      # rows used in the last chunk
+        self._payloads: dict[int, str] = {}
+        self._cache: np.ndarray | None = None
+
+    def _store(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
+        self._cache = None
+        self._payloads.update(payloads)
+        i, n = 0, rows.shape[0]
+        while i < n:
+            if not self._chunks or self._fill == self._chunks[-1].shape[0]:
+                self._chunks.append(np.empty(max(self._chunk, n - i), dtype=RECORD_DTYPE))
+                self._fill = 0
+            last = self._chunks[-1]
+            k = min(n - i, last.shape[0] - self._fill)
+            last[self._fill:self._fill + k] = rows[i:i + k]
+            self._fill += k
+            i += k
+
+    def rows(self) -> np.ndarray:
+        if self._cache is None:
+            if not self._chunks:
+                self._cache = np.empty(0, dtype=RECORD_DTYPE)
+            else:
+                parts = self._chunks[:-1] + [self._chunks[-1][: self._fill]]
+                self._cache = np.concatenate(parts)
+        return self._cache
+
+    def payloads(self) -> dict[int, str]:
+        return self._payloads

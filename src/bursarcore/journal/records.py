@@ -1,0 +1,98 @@
+"""Journal records: one per decision (SPEC §9), columnar.
+
+A record is one row of :data:`RECORD_DTYPE` plus an optional JSON ``payload`` (the
+envelope of a ``register``, the broker configuration of the ``config`` header). Times are
+int ns, amounts are the engine's integers (tokens in unit·ns, credits in micro-credits),
+so a journal replays bit for bit. :func:`to_dict` gives the float view people read.
+
+Input records (``config``, ``register``, ``acquire``, ``release``, ``renew``, ``cancel``,
+``advance``, ``consume``) drive :meth:`bursarcore.Broker.replay`; derived records
+(``grant`` of a pending intent, ``refuse`` at TTL or deadline, ``preempt``, ``revoke``,
+``expire``, ``activate``) are what the engine did on its own and are checked on replay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "to_dict", "from_dict",
+           "new_rows"]
+
+OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
+       "activate", "release", "renew", "cancel", "advance", "consume")
+OP = {name: i for i, name in enumerate(OPS)}
+INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release", "renew",
+                                      "cancel", "advance", "consume"))
+OUTCOMES = ("", "granted", "pending", "refused", "ok")
+REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
+           "unknown_campaign", "cancelled")
+
+RECORD_DTYPE = np.dtype([
+    ("seq", "i8"), ("t", "i8"), ("op", "i1"), ("outcome", "i1"), ("reason", "i1"),
+    ("path", "i1"), ("rank", "i1"), ("batch", "i1"), ("dim", "i2"), ("cls", "i2"),
+    ("campaign", "i4"),
+    # request
+    ("nmin", "i8"), ("nmax", "i8"), ("dur", "i8"), ("max_spend", "i8"), ("deadline", "i8"),
+    ("ttl", "i8"),
+    # result
+    ("units", "i8"), ("lease", "i8"), ("intent", "i8"), ("cost", "i8"),
+    # rule inputs
+    ("deficit", "f8"), ("tokens_before", "i8"), ("credits_before", "i8"), ("free", "i8"),
+    ("unmet", "i8"), ("lim_ceiling", "i8"), ("lim_capacity", "i8"), ("lim_tokens", "i8"),
+    ("lim_credits", "i8"),
+    # state after
+    ("tokens_after", "i8"), ("credits_after", "i8"), ("held_after", "i8"),
+])
+FIELDS = RECORD_DTYPE.names
+_NS = 1e9
+_MICRO = 1e6
+
+
+def new_rows(n: int) -> np.ndarray:
+    """n blank records: -1 in ids and optional request fields, 0 elsewhere."""
+    r = np.zeros(n, dtype=RECORD_DTYPE)
+    for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend", "deadline", "ttl"):
+        r[f] = -1
+    r["deficit"] = np.nan
+    return r
+
+
+def to_dict(row: Any, payload: str | None = None, names: list[str] | None = None,
+            dims: list[str] | None = None, classes: list[str] | None = None) -> dict:
+    """A record as plain JSON-able values (ints kept exact; names resolved when given)."""
+    d = {f: (row[f].item() if hasattr(row[f], "item") else row[f]) for f in FIELDS}
+    d["op"] = OPS[d["op"]]
+    d["outcome"] = OUTCOMES[d["outcome"]]
+    d["reason"] = REASONS[d["reason"]] if 0 <= d["reason"] < len(REASONS) else str(d["reason"])
+    if isinstance(d["deficit"], float) and math.isnan(d["deficit"]):
+        d["deficit"] = None
+    if names is not None and 0 <= d["campaign"] < len(names):
+        d["campaign_name"] = names[d["campaign"]]
+    if dims is not None and 0 <= d["dim"] < len(dims):
+        d["dim_name"] = dims[d["dim"]]
+    if classes is not None and 0 <= d["cls"] < len(classes):
+        d["class_name"] = classes[d["cls"]]
+    d["payload"] = json.loads(payload) if payload else None
+    return d
+
+
+def from_dict(d: dict) -> tuple[np.ndarray, str | None]:
+    """Inverse of :func:`to_dict` (extra keys ignored)."""
+    row = new_rows(1)
+    for f in FIELDS:
+        v = d[f]
+        if f == "op":
+            v = OP[v]
+        elif f == "outcome":
+            v = OUTCOMES.index(v)
+        elif f == "reason":
+            v = REASONS.index(v)
+        elif f == "deficit" and v is None:
+            v = math.nan
+        row[f] = v
+    p = d.get("payload")
+    return row, (json.dumps(p, sort_keys=True) if p is not None else None)
