@@ -27,3 +27,15 @@ def test_demo_claims(backend):
 def test_demo_is_deterministic():
     assert run_demo(seconds=300, backend="reference").storm_avg_hold == \
         run_demo(seconds=300, backend="reference").storm_avg_hold
+
+
+def test_demo_command_writes_journal(tmp_path, capsys):
+    from bursarcore.__main__ import main
+    from bursarcore.journal import import_jsonl
+
+    path = tmp_path / "j.jsonl"
+    assert main(["demo", "--seconds", "120", "--backend", "reference",
+                 "--journal", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "storm" in out and "utilisation" in out
+    assert len(import_jsonl(path)) > 100

@@ -33,7 +33,30 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench]
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="one simulated hour of a 512-GPU pool under a storm",
+                       description="A scripted, seeded demonstration on the embedded "
+                                   "simulated pool: an adversarial storm, a guaranteed "
+                                   "interactive campaign and opportunistic backfill.")
+    p.add_argument("--seconds", type=int, default=3600, help="simulated seconds (default 3600)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--backend", choices=["compiled", "reference"], default=None,
+                   help="engine backend (default: compiled when built)")
+    p.add_argument("--journal", metavar="PATH", help="write the decision journal (JSON lines)")
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import format_demo, run_demo
+
+    if args.seconds < 1:
+        raise SystemExit("bursar demo: --seconds must be >= 1")
+    print(format_demo(run_demo(seconds=args.seconds, seed=args.seed, backend=args.backend,
+                               journal_path=args.journal)))
+    return 0
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench, add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

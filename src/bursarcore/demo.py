@@ -25,6 +25,7 @@ import numpy as np
 from .admission.envelope import Envelope, Intent, Pool
 from .broker import Broker
 from .clock import ManualClock
+from .journal import MemoryJournal, export_jsonl
 
 __all__ = ["run_demo", "format_demo", "DemoResult"]
 
@@ -49,11 +50,13 @@ class DemoResult:
     wall_seconds: float
 
 
-def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None) -> DemoResult:
+def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
+             journal_path: str | None = None) -> DemoResult:
     wall = time.perf_counter()
     rng = np.random.default_rng(seed)
     clock = ManualClock(0.0)
-    b = Broker(Pool(gpu=512), clock=clock, backend=backend)
+    journal = MemoryJournal() if journal_path else None
+    b = Broker(Pool(gpu=512), clock=clock, backend=backend, journal=journal)
     b.register("storm", Envelope(credits=50_000, service_class="agent-burst",
                                  guaranteed={"gpu": 0}, sustained={"gpu": 64},
                                  ceiling={"gpu": 384}, burst={"gpu": 25_000}))
@@ -113,6 +116,8 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None) -> 
         storm_held.append(b.supply("storm").dims["gpu"].held)
         occupied.append(int(b.st.occ[0]))
         occupied_firm.append(int(b.st.F[0]))
+    if journal is not None:
+        export_jsonl(journal, journal_path)
     held = np.array(storm_held, dtype=float)
     s_idx = b.campaign_index("storm")
     refilled = int(b.st.tok_minted[s_idx, 0]) / 1e9
