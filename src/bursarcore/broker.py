@@ -290,6 +290,8 @@ class Broker:
                 owner.extend([j] * k)
             self._node_names.append(names)
             self._node_of_slot.append(np.array(owner, dtype=np.int64))
+        self._slot_alive = [np.ones(pool.capacity[d], dtype=bool) for d in self.dims]
+        self._draining = [0] * len(self.dims)  # retired slots still held by leases
         self._names: list[str] = []
         self._cindex: dict[str, int] = {}
         self.envelopes: dict[str, Envelope] = {}
@@ -452,6 +454,7 @@ class Broker:
                 self._opp_active[int(st.dim[lid])].discard(lid)
                 self._revoking[int(st.dim[lid])].discard(lid)
                 self._emit("expired", int(st.t_end[lid]), int(st.camp[lid]), lid=lid)
+            self._purge_retired()
             total += m
             if m <= self._expired_buf.shape[0]:
                 return total
@@ -509,10 +512,16 @@ class Broker:
             self._revoking[int(st.dim[ident])].discard(ident)
             if int(st.state[ident]) == REVOKING and int(st.revoke_at[ident]) == t:
                 self._k.end_lease(st, ident, t, REVOKED)
+                self._purge_retired()
                 self._emit("revoked", t, int(st.camp[ident]), lid=ident)
         elif kind == _EV_ACTIVATE:
             self._activation.pop(ident, None)
-            if int(st.state[ident]) == STARTING:
+            if int(st.state[ident]) == STARTING and int(st.top[int(st.dim[ident])]) < int(
+                    st.units[ident]):
+                # the pool shrank under a reclaim grant: it cannot be placed any more
+                self._k.end_lease(st, ident, t, REVOKED)
+                self._emit("revoked", t, int(st.camp[ident]), lid=ident, reason=CAPACITY)
+            elif int(st.state[ident]) == STARTING:
                 self._reserve(1, int(st.units[ident]))
                 self._k.activate(st, ident, t)
                 self._emit("activated", t, int(st.camp[ident]), lid=ident)
@@ -854,6 +863,7 @@ class Broker:
                             lease=self.lease(lid))
         before = int(st.refunded[c])
         self._k.end_lease(st, lid, t, RELEASED)
+        self._purge_retired()
         self._opp_active[int(st.dim[lid])].discard(lid)
         self._revoking[int(st.dim[lid])].discard(lid)
         self._activation.pop(lid, None)
@@ -1138,6 +1148,141 @@ class Broker:
             iids[j] = dec.intent_id
         return BatchResult(out[0], out[1], out[2], out[3], iids)
 
+    # ------------------------------------------------------------------ pool size (§12)
+    @_op
+    def add_nodes(self, dim: str, nodes: Sequence[tuple[str, int]]) -> list[int]:
+        """Grow the pool: ``nodes`` is a list of ``(name, slots)`` joining dimension
+        ``dim`` now (a facility binding calls this when a pilot allocation starts).
+        Returns the new slot ids."""
+        d = self._dim_arg(dim)
+        nodes = [(str(n), int(k)) for n, k in nodes] if isinstance(nodes, (list, tuple)) else None
+        if not nodes:
+            raise InvalidArgument("nodes", "must be a non-empty list of (name, slots)", nodes)
+        live = {self._node_names[d][int(j)] for j in
+                np.unique(self._node_of_slot[d][self._slot_alive[d]])} if self._slot_alive[d].any() else set()
+        seen = set()
+        for name, k in nodes:
+            if not name or name in live or name in seen:
+                raise InvalidArgument("nodes", "names must be non-empty, unique and not in the pool",
+                                      name)
+            if k < 1 or k > 1 << 20:
+                raise InvalidArgument(f"nodes[{name}]", "slots must be in [1, 2**20]", k)
+            seen.add(name)
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        start = self._node_of_slot[d].shape[0]
+        total = sum(k for _, k in nodes)
+        ids = np.arange(start, start + total, dtype=np.int32)
+        need = int(st.top[d]) + total
+        if need > st.free_slots.shape[1]:
+            wider = np.zeros((st.D, max(need, 2 * st.free_slots.shape[1])), dtype=np.int32)
+            wider[:, : st.free_slots.shape[1]] = st.free_slots
+            st.free_slots = wider
+        top = int(st.top[d])
+        st.free_slots[d, top:top + total] = ids[::-1]
+        st.top[d] = top + total
+        st.cap[d] += total
+        owner = []
+        for name, k in nodes:
+            self._node_names[d].append(name)
+            owner.extend([len(self._node_names[d]) - 1] * k)
+        self._node_of_slot[d] = np.concatenate([self._node_of_slot[d], np.array(owner, np.int64)])
+        self._slot_alive[d] = np.concatenate([self._slot_alive[d], np.ones(total, bool)])
+        self.pool.capacity[self.dims[d]] += total
+        self.pool.slot_map[self.dims[d]].extend(nodes)
+        self._journal_nodes("add_nodes", t, d, {"dim": self.dims[d], "nodes": nodes})
+        self._serve_pending(t)
+        return ids.tolist()
+
+    @_op
+    def remove_nodes(self, dim: str, nodes: Sequence[str], grace: float = 0.0) -> list[int]:
+        """Shrink the pool: ``nodes`` leave dimension ``dim`` (a pilot ends or fails).
+        Their free slots go at once; every lease holding one of their slots is revoked
+        with notice, ``grace`` seconds from now (0: at once), and its slots leave the pool
+        when it ends. Returns the ids of the leases revoked."""
+        d = self._dim_arg(dim)
+        if not isinstance(nodes, (list, tuple)) or not nodes:
+            raise InvalidArgument("nodes", "must be a non-empty list of node names", nodes)
+        g = units.to_ns(grace, "grace", allow_negative=False)
+        names = self._node_names[d]
+        index = {n: j for j, n in enumerate(names)}
+        alive_nodes = set(np.unique(self._node_of_slot[d][self._slot_alive[d]]).tolist())
+        js = []
+        for n in nodes:
+            j = index.get(n)
+            if j is None or j not in alive_nodes:
+                raise InvalidArgument("nodes", "each must be a node in the pool", n)
+            js.append(j)
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        gone = np.isin(self._node_of_slot[d], js) & self._slot_alive[d]
+        self._slot_alive[d] &= ~gone
+        self._draining[d] += int(gone.sum())
+        self._purge_retired()
+        # leases holding a retired slot: revoke with notice
+        n = st.nleases
+        live = np.flatnonzero(((st.state[:n] == ACTIVE) | (st.state[:n] == REVOKING))
+                              & (st.dim[:n] == d))
+        hit = [int(l) for l in live if gone[st.arena[int(st.slot_off[l]):int(st.slot_off[l])
+                                                     + int(st.units[l])]].any()]
+        for lid in hit:
+            if int(st.state[lid]) == REVOKING and int(st.revoke_at[lid]) <= t + g:
+                continue
+            if int(st.state[lid]) == ACTIVE:
+                st.rev[d] += int(st.units[lid])
+                if not st.firm[lid]:
+                    st.oppa[d] -= int(st.units[lid])
+                st.state[lid] = REVOKING
+            self._opp_active[d].discard(lid)
+            self._revoking[d].add(lid)
+            st.revoke_at[lid] = t + g
+            self._emit("preempt_notice", t, int(st.camp[lid]), lid=lid, deadline=t + g,
+                       reason=CAPACITY)
+            self._push(t + g, _EV_REVOKE, lid)
+        self.pool.capacity[self.dims[d]] = int(st.cap[d])
+        gone_names = {names[j] for j in js}
+        self.pool.slot_map[self.dims[d]] = [(nm, k) for nm, k in self.pool.slot_map[self.dims[d]]
+                                            if nm not in gone_names]
+        self._journal_nodes("remove_nodes", t, d, {"dim": self.dims[d], "nodes": list(nodes),
+                                                   "grace": g})
+        if g == 0:
+            self._advance(t)  # revocations due now run now
+        return hit
+
+    def _purge_retired(self) -> None:
+        """Drop retired slots (of removed nodes) from the free stacks; the pool shrinks
+        by each one as it comes free."""
+        st = self.st
+        for d in range(st.D):
+            if not self._draining[d]:
+                continue
+            top = int(st.top[d])
+            ids = st.free_slots[d, :top]
+            keep = self._slot_alive[d][ids]
+            r = int((~keep).sum())
+            if r:
+                kept = ids[keep].copy()
+                st.free_slots[d, : kept.shape[0]] = kept
+                st.top[d] = kept.shape[0]
+                st.cap[d] -= r
+                self._draining[d] -= r
+
+    def _dim_arg(self, dim: str) -> int:
+        d = self._dim_index.get(dim) if isinstance(dim, str) else None
+        if d is None:
+            raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
+        return d
+
+    def _journal_nodes(self, op: str, t: int, d: int, payload: dict) -> None:
+        if self.journal is None:
+            return
+        row = J.new_rows(1)
+        row["op"], row["t"], row["dim"], row["outcome"] = J.OP[op], t, d, 4
+        row["units"] = int(self.st.cap[d])
+        self.journal.append(row, {0: json.dumps(payload, sort_keys=True)})
+
     # ------------------------------------------------------------------ journal (§9)
     def sync(self) -> int:
         """Make every journaled decision durable; returns the highest durable seq (-1
@@ -1252,6 +1397,12 @@ class Broker:
             self.cancel(int(r["intent"]))
         elif op == J.OP["advance"]:
             self._advance(t)
+        elif op == J.OP["add_nodes"]:
+            p = json.loads(payload)
+            self.add_nodes(p["dim"], [tuple(x) for x in p["nodes"]])
+        elif op == J.OP["remove_nodes"]:
+            p = json.loads(payload)
+            self.remove_nodes(p["dim"], p["nodes"], grace=p["grace"] / NS)
         else:
             raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
 

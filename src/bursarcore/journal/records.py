@@ -23,10 +23,12 @@ __all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "to_dict", "fro
            "new_rows"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
-       "activate", "release", "renew", "cancel", "advance", "consume")
+       "activate", "release", "renew", "cancel", "advance", "consume", "add_nodes",
+       "remove_nodes")
 OP = {name: i for i, name in enumerate(OPS)}
 INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release", "renew",
-                                      "cancel", "advance", "consume"))
+                                      "cancel", "advance", "consume", "add_nodes",
+                                      "remove_nodes"))
 OUTCOMES = ("", "granted", "pending", "refused", "ok")
 REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
            "unknown_campaign", "cancelled")
