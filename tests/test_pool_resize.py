@@ -85,3 +85,15 @@ def test_remove_free_node_at_once_and_replay(eb):
     check_invariants(r)
     with pytest.raises(InvalidArgument):
         b.remove_nodes("gpu", ["n2"])  # already gone
+
+
+def test_subscribers_see_every_event(eb):
+    b = broker(eb)
+    seen = []
+    b.subscribe(seen.append)
+    b.acquire(Intent("a", units={"gpu": 2}, duration=10))
+    b.clock.advance(10)
+    polled = b.poll()
+    assert seen == polled and [e.kind for e in seen] == ["expired"]
+    with pytest.raises(InvalidArgument):
+        b.subscribe(42)

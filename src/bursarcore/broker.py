@@ -310,6 +310,7 @@ class Broker:
         self._expired_buf = np.zeros(4096, dtype=np.int64)
         self._buf = np.zeros(4, dtype=np.int64)
         self._t_force: int | None = None      # replay drives exact integer times
+        self._subscribers: list[Any] = []
         self._deficit_last = np.zeros(0)
         self._config = {"pool": pool.to_dict(), "classes": [vars(c) for c in self.classes],
                         "congestion": {"window": self.congestion.window,
@@ -471,9 +472,12 @@ class Broker:
         n = int(st.units[lid]) if lid is not None else 0
         if iid is None and lid is not None:
             iid = None
-        self._events.append(Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
-                                  deadline=None if deadline is None else deadline / NS,
-                                  reason=REASONS[reason] if reason else None, units=n))
+        ev = Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
+                   deadline=None if deadline is None else deadline / NS,
+                   reason=REASONS[reason] if reason else None, units=n)
+        self._events.append(ev)
+        for fn in self._subscribers:
+            fn(ev)
         if self.journal is None:
             return
         row = J.new_rows(1)
@@ -1147,6 +1151,13 @@ class Broker:
             out[3][j] = _OUTCOME_CODE[dec.outcome]
             iids[j] = dec.intent_id
         return BatchResult(out[0], out[1], out[2], out[3], iids)
+
+    def subscribe(self, callback: Any) -> None:
+        """Call ``callback(event)`` for every event as it happens (a facility binding
+        enforces revocations this way), in addition to queueing it for :meth:`poll`."""
+        if not callable(callback):
+            raise InvalidArgument("callback", "must be callable", callback)
+        self._subscribers.append(callback)
 
     # ------------------------------------------------------------------ pool size (§12)
     @_op
