@@ -38,7 +38,7 @@ from .journal.explain import explain as _explain
 from .reference import engine as _ref_engine
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
-           "BatchResult", "ENGINES"]
+           "BatchResult", "Consumption", "ENGINES"]
 
 NS = units.NS
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
@@ -189,6 +189,26 @@ class Quote:
         return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
 
 
+@dataclass(frozen=True)
+class Consumption:
+    """The answer to :meth:`Broker.consume`: ``allowed`` units pass now; the rest may be
+    retried after ``retry_after`` seconds (0.0 when all passed, inf when never). ``reason``
+    names what held the rest back: ``tokens`` (the campaign's sustained or peak bucket),
+    ``capacity`` (the facility's shared bucket) or ``credits``."""
+
+    campaign: str
+    dim: str
+    requested: float
+    allowed: float
+    retry_after: float
+    reason: str | None = None
+    cost: float = 0.0
+    seq: int = -1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class BatchResult(NamedTuple):
     """Arrays from :meth:`Broker.admit_batch`: units granted (0 unless granted), reason
     codes (index into ``bursarcore.admission.state.REASONS``), lease ids (-1 if none),
@@ -259,12 +279,15 @@ class Broker:
         self.dims = pool.dims
         self._dim_index = {d: i for i, d in enumerate(self.dims)}
         price = dict(price or {})
+        self.flow_dims = list(pool.flow)
         for d in price:
-            if d not in self._dim_index:
+            if d not in self._dim_index and d not in pool.flow:
                 raise InvalidArgument(f"price[{d}]", "names a dimension the pool lacks", d)
+        # held: credits per unit-hour (default 1); flow: credits per unit (default 0)
         self.price = {d: float(price.get(d, 1.0)) for d in self.dims}
+        self.price.update({d: float(price.get(d, 0.0)) for d in self.flow_dims})
         for d, p in self.price.items():
-            if not math.isfinite(p) or p < 0:
+            if not isinstance(p, float) or not math.isfinite(p) or p < 0:
                 raise InvalidArgument(f"price[{d}]", "must be a finite number >= 0", p)
         self.cold_wait = cold_wait  # callable(dim) -> seconds, from a facility binding
         self._t = units.to_ns(self.clock.now())
@@ -281,6 +304,14 @@ class Broker:
             window_ns=units.to_ns(self.congestion.window), bins=self.congestion.bins,
             instant=enforcement == "instant")
         self.st.scal[0] = self._t // self.st.bin_ns
+        self._flow_index = {d: i for i, d in enumerate(self.flow_dims)}
+        self._flow_price = np.array([round(self.price[d] * CREDIT) for d in self.flow_dims],
+                                    dtype=np.int64)
+        self.flow = None
+        if self.flow_dims:
+            from .flow import FLOW_BACKENDS
+            fcls = FLOW_BACKENDS.get(backend, FLOW_BACKENDS["reference"])
+            self.flow = fcls(pool.flow, window=1.0, now=self._t / NS)
         self._node_of_slot = []
         self._node_names = []
         for d in self.dims:
@@ -346,7 +377,7 @@ class Broker:
             raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                   envelope.service_class)
         for d in envelope.dims():
-            if d not in self._dim_index:
+            if d not in self._dim_index and d not in self._flow_index:
                 raise InvalidArgument(f"guaranteed[{d}]", "names a dimension the pool lacks", d)
         t = self._now()
         g = [int(envelope.g(d)) for d in self.dims]
@@ -381,6 +412,12 @@ class Broker:
                 raise InvalidArgument("credits", "must be <= 2.3e12 or inf", credits)
             budget = round(credits * CREDIT)
         self._advance(t)
+        if self.flow is not None:  # may refuse (naming the field) before anything changes
+            fd = [d for d in self.flow_dims if d in envelope.dims()]
+            self.flow.add_campaign(
+                guaranteed={d: envelope.g(d) for d in fd}, sustained={d: envelope.s(d) for d in fd},
+                ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
+                now=t / NS)
         c = self.st.add_campaign(g, s, b, Bcap, budget, t)
         self._names.append(name)
         self._cindex[name] = c
@@ -1152,6 +1189,94 @@ class Broker:
             iids[j] = dec.intent_id
         return BatchResult(out[0], out[1], out[2], out[3], iids)
 
+    # ------------------------------------------------------------------ flow dimensions (§5)
+    @_op
+    def consume(self, campaign: str, dim: str, amount: float) -> Consumption:
+        """Consume ``amount`` units of a flow dimension now (throttle at source, SPEC §5):
+        the guaranteed bucket serves first; the rest must pass the campaign's sustained and
+        peak buckets and the facility's shared bucket. A priced dimension (``price=``, in
+        credits per unit) also charges credits, and is limited by them."""
+        c = self.campaign_index(campaign)
+        fd = self._flow_index.get(dim) if isinstance(dim, str) else None
+        if fd is None:
+            raise InvalidArgument("dim", f"must be a flow dimension, one of {self.flow_dims}", dim)
+        a = units.to_fixed(amount, "amount")
+        t = self._now()
+        self._advance(t)
+        return self._consume_ns(c, fd, a, t)
+
+    def _consume_ns(self, c: int, fd: int, a: int, t: int) -> Consumption:
+        st = self.st
+        price = int(self._flow_price[fd])
+        left = int(st.left[c])
+        ask = a
+        if price and left < MAXV:
+            ask = min(a, left * units.SCALE // price)
+        allowed, retry, bound = self.flow.consume_fixed(
+            np.array([c], np.int64), np.array([fd], np.int64), np.array([ask], np.int64),
+            np.array([t], np.int64))
+        got, wait = int(allowed[0]), int(retry[0])
+        reason = 0
+        if got < a:
+            reason = CREDITS if got == ask and ask < a else (CAPACITY if int(bound[0]) == 3 else TOKENS)
+        cost = -(-got * price // units.SCALE) if price else 0
+        if cost:
+            if left < MAXV:
+                st.left[c] -= cost
+            st.spent[c] += cost
+            st.cred_debited[c] += cost
+        from .flow import NEVER
+        retry_s = 0.0 if got >= a else (math.inf if wait == NEVER or reason == CREDITS else wait / NS)
+        seq = -1
+        if self.journal is not None:
+            row = J.new_rows(1)
+            row["op"], row["t"], row["campaign"] = J.OP["consume"], t, c
+            row["dim"], row["nmax"], row["units"] = len(self.dims) + fd, a, got
+            row["cost"], row["reason"], row["outcome"] = cost, reason, 1 if got >= a else 3
+            row["dur"] = -1 if wait == NEVER else wait
+            row["credits_after"] = int(st.left[c])
+            seq = self.journal.append(row)
+        return Consumption(self._names[c], self.flow_dims[fd], a / units.SCALE,
+                           got / units.SCALE, retry_s, REASONS[reason] or None,
+                           cost / CREDIT, seq)
+
+    @_op
+    def consume_batch(self, campaign_idx: Any, dims: Any, amounts: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Many consumptions at this instant, exactly as the same sequence of
+        :meth:`consume` calls: returns ``(allowed, retry_after)`` arrays. The compiled
+        loop decides them at once when no priced dimension is involved."""
+        if self.flow is None:
+            raise InvalidArgument("dims", "the pool has no flow dimensions")
+        st = self.st
+        ci = units.index_array(campaign_idx, st.C, "campaign_idx")
+        n = ci.shape[0]
+        d = np.asarray(dims)
+        if d.dtype.kind in "US":
+            bad = [x for x in np.unique(d) if x not in self._flow_index]
+            if bad:
+                raise InvalidArgument("dims", f"must be flow dimensions, one of {self.flow_dims}",
+                                      bad[0])
+            d = np.array([self._flow_index[x] for x in d.reshape(-1)], np.int64).reshape(d.shape)
+        if d.ndim == 0:
+            d = np.full(n, int(d), np.int64)
+        di = units.index_array(d, len(self.flow_dims), "dims")
+        if di.shape[0] != n:
+            raise InvalidArgument("dims", f"must be a scalar or have shape ({n},)", d.shape)
+        amt = units.fixed_array(amounts, "amounts", n)
+        t = self._now()
+        self._advance(t)
+        priced = bool(self._flow_price[di].any()) if n else False
+        if priced or self.journal is not None:
+            out = [self._consume_ns(int(ci[j]), int(di[j]), int(amt[j]), t) for j in range(n)]
+            return (np.array([o.allowed for o in out], dtype=float),
+                    np.array([o.retry_after for o in out], dtype=float))
+        from .flow import NEVER
+        allowed, retry, _ = self.flow.consume_fixed(ci, di, amt, np.array([t], np.int64))
+        secs = retry / NS
+        secs[retry == NEVER] = math.inf
+        secs[allowed >= amt] = 0.0
+        return allowed / units.SCALE, secs
+
     def subscribe(self, callback: Any) -> None:
         """Call ``callback(event)`` for every event as it happens (a facility binding
         enforces revocations this way), in addition to queueing it for :meth:`poll`."""
@@ -1408,6 +1533,9 @@ class Broker:
             self.cancel(int(r["intent"]))
         elif op == J.OP["advance"]:
             self._advance(t)
+        elif op == J.OP["consume"]:
+            self._advance(t)
+            self._consume_ns(int(r["campaign"]), int(r["dim"]) - len(self.dims), int(r["nmax"]), t)
         elif op == J.OP["add_nodes"]:
             p = json.loads(payload)
             self.add_nodes(p["dim"], [tuple(x) for x in p["nodes"]])

@@ -113,18 +113,30 @@ class Envelope:
 
 
 class Pool:
-    """The capacity the broker hands out, per held dimension (SPEC §1, §4.1).
+    """The capacity the broker hands out, per dimension (SPEC §1, §4.1, §5).
 
-    ``Pool(gpu=512)``; ``slots`` optionally maps a dimension to its slot map, a list of
+    ``Pool(gpu=512, flow={"fs": 28.0, "inference": 5000.0})``: keyword arguments are held
+    dimensions (whole units); ``flow`` maps flow dimensions to the facility's units per
+    second; ``slots`` optionally maps a dimension to its slot map, a list of
     ``(node, slots)`` pairs summing to the capacity (default: nodes of
     ``slots_per_node`` slots named ``<dim>-node0000``...). ``warm_headroom`` keeps units free
     even of opportunistic leases.
     """
 
     def __init__(self, *, slots: Mapping[str, list] | None = None, slots_per_node: int = 8,
-                 warm_headroom: Mapping[str, float] | None = None, **dims: float) -> None:
+                 warm_headroom: Mapping[str, float] | None = None,
+                 flow: Mapping[str, float] | None = None, **dims: float) -> None:
         if not dims:
-            raise InvalidArgument("dims", "a pool needs at least one dimension, e.g. Pool(gpu=512)")
+            raise InvalidArgument("dims", "a pool needs at least one held dimension, "
+                                  "e.g. Pool(gpu=512)")
+        self.flow: dict[str, float] = {}
+        for d, v in _per_dim(flow, "flow").items():
+            if d in dims:
+                raise InvalidArgument(f"flow[{d}]", "is already a held dimension", d)
+            rate = _number(v, f"flow[{d}]")
+            if rate <= 0:
+                raise InvalidArgument(f"flow[{d}]", "must be > 0 units per second", v)
+            self.flow[d] = rate
         if not isinstance(slots_per_node, int) or slots_per_node < 1:
             raise InvalidArgument("slots_per_node", "must be an integer >= 1", slots_per_node)
         self.capacity: dict[str, int] = {}
@@ -160,16 +172,18 @@ class Pool:
         return list(self.capacity)
 
     def __repr__(self) -> str:
-        return "Pool(" + ", ".join(f"{d}={c}" for d, c in self.capacity.items()) + ")"
+        flow = f", flow={self.flow}" if self.flow else ""
+        return "Pool(" + ", ".join(f"{d}={c}" for d, c in self.capacity.items()) + flow + ")"
 
     def to_dict(self) -> dict:
         return {"capacity": dict(self.capacity), "warm_headroom": dict(self.warm_headroom),
-                "slots": {d: [list(x) for x in m] for d, m in self.slot_map.items()}}
+                "slots": {d: [list(x) for x in m] for d, m in self.slot_map.items()},
+                "flow": dict(self.flow)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Pool":
         return cls(slots={k: [tuple(x) for x in v] for k, v in d["slots"].items()},
-                   warm_headroom=d.get("warm_headroom"), **d["capacity"])
+                   warm_headroom=d.get("warm_headroom"), flow=d.get("flow"), **d["capacity"])
 
 
 @dataclass(frozen=True)
