@@ -237,9 +237,10 @@ cdef class TokenBuckets:
             return out
         cdef cnp.npy_bool[::1] o = out.view(np.uint8)
         cdef int64_t newest
-        with nogil:
-            newest = _debit_kernel(self._row(0), &idx[0], &amounts[0], &now_ns[0],
-                                   <cnp.npy_bool*>&o[0], n, now_ns.shape[0] == 1 and n != 1)
+        # The GIL stays held: released, another thread's append() could move the rows
+        # (the kernel would write freed memory and the batch be lost) or interleave debits.
+        newest = _debit_kernel(self._row(0), &idx[0], &amounts[0], &now_ns[0],
+                               <cnp.npy_bool*>&o[0], n, now_ns.shape[0] == 1 and n != 1)
         self._touch(newest)
         return out
 
@@ -265,9 +266,8 @@ cdef class TokenBuckets:
         out = np.empty(self._n, dtype=np.int64)
         cdef int64_t[::1] o = out
         cdef Py_ssize_t k
-        with nogil:
-            for k in range(self._n):
-                o[k] = _peek(self._row(k), t, NULL)
+        for k in range(self._n):  # with the GIL held, as in debit_fixed
+            o[k] = _peek(self._row(k), t, NULL)
         return out / units.SCALE
 
     def set_rate(self, i, rate, now):

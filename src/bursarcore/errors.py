@@ -69,3 +69,6 @@ class JournalCorrupt(BursarError):
         self.record = record
         self.problem = problem
         super().__init__(f"journal record {record}: {problem}")
+
+    def __reduce__(self):  # the default would call __init__ with the message alone
+        return (type(self), (self.record, self.problem))

@@ -1,0 +1,43 @@
+"""Shared fixtures: one parametrisation over every usable backend (propcache's habit).
+
+``backend`` yields a backend *name* ("compiled", "reference"); with
+``BURSARCORE_NO_EXTENSIONS=1`` only "reference" exists. Later suites (admission, leases)
+take ``backend`` and pick their own class for that name; ``TB`` is the token-bucket class.
+
+Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE``:
+
+* ``default`` — deterministic (``derandomize``), no deadline, modest example counts, so the
+  whole suite stays fast and a failure reproduces on every machine;
+* ``ci`` — deterministic too, several times more examples;
+* ``thorough`` — random seeds and many examples, for a long local soak.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+from bursarcore.buckets import BACKENDS
+
+settings.register_profile("default", derandomize=True, deadline=None, database=None,
+                          max_examples=60, print_blob=True)
+settings.register_profile("ci", derandomize=True, deadline=None, database=None,
+                          max_examples=300, print_blob=True)
+settings.register_profile("thorough", derandomize=False, deadline=None, max_examples=3000,
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(params=sorted(BACKENDS), scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of a usable backend; every test taking it runs once per backend."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def TB(backend: str) -> type:  # noqa: N802 - a class, named like one
+    """The ``TokenBuckets`` class of ``backend``."""
+    return BACKENDS[backend]
+
