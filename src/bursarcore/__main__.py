@@ -56,7 +56,10 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench, add_demo]
+from .sim.cli import add_experiments, add_simulate  # noqa: E402
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench, add_demo,
+                                                                add_simulate, add_experiments]
 
 
 def build_parser() -> argparse.ArgumentParser:

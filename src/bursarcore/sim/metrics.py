@@ -1,0 +1,346 @@
+"""What a run measured: exact integrals of the ledger's step functions, latencies, claims.
+
+:func:`collect` turns a finished :class:`~bursarcore.sim.engine.Simulation` into a
+:class:`SimResult`: ``summary`` (JSON-ready numbers per campaign and for the pool),
+``series`` (arrays on the sample grid, for figures and the timeline) and ``claims`` (SPEC
+§10's six claims, each beside the value this run measured and a verdict).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+
+__all__ = ["SimResult", "collect", "step_at", "step_integral", "CLAIMS"]
+
+
+def step_at(t_knots: np.ndarray, values: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """A right-continuous step function (``values[i]`` from ``t_knots[i]``) at times ``t``;
+    0 before the first knot."""
+    if len(t_knots) == 0:
+        return np.zeros(np.shape(t), dtype=np.asarray(values).dtype if len(values) else float)
+    i = np.searchsorted(t_knots, t, side="right") - 1
+    out = np.where(i >= 0, values[np.maximum(i, 0)], 0)
+    return out
+
+
+def step_integral(t_knots: np.ndarray, values: np.ndarray, a: float, b: float) -> float:
+    """∫ from a to b of the step function (0 before its first knot)."""
+    if b <= a or len(t_knots) == 0:
+        return 0.0
+    inside = (t_knots > a) & (t_knots < b)
+    pts = np.concatenate([[a], t_knots[inside], [b]])
+    v = step_at(t_knots, values, pts[:-1])
+    return float(np.sum(v * np.diff(pts)))
+
+
+def _pct(x: list[float] | np.ndarray, q: float) -> float | None:
+    x = np.asarray(x, float)
+    return None if x.size == 0 else float(np.percentile(x, q))
+
+
+def _clean(o: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, inf/nan to None."""
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, np.ndarray):
+        return _clean(o.tolist())
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (float, np.floating)):
+        f = float(o)
+        return None if not math.isfinite(f) else round(f, 6)
+    return o
+
+
+@dataclass
+class SimResult:
+    scenario: Any
+    summary: dict
+    series: dict
+    claims: list[dict]
+    timing: dict
+    journal: Any = None
+    events: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return _clean({"summary": self.summary, "claims": self.claims, "timing": self.timing})
+
+
+# SPEC §10's claims: (number, what, the source's value)
+CLAIMS = [
+    (1, "storm held between sustained and ceiling; average hold", "148 GPUs (s 64, b 384); "
+        "never above what its tokens pay for"),
+    (2, "interactive p95 grant latency during the storm", "1 s"),
+    (3, "adaptive vs naive: science and credit cost per unit", "~2.2x science, ~2.5x lower "
+        "cost per unit"),
+    (4, "mean utilisation with preemptible backfill", "~82%"),
+    (5, "naive science lost to I/O throttling; storm inference", "~40%; pinned to its "
+        "sustained rate"),
+    (6, "every decision journaled", "all"),
+]
+
+
+def collect(sim: Any) -> SimResult:
+    sc = sim.sc
+    T = sim.duration
+    step = sc.sample_every
+    grid = np.arange(0.0, T + step / 2, step)
+    led = sim.ledger
+    ct, cc, cd, cf = led.changes()
+    order = np.argsort(ct, kind="stable")
+    ct, cc, cd, cf = ct[order], cc[order], cd[order], cf[order]
+    cap = sim.capacity
+
+    def held_fn(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = ct[mask]
+        v = np.cumsum(cd[mask])
+        # collapse equal times to the last value
+        if t.size:
+            last = np.r_[t[1:] != t[:-1], True]
+            t, v = t[last], v[last]
+        return t, v
+
+    total_t, total_v = held_fn(np.ones_like(cc, bool))
+    firm_t, firm_v = held_fn(cf)
+    util = step_integral(total_t, total_v, 0.0, T) / (cap * T)
+    util_firm = step_integral(firm_t, firm_v, 0.0, T) / (cap * T)
+    state = sim.state
+    camp_state = state["campaigns"]
+    classes = {a.name: a.cls for a in sim.named_agents}
+
+    series: dict[str, Any] = {"t": grid, "capacity": cap,
+                              "occupied": step_at(total_t, total_v, grid),
+                              "occupied_firm": step_at(firm_t, firm_v, grid), "held": {}}
+    per: dict[str, dict] = {}
+    lat_by_class: dict[str, list[float]] = {}
+    reqs = led.requests
+    grace = sc.broker["grace"]
+    storms = []
+    named = {a.name: a for a in sim.named_agents}
+    for a in sim.named_agents:
+        c = a.index
+        t, v = held_fn(cc == c)
+        series["held"][a.name] = step_at(t, v, grid)
+        held_s = step_integral(t, v, 0.0, T)
+        cs = camp_state[a.name]
+        spent = cs["credits_spent"] + cs["credits_escrowed"]
+        mine = [r for r in reqs if r.campaign == c]
+        lats = [r.latency for r in mine if r.latency is not None]
+        lat_by_class.setdefault(a.cls, []).extend(lats)
+        d = {"agent": a.kind, "class": a.cls, "gpu_hours_held": held_s / 3600.0,
+             "mean_held": held_s / T, "credits_spent": spent,
+             "requests": len(mine), "granted": sum(r.outcome == "granted" for r in mine),
+             "refused": {reason: n for (cc_, reason), n in sorted(led.refusals.items())
+                         if cc_ == c},
+             "preempted": int(led.preemptions[c]),
+             "latency_p50": _pct(lats, 50), "latency_p95": _pct(lats, 95),
+             "latency_max": max(lats) if lats else None}
+        d.update(a.summary())
+        if hasattr(a, "series"):
+            lt, lb, lr = a.series()
+            busy = step_integral(lt, lb, 0.0, T)
+            run = step_integral(lt, lr, 0.0, T)
+            d.update({"busy_gpu_hours": busy / 3600.0, "running_gpu_hours": run / 3600.0,
+                      "stalled_share": (busy - run) / busy if busy > 0 else 0.0,
+                      "idle_share_of_held": (held_s - busy) / held_s if held_s > 0 else 0.0,
+                      "science_per_credit": d["science"] / spent if spent > 0 else None,
+                      "credits_per_science": spent / d["science"] if d["science"] > 0 else None})
+            series.setdefault("busy", {})[a.name] = step_at(lt, lb, grid)
+            series.setdefault("running", {})[a.name] = step_at(lt, lr, grid)
+        for dim, (ft, fa, fg) in a.flow.items():
+            ft, fa, fg = np.asarray(ft), np.asarray(fa), np.asarray(fg)
+            edges = np.r_[grid, grid[-1] + step]
+            series.setdefault("flow", {}).setdefault(a.name, {})[dim] = {
+                "asked": np.histogram(ft, edges, weights=fa)[0] / step,
+                "allowed": np.histogram(ft, edges, weights=fg)[0] / step}
+            d.setdefault("flow", {})[dim] = {"asked": float(fa.sum()), "allowed": float(fg.sum())}
+        if a.kind == "storm":
+            storms.append((a, t, v, d))
+        if a.kind == "interactive":
+            win = _storm_window(sim)
+            within = [r for r in mine if r.within_guarantee]
+            lw = [r.latency for r in within if r.latency is not None
+                  and (win is None or win[0] <= r.t < win[1])]
+            viol = sum(1 for r in within if r.t + grace <= T and
+                       (r.latency is None or r.latency > grace + 1e-9))
+            d.update({"within_guarantee": len(within), "violations": viol,
+                      "storm_latency_p95": _pct(lw, 95), "storm_requests": len(lw),
+                      "storm_latency_p50": _pct(lw, 50)})
+        if a.kind == "probe":
+            d["time_to_capacity_median"] = _pct(lats, 50)
+            d["probes"] = len(mine)
+            d["probes_unserved"] = sum(1 for r in mine if r.latency is None)
+        per[a.name] = d
+    for a, t, v, d in storms:
+        s, b = a.s, a.b
+        w0, w1 = a.p["start"], min(a.p["end"], T)
+        span = max(w1 - w0, 1e-9)
+        B = a.env.B(sim.dim)
+        refill = _minted(sim, a.index)
+        above = step_integral(t, np.maximum(0, v - s), 0.0, T)
+        tail0 = w0 + 0.75 * span
+        d.update({"window": [w0, w1], "sustained": s, "ceiling": b, "bucket": B,
+                  "avg_hold_window": step_integral(t, v, w0, w1) / span,
+                  "predicted_hold": s + B / span if math.isfinite(B) else None,
+                  "hold_last_quarter": step_integral(t, v, tail0, w1) / max(w1 - tail0, 1e-9),
+                  "extracted_above_sustained": above, "refill": refill,
+                  "bound": B + refill if math.isfinite(B) else None})
+        if "inference" in d.get("flow", {}):
+            ft, fa, fg = (np.asarray(x) for x in a.flow["inference"])
+            late = ft >= w0 + 0.5 * span
+            d["inference_rate_window"] = float(fg.sum()) / span
+            d["inference_rate_second_half"] = float(fg[late].sum()) / (0.5 * span)
+            d["inference_sustained"] = a.env.s("inference")
+            d["inference_asked_rate"] = float(fa.sum()) / span
+    # pool signals
+    smp = sim.samples
+    series["pool"] = {k: np.asarray(v, float) for k, v in smp.items()}
+    series["tokens"] = {k: np.asarray(v, float).reshape(-1, 2) for k, v in sim.tokens.items()}
+    series["latency"] = {k: np.asarray(v, float) for k, v in lat_by_class.items()}
+    series["classes"] = classes
+    series["campaign_caps"] = {a.name: {"g": a.g, "s": a.s, "b": a.b} for a in sim.named_agents}
+    jcount, jops = _journal_counts(sim)
+    decisions = dict(sim.decision_counts)
+    groups = [g.summary() for g in sim.groups]
+    summary = {
+        "scenario": sc.name, "source": sc.source, "seed": sc.seed, "duration": T,
+        "backend": sim.broker.backend, "enforcement": sc.broker["enforcement"],
+        "version": __version__, "capacity": cap,
+        "utilisation": util, "utilisation_firm_only": util_firm,
+        "campaigns": per, "populations": groups,
+        "journal": {"records": jcount, "ops": jops} if sim.journal is not None else None,
+        "decisions": decisions,
+    }
+    timing = {"wall_seconds": sim.timing.wall, "engine_seconds": sim.timing.engine,
+              "agents_seconds": sim.timing.agents, "broker_calls": sim.timing.calls}
+    claims = _claims(sim, summary, per, named)
+    return SimResult(scenario=sc, summary=summary, series=series, claims=claims,
+                     timing=timing, journal=sim.journal)
+
+
+def _storm_window(sim: Any) -> tuple[float, float] | None:
+    ws = [(a.p["start"], a.p["end"]) for a in sim.named_agents if a.kind == "storm"]
+    if not ws:
+        return None
+    return min(w[0] for w in ws), max(w[1] for w in ws)
+
+
+def _minted(sim: Any, c: int) -> float:
+    """Tokens the storm's bucket refilled during the run (unit-seconds), from the engine's
+    conservation counters (SPEC §11.5)."""
+    st = getattr(sim.broker, "st", None)
+    minted = getattr(st, "tok_minted", None)
+    if minted is None:
+        return float("nan")
+    return int(minted[c, 0]) / 1e9
+
+
+def _journal_counts(sim: Any) -> tuple[int, dict]:
+    if sim.journal is None:
+        return 0, {}
+    from ..journal.records import OPS
+
+    rows = sim.journal.rows()
+    ops, counts = np.unique(rows["op"], return_counts=True)
+    return int(rows.shape[0]), {OPS[int(o)]: int(n) for o, n in zip(ops, counts)}
+
+
+def _fmt(x: Any, unit: str = "", nd: int = 1) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:,.{nd}f}{unit}"
+
+
+def _claims(sim: Any, summary: dict, per: dict, named: dict) -> list[dict]:
+    out = []
+    grace = sim.sc.broker["grace"]
+
+    def add(n: int, measured: str, verdict: str, ok: bool | None) -> None:
+        _, what, source = CLAIMS[n - 1]
+        out.append({"claim": n, "what": what, "source": source, "measured": measured,
+                    "verdict": verdict, "ok": ok})
+
+    storm = next((d for d in per.values() if d["agent"] == "storm"), None)
+    if storm:
+        avg, s, b = storm["avg_hold_window"], storm["sustained"], storm["ceiling"]
+        pred, ext, bound = storm["predicted_hold"], storm["extracted_above_sustained"], storm["bound"]
+        within = s < avg < b
+        paid = bound is None or ext <= bound + 1e-6
+        close = pred is not None and abs(avg - pred) <= 0.15 * pred
+        add(1, f"{_fmt(avg)} GPUs average over the window (prepaid prediction s + B/window = "
+               f"{_fmt(pred)}); last quarter {_fmt(storm['hold_last_quarter'])} GPUs; "
+               f"{_fmt(ext, nd=0)} GPU-s above sustained vs B + refill = {_fmt(bound, nd=0)}",
+            "reproduced" if within and paid and close else
+            ("bound holds" if within and paid else "differs"), within and paid)
+    else:
+        add(1, "no storm in this scenario", "n/a", None)
+    inter = next((d for d in per.values() if d["agent"] == "interactive"), None)
+    if inter:
+        p95 = inter["storm_latency_p95"] if inter["storm_latency_p95"] is not None else inter["latency_p95"]
+        ok = p95 is not None and p95 <= grace and inter["violations"] == 0
+        add(2, f"p95 {_fmt(p95, ' s')} over {inter['storm_requests']} requests in the storm "
+               f"window (all: p50 {_fmt(inter['latency_p50'], ' s')}, p95 "
+               f"{_fmt(inter['latency_p95'], ' s')}); {inter['violations']} of "
+               f"{inter['within_guarantee']} within-guarantee requests past the {grace:g} s grace",
+            "reproduced" if ok and p95 <= 1.0 else ("within grace" if ok else "differs"), ok)
+    else:
+        add(2, "no interactive campaign", "n/a", None)
+    ad = next((d for d in per.values() if d["agent"] == "adaptive"), None)
+    nv = next((d for d in per.values() if d["agent"] == "naive"), None)
+    if ad and nv and nv["science"] > 0 and ad["credits_per_science"] and nv["credits_per_science"]:
+        sr = ad["science"] / nv["science"]
+        cr = nv["credits_per_science"] / ad["credits_per_science"]
+        ok = sr > 1.0 and cr > 1.0
+        near = abs(sr - 2.2) <= 0.5 and abs(cr - 2.5) <= 0.6
+        add(3, f"{sr:.2f}x the science ({ad['science']:,.0f} vs {nv['science']:,.0f}) at "
+               f"{cr:.2f}x lower credits per unit ({ad['credits_per_science']:.2f} vs "
+               f"{nv['credits_per_science']:.2f})",
+            "reproduced" if ok and near else ("same direction" if ok else "differs"), ok)
+    else:
+        add(3, "needs an adaptive and a naive agent", "n/a", None)
+    u, uf = summary["utilisation"], summary["utilisation_firm_only"]
+    has_bf = any(d["agent"] == "backfill" for d in per.values())
+    add(4, f"{100 * u:.1f}% mean utilisation ({100 * uf:.1f}% from firm leases alone)",
+        ("reproduced" if abs(100 * u - 82) <= 8 else ("backfill raises it" if u > uf else "differs"))
+        if has_bf else "n/a", (u > uf) if has_bf else None)
+    if nv:
+        lost = nv["stalled_share"]
+        inf = storm.get("inference_rate_second_half") if storm else None
+        sus = storm.get("inference_sustained") if storm else None
+        pinned = inf is not None and sus is not None and abs(inf - sus) <= 0.1 * max(sus, 1)
+        msg = f"{100 * lost:.1f}% of the naive agent's GPU time stalled on throttled I/O " \
+              f"({nv['io_throttled_calls']} of {nv['io_calls']} reads throttled)"
+        if inf is not None:
+            msg += f"; storm inference {inf:.1f} tokens/s in the second half of its window " \
+                   f"(asked {storm['inference_asked_rate']:,.0f}/s, sustained {sus:g}/s)"
+        ok = lost > 0.1 and (pinned or inf is None)
+        add(5, msg, "reproduced" if ok and 0.25 <= lost <= 0.55 else
+            ("same direction" if ok else "differs"), ok)
+    else:
+        add(5, "needs a naive agent", "n/a", None)
+    j = summary["journal"]
+    if j:
+        ops = j["ops"]
+        calls = sum(ops.get(k, 0) for k in ("acquire", "release", "renew", "cancel", "consume"))
+        n_calls = sim_decision_calls(sim)
+        ok = calls == n_calls
+        add(6, f"{j['records']:,} journal records: {calls:,} decisions asked for "
+               f"(acquire/release/renew/cancel/consume; the agents made {n_calls:,}) and "
+               f"{j['records'] - calls:,} records of what followed (grants, expiries, "
+               f"preemptions, ...)", "reproduced" if ok else "differs", ok)
+    else:
+        add(6, "journal off in this run", "n/a", None)
+    return out
+
+
+def sim_decision_calls(sim: Any) -> int:
+    """Decisions the agents asked the broker for, counted on the simulator's side."""
+    return sum(sim.decision_counts.values())

@@ -1,0 +1,521 @@
+"""Scenarios are data: a TOML file, loaded with the standard library and validated here.
+
+Every error is a :class:`ScenarioError` (an :class:`~bursarcore.errors.InvalidArgument`,
+so also a ``ValueError``) whose ``field`` is the path of the offending value, e.g.
+``campaigns[2].envelope.ceiling.gpu``, and whose ``rule`` says what was required. Envelope
+rules (g ≤ s ≤ b, Σ g ≤ capacity) are checked by building the real
+:class:`~bursarcore.Envelope` and :class:`~bursarcore.Pool`, so a scenario that loads is a
+scenario the broker accepts.
+
+The format (see ``sim/scenarios/default.toml`` and docs/simulator.md)::
+
+    [scenario]  name, description, duration (s), seed, sample_every (s)
+    [pool]      gpu = 512, warm_headroom = 0, [pool.flow] fs = 28.0, inference = 5000.0
+    [broker]    enforcement, grace, ttl, half_life, journal, backend, [broker.price]
+    [tasksets.NAME]   the task distribution shared by the science agents that name it
+    [[campaigns]]     name, agent, class, credits, [campaigns.envelope], [campaigns.behaviour]
+    [[populations]]   count campaigns of the vectorised population agent (large runs)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping
+
+from ..admission.classes import DEFAULT_CLASSES
+from ..admission.envelope import Envelope, Pool
+from ..errors import InvalidArgument
+
+__all__ = ["Scenario", "CampaignSpec", "PopulationSpec", "TaskSetSpec", "ScenarioError",
+           "load_scenario", "parse_scenario", "scenario_path", "builtin_scenarios",
+           "AGENTS", "AGENT_DEFAULTS"]
+
+
+class ScenarioError(InvalidArgument):
+    """A scenario broke a rule; ``field`` is the path of the value (``campaigns[1].name``)."""
+
+    def __init__(self, field: str, rule: str, value: object = None, source: str | None = None):
+        self.source = source
+        super().__init__(field, rule, value)
+        if source:
+            self.args = (f"{source}: {self.args[0]}",)
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.rule, self.value, self.source))
+
+
+_CLASS_NAMES = tuple(c.name for c in DEFAULT_CLASSES)
+
+# -- agent behaviours and their parameters (defaults; a scenario overrides any of them) ----
+AGENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    # demands its ceiling from start to end, every `every` s, in leases of `lease` s; asks
+    # `inference` tokens every second from `inference_start` (default: start) to end
+    "storm": {"start": 3600.0, "end": 5400.0, "every": 1.0, "lease": 60.0,
+              "inference": 2000.0, "inference_start": -1.0},
+    # small latency-sensitive requests within its guarantee, Poisson arrivals
+    "interactive": {"mean_interval": 30.0, "units": [4, 16], "duration": [30.0, 120.0],
+                    "start": 0.0},
+    # requests what its queue wants when it wants, fixed leases, FIFO, blind to I/O
+    "naive": {"taskset": "science", "lease": 600.0, "min_units": 1},
+    # reads supply and quotes; value-ranked; stages I/O before holding GPUs
+    "adaptive": {"taskset": "science", "lease": 300.0, "plan_every": 30.0,
+                 "prefetch": 120.0, "value_quantile": 0.5, "idle_grace": 30.0},
+    # opportunistic filler: every `every` s takes free GPUs above `headroom`
+    "backfill": {"headroom": 160, "every": 10.0, "lease": 300.0},
+    # a standardized probe: asks exactly `size` GPUs every `every` s, holds them `hold` s
+    "probe": {"size": 128, "every": 300.0, "start": 600.0, "hold": 30.0, "ttl": 1800.0},
+}
+AGENTS = tuple(AGENT_DEFAULTS)
+_DEFAULT_CLASS = {"storm": "agent-burst", "interactive": "interactive", "naive": "agent-burst",
+                  "adaptive": "agent-burst", "backfill": "opportunistic", "probe": "deadline"}
+
+POPULATION_DEFAULTS: dict[str, Any] = {
+    "arrival_rate": 1.0 / 600,   # jobs per second per campaign
+    "job_gpus": [1, 16],         # uniform integer range
+    "job_seconds": [120.0, 900.0],
+    "io_per_gpu_second": 0.002,  # GB per GPU-second (flow dimension `fs`, when the pool has it)
+    "lease": 300.0,
+    "step": 10.0,
+    "greedy_fraction": 0.5,      # share of campaigns that ignore supply (the rest read it)
+}
+
+TASKSET_DEFAULTS: dict[str, Any] = {
+    "count": 3000,
+    "arrival_window": 6000.0,      # arrivals uniform over [0, window)
+    "gpus": [1, 2, 4, 8],
+    "gpu_weights": [0.3, 0.3, 0.25, 0.15],
+    "seconds_median": 300.0, "seconds_sigma": 0.6,
+    "io_per_gpu_second": 0.05, "io_sigma": 1.0,     # GB per GPU-second, lognormal
+    "value_sigma": 1.0,                              # value per GPU-second, lognormal
+    "tokens_median": 400.0, "tokens_sigma": 0.5,     # inference tokens per task
+    "seed_offset": 0,
+}
+
+
+@dataclass
+class TaskSetSpec:
+    name: str
+    params: dict[str, Any]
+
+
+@dataclass
+class CampaignSpec:
+    name: str
+    agent: str
+    service_class: str
+    envelope: Envelope
+    behaviour: dict[str, Any]
+    index: int = -1
+
+
+@dataclass
+class PopulationSpec:
+    name: str
+    count: int
+    service_class: str
+    envelope: Envelope
+    behaviour: dict[str, Any]
+
+
+@dataclass
+class Scenario:
+    """A validated scenario. ``raw`` keeps the parsed document (for the report)."""
+
+    name: str
+    description: str
+    duration: float
+    seed: int
+    sample_every: float
+    pool: Pool
+    pool_spec: dict[str, Any]
+    broker: dict[str, Any]
+    tasksets: dict[str, TaskSetSpec]
+    campaigns: list[CampaignSpec]
+    populations: list[PopulationSpec] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+    source: str = "<string>"
+
+    def campaign(self, name: str) -> CampaignSpec:
+        for c in self.campaigns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def by_agent(self, agent: str) -> list[CampaignSpec]:
+        return [c for c in self.campaigns if c.agent == agent]
+
+    def with_changes(self, **changes: Any) -> "Scenario":
+        """A copy with dotted-path overrides applied to the raw document and re-validated:
+        ``sc.with_changes(**{"broker.grace": 30, "scenario.seed": 3})``."""
+        raw = copy.deepcopy(self.raw)
+        for path, value in changes.items():
+            set_path(raw, path, value)
+        return parse_scenario(raw, source=self.source)
+
+
+def set_path(doc: dict, path: str, value: Any) -> None:
+    """Set ``a.b[2].c`` in a parsed document (campaigns may be named: ``campaigns.storm.x``)."""
+    parts = path.replace("]", "").replace("[", ".").split(".")
+    cur: Any = doc
+    for i, p in enumerate(parts[:-1]):
+        if isinstance(cur, list):
+            if p.isdigit():
+                cur = cur[int(p)]
+            else:
+                match = [c for c in cur if isinstance(c, dict) and c.get("name") == p]
+                if not match:
+                    raise ScenarioError(".".join(parts[:i + 1]), "no such campaign", p)
+                cur = match[0]
+        else:
+            cur = cur.setdefault(p, {})
+    last = parts[-1]
+    if value is None:
+        cur.pop(last, None)
+    else:
+        cur[last] = value
+
+
+# -- checking helpers ----------------------------------------------------------------------
+
+class _Ctx:
+    def __init__(self, source: str):
+        self.source = source
+
+    def err(self, path: str, rule: str, value: object = None) -> ScenarioError:
+        return ScenarioError(path, rule, value, self.source)
+
+
+def _table(ctx: _Ctx, doc: Any, path: str, allowed: tuple[str, ...] | None = None) -> dict:
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ctx.err(path, "must be a table", doc)
+    if allowed is not None:
+        for k in doc:
+            if k not in allowed:
+                raise ctx.err(f"{path}.{k}" if path else k,
+                              f"unknown field; expected one of {', '.join(allowed)}", doc[k])
+    return doc
+
+
+def _num(ctx: _Ctx, v: Any, path: str, *, lo: float | None = 0.0, lo_open: bool = False,
+         hi: float | None = None, allow_inf: bool = False, integer: bool = False) -> Any:
+    if isinstance(v, str) and allow_inf and v.lower() in ("inf", "unlimited"):
+        return math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ctx.err(path, "must be a number" + (" or \"unlimited\"" if allow_inf else ""), v)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise ctx.err(path, "must be finite", v)
+    if integer and not math.isinf(v) and v != int(v):
+        raise ctx.err(path, "must be a whole number", v)
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise ctx.err(path, f"must be {'>' if lo_open else '>='} {lo:g}", v)
+    if hi is not None and v > hi:
+        raise ctx.err(path, f"must be <= {hi:g}", v)
+    if integer and not math.isinf(v):
+        return int(v)
+    return float(v) if not integer else v
+
+
+def _str(ctx: _Ctx, v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
+    if not isinstance(v, str) or not v:
+        raise ctx.err(path, "must be a non-empty string", v)
+    if choices is not None and v not in choices:
+        raise ctx.err(path, f"must be one of {', '.join(choices)}", v)
+    return v
+
+
+def _params(ctx: _Ctx, doc: Any, path: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Overlay ``doc`` on ``defaults``, checking each value against its default's type."""
+    doc = _table(ctx, doc, path, tuple(defaults))
+    out = copy.deepcopy(defaults)
+    for k, v in doc.items():
+        p = f"{path}.{k}"
+        d = defaults[k]
+        if isinstance(d, bool):
+            if not isinstance(v, bool):
+                raise ctx.err(p, "must be true or false", v)
+            out[k] = v
+        elif isinstance(d, str):
+            out[k] = _str(ctx, v, p)
+        elif isinstance(d, list):
+            if not isinstance(v, list) or len(v) != len(d) and k not in ("gpus", "gpu_weights"):
+                raise ctx.err(p, f"must be a list of {len(d)} numbers", v)
+            if not v:
+                raise ctx.err(p, "must not be empty", v)
+            integer = all(isinstance(x, int) for x in d)
+            out[k] = [_num(ctx, x, f"{p}[{i}]", integer=integer) for i, x in enumerate(v)]
+        elif isinstance(d, int):
+            out[k] = _num(ctx, v, p, integer=True, lo=-1 if k == "seed_offset" else 0)
+        else:
+            out[k] = _num(ctx, v, p, lo=None if k == "inference_start" else 0.0)
+    return out
+
+
+def _check_range(ctx: _Ctx, params: dict, key: str, path: str) -> None:
+    lo, hi = params[key]
+    if lo > hi:
+        raise ctx.err(f"{path}.{key}", "needs [min, max] with min <= max", params[key])
+
+
+def _envelope(ctx: _Ctx, doc: Any, path: str, credits: float, cls: str,
+              share: float | None) -> Envelope:
+    doc = _table(ctx, doc, path, ("guaranteed", "sustained", "ceiling", "burst"))
+    maps: dict[str, dict[str, float]] = {}
+    for key in ("guaranteed", "sustained", "ceiling", "burst"):
+        m = _table(ctx, doc.get(key), f"{path}.{key}")
+        maps[key] = {d: _num(ctx, v, f"{path}.{key}.{d}", allow_inf=key == "burst")
+                     for d, v in m.items()}
+    try:
+        return Envelope(credits=credits, service_class=cls, share=share, **maps)
+    except InvalidArgument as e:  # e.field is "ceiling[gpu]" or "credits"
+        f = e.field.replace("[", ".").replace("]", "")
+        raise ctx.err(f"{path}.{f}" if f not in ("credits", "share") else
+                      f"{path.rsplit('.', 1)[0]}.{f}", e.rule, e.value) from None
+
+
+# -- the loader ----------------------------------------------------------------------------
+
+_TOP = ("scenario", "pool", "broker", "tasksets", "campaigns", "populations")
+_BROKER = ("enforcement", "grace", "ttl", "half_life", "journal", "backend", "price",
+           "warm_headroom")
+
+
+def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario:
+    """Validate a parsed TOML document (a dict) into a :class:`Scenario`."""
+    ctx = _Ctx(source)
+    doc = _table(ctx, dict(doc), "", _TOP)
+    raw = copy.deepcopy(doc)
+
+    sc = _table(ctx, doc.get("scenario"), "scenario",
+                ("name", "description", "duration", "seed", "sample_every"))
+    name = _str(ctx, sc.get("name", os.path.splitext(os.path.basename(source))[0] or "scenario"),
+                "scenario.name")
+    description = sc.get("description", "")
+    if not isinstance(description, str):
+        raise ctx.err("scenario.description", "must be a string", description)
+    if "duration" not in sc:
+        raise ctx.err("scenario.duration", "is required (simulated seconds)")
+    duration = _num(ctx, sc["duration"], "scenario.duration", lo=0.0, lo_open=True,
+                    hi=30 * 86400.0)
+    seed = _num(ctx, sc.get("seed", 7), "scenario.seed", integer=True, hi=2.0**63 - 1)
+    sample_every = _num(ctx, sc.get("sample_every", 10.0), "scenario.sample_every", lo=0.0,
+                        lo_open=True, hi=duration)
+
+    # pool
+    pd = _table(ctx, doc.get("pool"), "pool")
+    if not pd:
+        raise ctx.err("pool", "is required, e.g. [pool] gpu = 512")
+    held, flow, headroom = {}, {}, {}
+    for k, v in pd.items():
+        if k == "flow":
+            for fd, rate in _table(ctx, v, "pool.flow").items():
+                flow[fd] = _num(ctx, rate, f"pool.flow.{fd}", lo=0.0, lo_open=True)
+        elif k == "warm_headroom":
+            if isinstance(v, dict):
+                for hd, h in v.items():
+                    headroom[hd] = _num(ctx, h, f"pool.warm_headroom.{hd}", integer=True)
+            else:
+                headroom["__first__"] = _num(ctx, v, "pool.warm_headroom", integer=True)
+        else:
+            held[k] = _num(ctx, v, f"pool.{k}", lo=1, integer=True, hi=float(1 << 40))
+    if not held:
+        raise ctx.err("pool", "needs at least one held dimension, e.g. gpu = 512")
+    first = next(iter(held))
+    if "__first__" in headroom:
+        headroom[first] = headroom.pop("__first__")
+    for hd, h in headroom.items():
+        if hd not in held:
+            raise ctx.err(f"pool.warm_headroom.{hd}", "names a dimension the pool lacks", hd)
+        if h > held[hd]:
+            raise ctx.err(f"pool.warm_headroom.{hd}", f"must be <= the capacity {held[hd]}", h)
+    pool = Pool(flow=flow or None, warm_headroom=headroom or None, **held)
+
+    # broker
+    bd = _table(ctx, doc.get("broker"), "broker", _BROKER)
+    broker: dict[str, Any] = {
+        "enforcement": _str(ctx, bd.get("enforcement", "prepaid"), "broker.enforcement",
+                            ("prepaid", "instant")),
+        "grace": _num(ctx, bd.get("grace", 60.0), "broker.grace", lo=0.0, lo_open=True,
+                      hi=86400.0),
+        "ttl": _num(ctx, bd.get("ttl", 900.0), "broker.ttl", lo=0.0, lo_open=True),
+        "half_life": _num(ctx, bd.get("half_life", 600.0), "broker.half_life", lo=0.0,
+                          lo_open=True),
+        "journal": bd.get("journal", True),
+        "backend": bd.get("backend"),
+        "price": {},
+    }
+    if not isinstance(broker["journal"], bool):
+        raise ctx.err("broker.journal", "must be true or false", broker["journal"])
+    if broker["backend"] is not None:
+        _str(ctx, broker["backend"], "broker.backend", ("compiled", "reference"))
+    for d, p in _table(ctx, bd.get("price"), "broker.price").items():
+        if d not in held and d not in flow:
+            raise ctx.err(f"broker.price.{d}", "names a dimension the pool lacks", d)
+        broker["price"][d] = _num(ctx, p, f"broker.price.{d}")
+    if "warm_headroom" in bd:
+        raise ctx.err("broker.warm_headroom", "belongs in [pool] (pool.warm_headroom)")
+
+    # task sets
+    tasksets = {}
+    for tname, tdoc in _table(ctx, doc.get("tasksets"), "tasksets").items():
+        p = f"tasksets.{tname}"
+        params = _params(ctx, tdoc, p, TASKSET_DEFAULTS)
+        if params["count"] < 1:
+            raise ctx.err(f"{p}.count", "must be >= 1", params["count"])
+        if len(params["gpus"]) != len(params["gpu_weights"]):
+            raise ctx.err(f"{p}.gpu_weights", f"needs one weight per entry of gpus "
+                          f"({len(params['gpus'])})", params["gpu_weights"])
+        if sum(params["gpu_weights"]) <= 0:
+            raise ctx.err(f"{p}.gpu_weights", "must sum to > 0", params["gpu_weights"])
+        if min(params["gpus"]) < 1:
+            raise ctx.err(f"{p}.gpus", "every entry must be >= 1", params["gpus"])
+        for k in ("seconds_median", "tokens_median"):
+            if params[k] <= 0:
+                raise ctx.err(f"{p}.{k}", "must be > 0", params[k])
+        tasksets[tname] = TaskSetSpec(tname, params)
+
+    # campaigns
+    cdocs = doc.get("campaigns", [])
+    if not isinstance(cdocs, list):
+        raise ctx.err("campaigns", "must be an array of tables ([[campaigns]])", cdocs)
+    campaigns: list[CampaignSpec] = []
+    seen: set[str] = set()
+    total_g: dict[str, float] = {}
+    for i, cd in enumerate(cdocs):
+        p = f"campaigns[{i}]"
+        cd = _table(ctx, cd, p, ("name", "agent", "class", "credits", "share", "envelope",
+                                 "behaviour"))
+        if "name" not in cd:
+            raise ctx.err(f"{p}.name", "is required")
+        cname = _str(ctx, cd["name"], f"{p}.name")
+        if cname in seen:
+            raise ctx.err(f"{p}.name", "is already used by another campaign", cname)
+        seen.add(cname)
+        if "agent" not in cd:
+            raise ctx.err(f"{p}.agent", f"is required: one of {', '.join(AGENTS)}")
+        agent = _str(ctx, cd["agent"], f"{p}.agent", AGENTS)
+        cls = _str(ctx, cd.get("class", _DEFAULT_CLASS[agent]), f"{p}.class", _CLASS_NAMES)
+        if "credits" not in cd:
+            raise ctx.err(f"{p}.credits", "is required (a number or \"unlimited\")")
+        credits = _num(ctx, cd["credits"], f"{p}.credits", allow_inf=True)
+        share = None if "share" not in cd else _num(ctx, cd["share"], f"{p}.share", lo=0.0,
+                                                    lo_open=True)
+        env = _envelope(ctx, cd.get("envelope"), f"{p}.envelope", credits, cls, share)
+        for d in env.dims():
+            if d not in held and d not in flow:
+                raise ctx.err(f"{p}.envelope", f"names dimension {d!r} the pool lacks", d)
+            g = env.g(d)
+            total_g[d] = total_g.get(d, 0.0) + g
+            cap = held.get(d, flow.get(d))
+            if total_g[d] > cap:
+                raise ctx.err(f"{p}.envelope.guaranteed.{d}", f"guarantees would sum to "
+                              f"{total_g[d]:g}, above the pool's {cap:g} (never overbooked)", g)
+        beh = _params(ctx, cd.get("behaviour"), f"{p}.behaviour", AGENT_DEFAULTS[agent])
+        bp = f"{p}.behaviour"
+        if agent == "interactive":
+            _check_range(ctx, beh, "units", bp)
+            _check_range(ctx, beh, "duration", bp)
+            if beh["units"][0] < 1:
+                raise ctx.err(f"{bp}.units", "must be >= 1", beh["units"])
+            if beh["mean_interval"] <= 0:
+                raise ctx.err(f"{bp}.mean_interval", "must be > 0", beh["mean_interval"])
+        if agent == "storm" and beh["end"] < beh["start"]:
+            raise ctx.err(f"{bp}.end", f"must be >= start ({beh['start']:g})", beh["end"])
+        if agent in ("naive", "adaptive"):
+            if beh["taskset"] not in tasksets:
+                raise ctx.err(f"{bp}.taskset", f"names no [tasksets.{beh['taskset']}] table",
+                              beh["taskset"])
+            if not 0 <= beh.get("value_quantile", 0) < 1:
+                raise ctx.err(f"{bp}.value_quantile", "must be in [0, 1)", beh["value_quantile"])
+        if agent == "probe" and beh["size"] > env.b(first):
+            raise ctx.err(f"{bp}.size", f"must be <= the campaign's ceiling ({env.b(first):g})",
+                          beh["size"])
+        for k in ("lease", "every", "plan_every", "hold"):
+            if k in beh and beh[k] <= 0:
+                raise ctx.err(f"{bp}.{k}", "must be > 0", beh[k])
+        campaigns.append(CampaignSpec(cname, agent, cls, env, beh, index=i))
+
+    # populations
+    pdocs = doc.get("populations", [])
+    if not isinstance(pdocs, list):
+        raise ctx.err("populations", "must be an array of tables ([[populations]])", pdocs)
+    populations: list[PopulationSpec] = []
+    for i, pdoc in enumerate(pdocs):
+        p = f"populations[{i}]"
+        pdoc = _table(ctx, pdoc, p, ("name", "count", "class", "credits", "envelope",
+                                     "behaviour"))
+        pname = _str(ctx, pdoc.get("name", f"pop{i}"), f"{p}.name")
+        if pname in seen:
+            raise ctx.err(f"{p}.name", "is already used", pname)
+        seen.add(pname)
+        count = _num(ctx, pdoc.get("count", 0), f"{p}.count", lo=1, integer=True, hi=1e6)
+        cls = _str(ctx, pdoc.get("class", "agent-burst"), f"{p}.class", _CLASS_NAMES)
+        credits = _num(ctx, pdoc.get("credits", math.inf), f"{p}.credits", allow_inf=True)
+        env = _envelope(ctx, pdoc.get("envelope"), f"{p}.envelope", credits, cls, None)
+        for d in env.dims():
+            if d not in held and d not in flow:
+                raise ctx.err(f"{p}.envelope", f"names dimension {d!r} the pool lacks", d)
+            total_g[d] = total_g.get(d, 0.0) + env.g(d) * count
+            cap = held.get(d, flow.get(d))
+            if total_g[d] > cap:
+                raise ctx.err(f"{p}.envelope.guaranteed.{d}", f"guarantees ({count} campaigns) "
+                              f"would sum to {total_g[d]:g}, above the pool's {cap:g}",
+                              env.g(d))
+        beh = _params(ctx, pdoc.get("behaviour"), f"{p}.behaviour", POPULATION_DEFAULTS)
+        _check_range(ctx, beh, "job_gpus", f"{p}.behaviour")
+        _check_range(ctx, beh, "job_seconds", f"{p}.behaviour")
+        if beh["job_gpus"][0] < 1:
+            raise ctx.err(f"{p}.behaviour.job_gpus", "must be >= 1", beh["job_gpus"])
+        if not 0 <= beh["greedy_fraction"] <= 1:
+            raise ctx.err(f"{p}.behaviour.greedy_fraction", "must be in [0, 1]",
+                          beh["greedy_fraction"])
+        for k in ("lease", "step"):
+            if beh[k] <= 0:
+                raise ctx.err(f"{p}.behaviour.{k}", "must be > 0", beh[k])
+        populations.append(PopulationSpec(pname, count, cls, env, beh))
+    if not campaigns and not populations:
+        raise ctx.err("campaigns", "a scenario needs at least one campaign or population")
+
+    return Scenario(name=name, description=description, duration=duration, seed=seed,
+                    sample_every=sample_every, pool=pool,
+                    pool_spec={"held": held, "flow": flow, "warm_headroom": headroom},
+                    broker=broker, tasksets=tasksets, campaigns=campaigns,
+                    populations=populations, raw=raw, source=source)
+
+
+def builtin_scenarios() -> list[str]:
+    """Names of the scenarios shipped with the package (``default``, ``large``, ...)."""
+    d = resources.files(__package__).joinpath("scenarios")
+    return sorted(p.name[:-5] for p in d.iterdir() if p.name.endswith(".toml"))
+
+
+def scenario_path(name_or_path: str | os.PathLike | None) -> str:
+    """A file path for a scenario: an existing path, or the name of a shipped scenario."""
+    if name_or_path is None:
+        name_or_path = "default"
+    s = os.fspath(name_or_path)
+    if os.path.exists(s):
+        return s
+    stem = s[:-5] if s.endswith(".toml") else s
+    if os.sep not in stem and stem in builtin_scenarios():
+        return str(resources.files(__package__).joinpath("scenarios", stem + ".toml"))
+    raise ScenarioError("scenario", f"no such file, nor a shipped scenario (one of "
+                        f"{', '.join(builtin_scenarios())})", s)
+
+
+def load_scenario(name_or_path: str | os.PathLike | None = None) -> Scenario:
+    """Load and validate a scenario: a TOML file path or a shipped name (default:
+    ``default``, SPEC §10's scenario)."""
+    path = scenario_path(name_or_path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError("toml", f"not valid TOML: {e}", None, path) from None
+    return parse_scenario(doc, source=path)
