@@ -358,10 +358,10 @@ class Broker:
         self.journal = journal
         self.durable = bool(durable)   # sync the journal at the end of every operation
         if journal is not None:
-            row = J.new_rows(1)
+            row = {}
             row["op"] = J.OP["config"]
             row["t"] = self._t
-            journal.append(row, {0: json.dumps(self._config, sort_keys=True)})
+            journal.add(row, json.dumps(self._config, sort_keys=True))
 
     # ------------------------------------------------------------------ registration
     @_op
@@ -428,13 +428,13 @@ class Broker:
         self._acc_seen = np.append(self._acc_seen, 0)
         self._deficit_last = np.append(self._deficit_last, np.nan)
         if self.journal is not None:
-            row = J.new_rows(1)
+            row = {}
             row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["register"], t, c, 4
             env = envelope.to_dict()
             env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
             env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
-            self.journal.append(row, {0: json.dumps({"name": name, "envelope": env},
-                                                    sort_keys=True)})
+            self.journal.add(row, json.dumps({"name": name, "envelope": env},
+                                                    sort_keys=True))
         return c
 
     def campaign_index(self, name: str) -> int:
@@ -477,9 +477,9 @@ class Broker:
             self._serve_pending(t)
         self._t = max(self._t, t)
         if note:
-            row = J.new_rows(1)
+            row = {}
             row["op"], row["t"], row["outcome"] = J.OP["advance"], t, 4
-            self.journal.append(row)
+            self.journal.add(row)
 
     def _expire_until(self, t: int) -> int:
         k, st = self._k, self.st
@@ -517,7 +517,7 @@ class Broker:
             fn(ev)
         if self.journal is None:
             return
-        row = J.new_rows(1)
+        row = {}
         row["op"], row["t"], row["campaign"], row["reason"] = J.OP[self._EV_OP[kind]], t, c, reason
         if lid is not None:
             d = int(st.dim[lid])
@@ -535,7 +535,7 @@ class Broker:
             self._after(row, c, pend.dim)
         if deadline is not None:
             row["deadline"] = deadline
-        self.journal.append(row)
+        self.journal.add(row)
 
     def _after(self, row: np.ndarray, c: int, d: int) -> None:
         st = self.st
@@ -655,14 +655,14 @@ class Broker:
         row = self._request_row(c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, iid, batch)
         dec = self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request)
         self._record_decision(row, dec, c, d)
-        return dataclasses.replace(dec, seq=self.journal.append(row))
+        return dataclasses.replace(dec, seq=self.journal.add(row))
 
     def _request_row(self, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, iid, batch):
         """A journal row with the request and the rule inputs as they stand before the
         decision (SPEC §9): class rank, deficit, tokens, credits, free/unmet capacity and
         the limit each rule sets on the size."""
         st, kern = self.st, self._k
-        row = J.new_rows(1)
+        row = {}
         row["op"], row["t"], row["campaign"], row["dim"], row["cls"] = J.OP["acquire"], t, c, d, k
         row["batch"] = batch
         row["nmin"], row["nmax"], row["dur"], row["max_spend"] = nmin, nmax, dur, spend
@@ -864,11 +864,11 @@ class Broker:
             raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
         p = self._drop_pending(intent_id)
         if self.journal is not None:
-            row = J.new_rows(1)
+            row = {}
             row["op"], row["t"], row["campaign"], row["intent"] = J.OP["cancel"], t, p.campaign, intent_id
             row["dim"], row["cls"], row["outcome"], row["reason"] = p.dim, p.cls, 4, CANCELLED
             self._after(row, p.campaign, p.dim)
-            self.journal.append(row)
+            self.journal.add(row)
         return True
 
     def pending(self, campaign: str | None = None) -> list[dict]:
@@ -920,7 +920,7 @@ class Broker:
             return dec
         st = self.st
         c, d = int(st.camp[lid]), int(st.dim[lid])
-        row = J.new_rows(1)
+        row = {}
         row["op"], row["t"], row["campaign"], row["dim"] = op, t, c, d
         row["cls"], row["lease"], row["intent"], row["units"] = int(st.lcls[lid]), lid, \
             int(st.intent[lid]), int(st.units[lid])
@@ -931,7 +931,7 @@ class Broker:
         if op == J.OP["renew"]:
             row["tokens_before"], row["credits_before"] = self._renew_before
         self._after(row, c, d)
-        return dataclasses.replace(dec, seq=self.journal.append(row))
+        return dataclasses.replace(dec, seq=self.journal.add(row))
 
     @_op
     def renew(self, lease_id: int, duration: float, max_spend: float | None = None) -> Decision:
@@ -1229,13 +1229,13 @@ class Broker:
         retry_s = 0.0 if got >= a else (math.inf if wait == NEVER or reason == CREDITS else wait / NS)
         seq = -1
         if self.journal is not None:
-            row = J.new_rows(1)
+            row = {}
             row["op"], row["t"], row["campaign"] = J.OP["consume"], t, c
             row["dim"], row["nmax"], row["units"] = len(self.dims) + fd, a, got
             row["cost"], row["reason"], row["outcome"] = cost, reason, 1 if got >= a else 3
             row["dur"] = -1 if wait == NEVER else wait
             row["credits_after"] = int(st.left[c])
-            seq = self.journal.append(row)
+            seq = self.journal.add(row)
         return Consumption(self._names[c], self.flow_dims[fd], a / units.SCALE,
                            got / units.SCALE, retry_s, REASONS[reason] or None,
                            cost / CREDIT, seq)
@@ -1414,10 +1414,10 @@ class Broker:
     def _journal_nodes(self, op: str, t: int, d: int, payload: dict) -> None:
         if self.journal is None:
             return
-        row = J.new_rows(1)
+        row = {}
         row["op"], row["t"], row["dim"], row["outcome"] = J.OP[op], t, d, 4
         row["units"] = int(self.st.cap[d])
-        self.journal.append(row, {0: json.dumps(payload, sort_keys=True)})
+        self.journal.add(row, json.dumps(payload, sort_keys=True))
 
     # ------------------------------------------------------------------ journal (§9)
     def sync(self) -> int:

@@ -43,8 +43,37 @@ _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_star
              "dur", "excess", "cost", "slot_off", "revoke_at", "intent")
 
 
+_NO_BUMP = frozenset(("version", "_cctx"))
+
+
 class EngineState:
-    """All integer state of one broker's held-dimension engine."""
+    """All integer state of one broker's held-dimension engine.
+
+    ``version`` counts attribute assignments: it moves whenever an array is replaced
+    (growth) or a scalar such as ``C`` changes, never on in-place writes. A compiled kernel
+    caches raw pointers to the arrays (in ``_cctx``, dropped on every bump) and rebuilds
+    them when it moves. It also caches Σ_c g[c, d]: ``g`` changes only in
+    :meth:`add_campaign`; code that ever rewrites ``g`` in place must bump ``version``.
+    """
+
+    version = 0
+    _cctx = None      # the compiled kernel's cached view of the arrays (never copied)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name not in _NO_BUMP:
+            d = self.__dict__
+            d["version"] = d.get("version", 0) + 1
+            d.pop("_cctx", None)      # and let go of the arrays it points into
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("_cctx", None)
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self.__dict__["version"] = d.get("version", 0) + 1
 
     def __init__(self, capacity: list[int], headroom: list[int], slot_counts: list[int],
                  classes: list[tuple[int, int, int, int, int, int]], price: list[int],
@@ -129,9 +158,10 @@ class EngineState:
                 setattr(self, f, b2)
             for f in ("heap_t", "heap_id"):
                 a = getattr(self, f)
-                b2 = np.zeros(new + 1, dtype=np.int64)
-                b2[: a.shape[0]] = a
-                setattr(self, f, b2)
+                if a.shape[0] < new + 1:  # grow_heap may already have made it larger
+                    b2 = np.zeros(new + 1, dtype=np.int64)
+                    b2[: a.shape[0]] = a
+                    setattr(self, f, b2)
         used = int(self.arena_top[0])
         if used + min_arena > self.arena.shape[0]:
             self._compact_arena()

@@ -11,7 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InvalidArgument, JournalCorrupt
-from .records import FIELDS, OP, OPS, OUTCOMES, RECORD_DTYPE, to_dict  # noqa: F401
+from .records import FIELDS, OP, OPS, OUTCOMES, RECORD_DTYPE, as_tuple, to_dict  # noqa: F401
 
 __all__ = ["Journal", "check_rows", "crc"]
 
@@ -95,6 +95,21 @@ class Journal:
         self._store(rows, pl)
         self.next_seq = first + n
         return first
+
+    def add(self, fields: dict, payload: str | None = None) -> int:
+        """Store one record given as a dict of its non-default fields (the single-decision
+        fast path: no numpy until the rows are read or committed). Returns its seq."""
+        seq = self.next_seq
+        fields["seq"] = seq
+        if payload is not None and fields.get("op") == OP["register"]:
+            self.names.append(json.loads(payload)["name"])
+        self._store_one(as_tuple(fields), payload, seq)
+        self.next_seq = seq + 1
+        return seq
+
+    def _store_one(self, record: tuple, payload: str | None, seq: int) -> None:
+        row = np.array([record], dtype=RECORD_DTYPE)
+        self._store(row, {seq: payload} if payload is not None else {})
 
     def __len__(self) -> int:
         return self.next_seq

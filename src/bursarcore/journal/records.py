@@ -54,6 +54,18 @@ _NS = 1e9
 _MICRO = 1e6
 
 
+DEFAULTS = {f: 0 for f in FIELDS}
+DEFAULTS.update({f: -1 for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend",
+                                 "deadline", "ttl")})
+DEFAULTS["deficit"] = math.nan
+
+
+def as_tuple(fields: dict) -> tuple:
+    """One record, from a dict of the fields that differ from :data:`DEFAULTS`."""
+    get = fields.get
+    return tuple([get(f, d) for f, d in DEFAULTS.items()])
+
+
 def new_rows(n: int) -> np.ndarray:
     """n blank records: -1 in ids and optional request fields, 0 elsewhere."""
     r = np.zeros(n, dtype=RECORD_DTYPE)

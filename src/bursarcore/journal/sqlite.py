@@ -54,6 +54,8 @@ class SQLiteJournal(Journal):
         except sqlite3.DatabaseError as e:
             raise JournalCorrupt("file", f"{self.path} is not a readable journal: {e}") from None
         self._buf: list[tuple] = []
+        self._tuples: list[tuple] = []
+        self._tuple_payloads: dict[int, str] = {}
         self._rows_cache: np.ndarray | None = None
         self._payloads: dict[int, str] = {}
         self._load()
@@ -88,7 +90,24 @@ class SQLiteJournal(Journal):
         self.next_seq = rows.shape[0]
         self.durable_seq = self.next_seq - 1
 
+    def _store_one(self, record: tuple, payload: str | None, seq: int) -> None:
+        self._tuples.append(record)
+        if payload is not None:
+            self._tuple_payloads[seq] = payload
+
+    def _settle(self) -> None:
+        """Turn buffered single records into rows (in bulk: one numpy conversion)."""
+        if self._tuples:
+            rows = np.array(self._tuples, dtype=RECORD_DTYPE)
+            pl, self._tuple_payloads = self._tuple_payloads, {}
+            self._tuples = []
+            self._store_rows(rows, pl)
+
     def _store(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
+        self._settle()
+        self._store_rows(rows, payloads)
+
+    def _store_rows(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
         raw = rows.tobytes()
         size = RECORD_DTYPE.itemsize
         seqs = rows["seq"].tolist()
@@ -105,10 +124,11 @@ class SQLiteJournal(Journal):
         self._pending_rows.append(rows.copy())
 
     def end_op(self, sync: bool = False) -> None:
-        if sync or len(self._buf) >= self.batch:
+        if sync or len(self._buf) + len(self._tuples) >= self.batch:
             self.flush()
 
     def flush(self) -> int:
+        self._settle()
         if self._buf:
             db = self._db
             db.execute("BEGIN")
@@ -119,6 +139,7 @@ class SQLiteJournal(Journal):
         return self.durable_seq
 
     def rows(self) -> np.ndarray:
+        self._settle()
         if self._rows_cache is None or getattr(self, "_pending_rows", None):
             parts = ([self._rows_cache] if self._rows_cache is not None else []) + \
                 getattr(self, "_pending_rows", [])
@@ -127,6 +148,7 @@ class SQLiteJournal(Journal):
         return self._rows_cache
 
     def payloads(self) -> dict[int, str]:
+        self._settle()
         return self._payloads
 
     def close(self) -> None:

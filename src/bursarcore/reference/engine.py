@@ -186,8 +186,10 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
 
     A ``starting`` lease (reclaim path) holds its units in reserve (``prom``) until
     :func:`activate`; otherwise slots are placed now and the expiry is scheduled.
-    The caller has made room (``EngineState.grow_leases``).
+    The caller has made room (``EngineState.grow_leases``); if it has not, IndexError is
+    raised before anything changes.
     """
+    _room(st, d, n, 1, not starting)
     settle(st, c, d, t)
     firm = not st.cls[k, PREEMPT]
     H = int(st.H[c, d])
@@ -224,6 +226,17 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
     return lid
 
 
+def _room(st, d: int, n: int, leases: int, place: bool) -> None:
+    """Refuse (IndexError, nothing changed) a grant or activation the arrays cannot hold."""
+    if int(st.scal[2]) + leases > st.camp.shape[0]:
+        raise IndexError("lease store full: call EngineState.grow_leases first")
+    if place:
+        if int(st.arena_top[0]) + n > st.arena.shape[0]:
+            raise IndexError("slot arena full: call EngineState.grow_leases first")
+        if n > int(st.top[d]):
+            raise IndexError(f"only {int(st.top[d])} free slots on dimension {d}, need {n}")
+
+
 def _place(st, lid: int, d: int, n: int, t: int) -> None:
     """Activate: pop n free slots into the lease's arena range and schedule its expiry."""
     off = int(st.arena_top[0])
@@ -245,6 +258,7 @@ def _place(st, lid: int, d: int, n: int, t: int) -> None:
 def activate(st, lid: int, t: int) -> None:
     """A starting lease's reclaim grace is over: its promised units become held slots."""
     d, n = int(st.dim[lid]), int(st.units[lid])
+    _room(st, d, n, 0, True)
     st.prom[d] -= n
     _place(st, lid, d, n, t)
 
@@ -265,6 +279,8 @@ def end_lease(st, lid: int, t: int, new_state: int) -> None:
     c, d, n = int(st.camp[lid]), int(st.dim[lid]), int(st.units[lid])
     state = int(st.state[lid])
     firm = bool(st.firm[lid])
+    if state != STARTING and int(st.top[d]) + n > st.free_slots.shape[1]:
+        raise IndexError(f"lease {lid} would overfill dimension {d}'s free-slot stack")
     settle(st, c, d, t)
     dur = int(st.dur[lid])
     if state == STARTING:
@@ -367,6 +383,8 @@ def heap_push(st, t: int, lid: int) -> None:
 
 
 def heap_pop(st) -> None:
+    if st.scal[3] <= 0:
+        raise IndexError("heap_pop from an empty expiry heap")
     n = int(st.scal[3]) - 1
     st.heap_t[0], st.heap_id[0] = st.heap_t[n], st.heap_id[n]
     st.scal[3] = n

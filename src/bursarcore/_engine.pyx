@@ -1,0 +1,1340 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# distutils: extra_compile_args = -fwrapv
+"""Compiled admission kernel. Private: the broker picks it through ``broker.ENGINES``.
+
+The twin of :mod:`bursarcore.reference.engine` (the specification): the same functions,
+the same signatures, the same return values, the same writes to the arrays of an
+:class:`~bursarcore.admission.state.EngineState`, bit for bit (SPEC §2).
+
+Design
+------
+* **A cached view of the state.** Fetching ~50 arrays from ``st`` on every call would
+  cost more than the decision, so a :class:`_Ctx` holds raw pointers to all of them. It is
+  cached on the state (``st._cctx``) and rebuilt when ``st.version`` moves, which
+  ``EngineState`` bumps on every attribute assignment (array growth, ``C``).
+* **C kernels, Python shells.** Every rule is an inline ``nogil`` C function over the
+  pointer struct :c:type:`Eng`; the module-level functions only convert arguments, call
+  them, and turn error codes into the exceptions the reference raises. ``admit_batch``
+  runs its items in one C loop (GIL released for 64 items or more); its columns are read
+  through raw pointers, not memoryviews (nine buffer acquisitions cost ~4 µs a call).
+* **Integers.** Products that can leave int64 (rate·dt, n·dur·pm, left·HOUR_NS,
+  excess·dur, ex·(end − t)) are taken in ``__int128``; every ``//`` is Python's floor
+  division, so negative values (outside the broker's domain) still match. A value the
+  reference returns as a Python int is returned exactly, even beyond int64; stored values
+  must fit int64, as in the reference (whose numpy stores raise OverflowError). Prices
+  (``price_pm``) must fit int64: a price times multipliers above 9.2e12 credits per
+  unit-hour raises OverflowError. Running counters wrap like numpy's ``+=``.
+* **Few divisions on the hot path.** ``admit`` asks whether the token and credit limits
+  bind (``T >= q·dur``, ``X >= q·den``: multiplications) and divides only when they do or
+  when a refusal needs its reason; congestion thresholds compare ``num < thr·den``; the
+  common cost fits one 64-bit division by a constant. ``decide`` returns every limit exact.
+* **No reallocation in C.** The expiry heap grows exactly when the reference grows it (a
+  push into a full heap): the C code stops before the push, the shell calls
+  ``st.grow_heap()`` and resumes, so the arrays stay identical in size too. The lease
+  store, the slot arena and the free-slot stacks never grow here: a kernel that lacks room
+  raises IndexError before changing anything (the reference does the same).
+* **Preconditions** (the broker validates them): indices in range (campaign rows
+  ``0 <= c < len(st.g)``, ``0 <= d < D``, class rows, lease rows) — out-of-range indices
+  raise IndexError here, where numpy would wrap negative ones; ``g`` is set only by
+  ``EngineState.add_campaign`` (its column sums are cached with the view).
+* Not thread-safe, like the reference: one caller at a time per state (the broker).
+"""
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from .admission import state as _state
+
+cnp.import_array()
+
+cdef extern from *:
+    ctypedef long long i128 "__int128"
+    ctypedef unsigned long long u128 "unsigned __int128"
+    bint __builtin_mul_overflow(i128 a, i128 b, i128* r) noexcept nogil
+
+cdef extern from *:
+    """
+    #define BC_HOUR_NS ((int64_t)3600000000000LL)
+    #define BC_MAXV ((int64_t)4611686018427387904LL)
+    #define BC_PPM ((int64_t)1000000LL)
+    #define BC_I64_MAX ((int64_t)0x7FFFFFFFFFFFFFFFLL)
+    #define BC_I64_MIN ((int64_t)(-0x7FFFFFFFFFFFFFFFLL - 1))
+    """
+    const int64_t HOUR "BC_HOUR_NS"
+    const int64_t MAXV "BC_MAXV"
+    const int64_t PPM "BC_PPM"
+    const int64_t I64_MAX "BC_I64_MAX"
+    const int64_t I64_MIN "BC_I64_MIN"
+
+# class-table columns
+cdef enum:
+    RANK = 0
+    MULT = 1
+    PRICED = 2
+    PREEMPT = 3
+    GRACE = 4
+    FREEBROKE = 5
+    NCOL = 6
+
+# reason codes, outcomes, lease states, paths (checked against admission.state at import)
+cdef enum:
+    R_OK = 0
+    R_CAPACITY = 1
+    R_TOKENS = 2
+    R_CREDITS = 3
+    R_CEILING = 4
+
+cdef enum:
+    O_GRANTED = 0
+    O_REFUSED = 1
+    O_SLOW = 2
+
+cdef enum:
+    L_STARTING = 0
+    L_ACTIVE = 1
+    L_REVOKING = 2
+    L_RELEASED = 3
+    L_EXPIRED = 4
+    L_REVOKED = 5
+
+cdef enum:
+    P_WARM = 0
+    P_RECLAIM = 1
+
+# error codes of the C kernels (all < 0)
+cdef enum:
+    E_LEASES = -1      # lease store full
+    E_ARENA = -2       # slot arena full
+    E_SLOTS = -3       # too few free slots to place
+    E_STACK = -4       # ending a lease would overfill the free-slot stack
+    E_HEAPFULL = -5    # a push needs st.grow_heap() first (the shell grows and resumes)
+    E_ZERODIV = -6
+    E_INDEX = -7
+    E_RANGE = -8       # a price that does not fit int64
+    E_EMPTY = -9       # heap_pop on an empty heap
+
+assert (_state.OK, _state.CAPACITY, _state.TOKENS, _state.CREDITS, _state.CEILING) == \
+    (R_OK, R_CAPACITY, R_TOKENS, R_CREDITS, R_CEILING)
+assert (_state.GRANTED, _state.REFUSED, _state.SLOW) == (O_GRANTED, O_REFUSED, O_SLOW)
+assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state.EXPIRED,
+        _state.REVOKED) == (L_STARTING, L_ACTIVE, L_REVOKING, L_RELEASED, L_EXPIRED, L_REVOKED)
+assert (_state.WARM, _state.RECLAIM) == (P_WARM, P_RECLAIM)
+assert (_state.MAXV, _state.HOUR_NS, _state.PPM) == (MAXV, HOUR, PPM)
+
+backend = "compiled"
+
+
+# -- the view of a state ---------------------------------------------------------------------
+cdef struct Eng:
+    Py_ssize_t D, K, NT, bins, W, calloc, L, A, HC
+    int64_t bin_ns
+    # pool, per dimension
+    int64_t* cap
+    int64_t* headroom
+    int64_t* occ
+    int64_t* prom
+    int64_t* rev
+    int64_t* F
+    int64_t* U
+    int64_t* oppa
+    int64_t* pend
+    int64_t* price
+    int64_t* gsum
+    int64_t* cls
+    int64_t* cong_thr
+    int64_t* cong_mult
+    int64_t* ring
+    int64_t* ring_sum
+    int64_t* scal
+    int32_t* free_slots
+    int64_t* top
+    # campaign x dimension
+    int64_t* g
+    int64_t* s
+    int64_t* b
+    int64_t* Bcap
+    int64_t* T
+    int64_t* tlast
+    int64_t* H
+    int64_t* Hf
+    int64_t* acc
+    int64_t* tok_minted
+    int64_t* tok_debited
+    int64_t* tok_refunded
+    int64_t* tok_clipped
+    # campaign
+    int64_t* left
+    int64_t* escrow
+    int64_t* spent
+    int64_t* refunded
+    int64_t* cred_debited
+    # leases
+    int64_t* camp
+    int64_t* dim
+    int64_t* units
+    int64_t* firm
+    int64_t* state
+    int64_t* lcls
+    int64_t* t_grant
+    int64_t* t_start
+    int64_t* t_end
+    int64_t* dur
+    int64_t* excess
+    int64_t* cost
+    int64_t* slot_off
+    int64_t* revoke_at
+    int64_t* intent
+    int32_t* arena
+    int64_t* arena_top
+    int64_t* heap_t
+    int64_t* heap_id
+
+
+cdef class _Ctx:
+    """Raw pointers to every array of one EngineState (see the module docstring)."""
+
+    cdef Eng e
+    cdef list refs            # the arrays the pointers point into, kept alive
+    cdef Py_ssize_t version
+    cdef void* owner          # the state it was built from (borrowed: lives in its __dict__)
+    cdef object out4_obj      # the last `out` array of admit and its data pointer
+    cdef int64_t* out4_ptr
+    cdef object adv_obj       # the last `out` array of advance, its data and length
+    cdef int64_t* adv_ptr
+    cdef Py_ssize_t adv_len
+
+
+cdef void* _data(list refs, object a, str name, int typenum, int ndim, Py_ssize_t d0,
+                 Py_ssize_t d1) except NULL:
+    if type(a) is not np.ndarray:
+        raise TypeError(f"EngineState.{name} must be a numpy array")
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    if cnp.PyArray_TYPE(arr) != typenum or cnp.PyArray_NDIM(arr) != ndim \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISWRITEABLE(arr):
+        raise TypeError(f"EngineState.{name} must be a writeable C-contiguous "
+                        f"{ndim}-d {'int32' if typenum == cnp.NPY_INT32 else 'int64'} array")
+    if (d0 >= 0 and cnp.PyArray_DIM(arr, 0) != d0) or \
+            (ndim == 2 and d1 >= 0 and cnp.PyArray_DIM(arr, 1) != d1):
+        raise ValueError(f"EngineState.{name} has shape {a.shape}, expected ({d0}, {d1})")
+    refs.append(a)
+    return cnp.PyArray_DATA(arr)
+
+
+cdef inline int64_t* _i64(list refs, object st, str name, int ndim, Py_ssize_t d0,
+                          Py_ssize_t d1) except NULL:
+    return <int64_t*>_data(refs, getattr(st, name), name, cnp.NPY_INT64, ndim, d0, d1)
+
+
+cdef _Ctx _build(object st):
+    cdef _Ctx x = _Ctx.__new__(_Ctx)
+    cdef list refs = []
+    cdef Eng* e = &x.e
+    cdef Py_ssize_t D = st.D, C, i, j
+    e.D = D
+    e.K = st.cls.shape[0]
+    e.NT = st.cong_thr.shape[0]
+    e.bins = st.bins
+    e.bin_ns = st.bin_ns
+    if e.bins < 1 or e.bin_ns < 1:
+        raise ValueError("EngineState.bins and bin_ns must be >= 1")
+    e.cap = _i64(refs, st, "cap", 1, D, 0)
+    e.headroom = _i64(refs, st, "headroom", 1, D, 0)
+    e.occ = _i64(refs, st, "occ", 1, D, 0)
+    e.prom = _i64(refs, st, "prom", 1, D, 0)
+    e.rev = _i64(refs, st, "rev", 1, D, 0)
+    e.F = _i64(refs, st, "F", 1, D, 0)
+    e.U = _i64(refs, st, "U", 1, D, 0)
+    e.oppa = _i64(refs, st, "oppa", 1, D, 0)
+    e.pend = _i64(refs, st, "pend", 1, D, 0)
+    e.price = _i64(refs, st, "price", 1, D, 0)
+    e.cls = _i64(refs, st, "cls", 2, e.K, NCOL)
+    e.cong_thr = _i64(refs, st, "cong_thr", 1, e.NT, 0)
+    e.cong_mult = _i64(refs, st, "cong_mult", 1, e.NT + 1, 0)
+    e.ring = _i64(refs, st, "ring", 2, D, e.bins)
+    e.ring_sum = _i64(refs, st, "ring_sum", 1, D, 0)
+    e.scal = _i64(refs, st, "scal", 1, 4, 0)
+    e.W = st.free_slots.shape[1]
+    e.free_slots = <int32_t*>_data(refs, st.free_slots, "free_slots", cnp.NPY_INT32, 2, D, -1)
+    e.top = _i64(refs, st, "top", 1, D, 0)
+    C = st.C
+    e.calloc = st.g.shape[0]
+    if not 0 <= C <= e.calloc:
+        raise ValueError("EngineState.C exceeds its campaign rows")
+    e.g = _i64(refs, st, "g", 2, e.calloc, D)
+    e.s = _i64(refs, st, "s", 2, e.calloc, D)
+    e.b = _i64(refs, st, "b", 2, e.calloc, D)
+    e.Bcap = _i64(refs, st, "Bcap", 2, e.calloc, D)
+    e.T = _i64(refs, st, "T", 2, e.calloc, D)
+    e.tlast = _i64(refs, st, "tlast", 2, e.calloc, D)
+    e.H = _i64(refs, st, "H", 2, e.calloc, D)
+    e.Hf = _i64(refs, st, "Hf", 2, e.calloc, D)
+    e.acc = _i64(refs, st, "acc", 2, e.calloc, D)
+    e.tok_minted = _i64(refs, st, "tok_minted", 2, e.calloc, D)
+    e.tok_debited = _i64(refs, st, "tok_debited", 2, e.calloc, D)
+    e.tok_refunded = _i64(refs, st, "tok_refunded", 2, e.calloc, D)
+    e.tok_clipped = _i64(refs, st, "tok_clipped", 2, e.calloc, D)
+    e.left = _i64(refs, st, "left", 1, e.calloc, 0)
+    e.escrow = _i64(refs, st, "escrow", 1, e.calloc, 0)
+    e.spent = _i64(refs, st, "spent", 1, e.calloc, 0)
+    e.refunded = _i64(refs, st, "refunded", 1, e.calloc, 0)
+    e.cred_debited = _i64(refs, st, "cred_debited", 1, e.calloc, 0)
+    e.L = st.camp.shape[0]
+    e.camp = _i64(refs, st, "camp", 1, e.L, 0)
+    e.dim = _i64(refs, st, "dim", 1, e.L, 0)
+    e.units = _i64(refs, st, "units", 1, e.L, 0)
+    e.firm = _i64(refs, st, "firm", 1, e.L, 0)
+    e.state = _i64(refs, st, "state", 1, e.L, 0)
+    e.lcls = _i64(refs, st, "lcls", 1, e.L, 0)
+    e.t_grant = _i64(refs, st, "t_grant", 1, e.L, 0)
+    e.t_start = _i64(refs, st, "t_start", 1, e.L, 0)
+    e.t_end = _i64(refs, st, "t_end", 1, e.L, 0)
+    e.dur = _i64(refs, st, "dur", 1, e.L, 0)
+    e.excess = _i64(refs, st, "excess", 1, e.L, 0)
+    e.cost = _i64(refs, st, "cost", 1, e.L, 0)
+    e.slot_off = _i64(refs, st, "slot_off", 1, e.L, 0)
+    e.revoke_at = _i64(refs, st, "revoke_at", 1, e.L, 0)
+    e.intent = _i64(refs, st, "intent", 1, e.L, 0)
+    e.A = st.arena.shape[0]
+    e.arena = <int32_t*>_data(refs, st.arena, "arena", cnp.NPY_INT32, 1, e.A, 0)
+    e.arena_top = _i64(refs, st, "arena_top", 1, 1, 0)
+    e.HC = st.heap_t.shape[0]
+    e.heap_t = _i64(refs, st, "heap_t", 1, e.HC, 0)
+    e.heap_id = _i64(refs, st, "heap_id", 1, e.HC, 0)
+    # Σ_c g[c, d], for never(); g only changes in add_campaign, which bumps the version
+    gsum = np.zeros(D, dtype=np.int64)
+    e.gsum = <int64_t*>_data(refs, gsum, "gsum", cnp.NPY_INT64, 1, D, 0)
+    for j in range(D):
+        for i in range(C):
+            e.gsum[j] += e.g[i * D + j]
+    x.refs = refs
+    x.version = st.version
+    x.owner = <void*>st
+    st._cctx = x
+    return x
+
+
+cdef inline _Ctx _ctx(object st):
+    """The cached view of ``st``, rebuilt if its arrays moved (``st.version``)."""
+    cdef object o = st._cctx
+    cdef _Ctx x
+    if type(o) is _Ctx:
+        x = <_Ctx>o
+        if x.owner == <void*>st and x.version == <Py_ssize_t>st.version:
+            return x
+    return _build(st)
+
+
+# -- integer helpers -------------------------------------------------------------------------
+cdef inline int64_t fdiv64(int64_t a, int64_t b) noexcept nogil:
+    """Python's a // b (b != 0)."""
+    if b == -1:
+        return -a
+    cdef int64_t q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
+cdef inline int64_t fmod64(int64_t a, int64_t b) noexcept nogil:
+    """Python's a % b (b > 0)."""
+    cdef int64_t r = a % b
+    if r < 0:
+        r += b
+    return r
+
+
+cdef inline i128 fdiv128(i128 a, i128 b) noexcept nogil:
+    """Python's a // b (b != 0), in 64 bits when both fit."""
+    cdef i128 q
+    if I64_MIN < a <= I64_MAX and I64_MIN < b <= I64_MAX:
+        return fdiv64(<int64_t>a, <int64_t>b)
+    if b == -1:
+        return -a
+    q = a // b
+    if a - q * b != 0 and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
+cdef inline i128 fdiv_ppm(i128 a) noexcept nogil:
+    """a // PPM (a constant divisor: a multiply, not a division, when a fits 64 bits)."""
+    cdef int64_t v, q
+    if I64_MIN < a <= I64_MAX:
+        v = <int64_t>a
+        q = v // PPM
+        if v < 0 and q * PPM != v:
+            q -= 1
+        return q
+    return fdiv128(a, PPM)
+
+
+cdef inline bint mul_over(i128 a, i128 b, i128* r) noexcept nogil:
+    return __builtin_mul_overflow(a, b, r)
+
+
+cdef inline int64_t imax(int64_t a, int64_t b) noexcept nogil:
+    return a if a > b else b
+
+
+cdef inline int64_t imin(int64_t a, int64_t b) noexcept nogil:
+    return a if a < b else b
+
+
+cdef inline int64_t wadd(int64_t a, i128 b) noexcept nogil:
+    """a + b wrapped to int64, like numpy's ``+=`` on an int64 array element."""
+    return <int64_t>(<uint64_t>a + <uint64_t>(<int64_t>b))
+
+
+cdef object _pyint(i128 v):
+    """An exact Python int from a 128-bit value."""
+    if I64_MIN <= v <= I64_MAX:
+        return <int64_t>v
+    cdef bint neg = v < 0
+    cdef u128 u = <u128>(-v) if neg else <u128>v
+    r = ((<object><uint64_t>(u >> 64)) << 64) | <object><uint64_t>u
+    return -r if neg else r
+
+
+cdef inline i128 k_cost(int64_t n, int64_t dur, int64_t pm) noexcept nogil:
+    """ceil(n·dur·pm / HOUR_NS), exact (Python: ``-(-(n*dur*pm) // HOUR_NS)``)."""
+    cdef i128 x = <i128>n * dur
+    cdef u128 p
+    cdef uint64_t p64
+    cdef i128 a, r
+    if x >= 0 and pm >= 0:
+        if (x >> 63) == 0:                      # x·pm < 2**126
+            p = <u128>x * <u128>pm
+            if (p >> 64) == 0:                  # the common case: one 64-bit division
+                p64 = <uint64_t>p
+                return <i128>(p64 // <uint64_t>HOUR + (p64 % <uint64_t>HOUR != 0))
+            return <i128>((p + <u128>(HOUR - 1)) // <u128>HOUR)
+        a = x // HOUR                           # x·pm may exceed 2**127: split x
+        r = x - a * HOUR
+        return a * pm + (r * pm + (HOUR - 1)) // HOUR
+    return -fdiv128(-(x * pm), HOUR)
+
+
+# -- tokens and holdings (SPEC §4.2) ---------------------------------------------------------
+cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcept nogil:
+    cdef Py_ssize_t i = c * e.D + d
+    cdef i128 dt = <i128>t - e.tlast[i]
+    cdef int64_t H, rate, T
+    cdef i128 add, room
+    if dt <= 0:
+        return
+    e.tlast[i] = t
+    H = e.H[i]
+    e.acc[i] = wadd(e.acc[i], <i128>H * dt)
+    rate = e.s[i] - H
+    T = e.T[i]
+    if rate > 0:
+        add = <i128>rate * dt
+        room = <i128>e.Bcap[i] - T
+        if room < add:
+            add = room
+        e.T[i] = <int64_t>(T + add)
+        e.tok_minted[i] = wadd(e.tok_minted[i], add)
+    elif rate < 0 and e.scal[1] != 0:
+        add = -(<i128>rate) * dt
+        if add > T:
+            add = T
+        e.T[i] = <int64_t>(T - add)
+        e.tok_debited[i] = wadd(e.tok_debited[i], add)
+
+
+cdef inline int64_t k_unmet(Eng* e, Py_ssize_t c, Py_ssize_t d) noexcept nogil:
+    cdef Py_ssize_t i = c * e.D + d
+    return imax(0, e.g[i] - e.Hf[i])
+
+
+cdef inline int64_t k_free(Eng* e, Py_ssize_t d) noexcept nogil:
+    return e.cap[d] - e.occ[d] - imax(0, e.prom[d] - e.rev[d])
+
+
+cdef inline void k_hold(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t delta, bint firm) noexcept nogil:
+    cdef Py_ssize_t i = c * e.D + d
+    cdef int64_t before
+    e.H[i] += delta
+    if firm:
+        before = k_unmet(e, c, d)
+        e.Hf[i] += delta
+        e.F[d] += delta
+        e.U[d] += k_unmet(e, c, d) - before
+
+
+# -- congestion and price (SPEC §7) ----------------------------------------------------------
+cdef inline void k_ring_advance(Eng* e, int64_t t) noexcept nogil:
+    cdef int64_t bn = fdiv64(t, e.bin_ns)
+    cdef int64_t cur = e.scal[0]
+    cdef int64_t steps, j, k
+    cdef Py_ssize_t d
+    if bn <= cur:
+        return
+    steps = <int64_t>(<i128>bn - cur) if <i128>bn - cur < e.bins else e.bins
+    for d in range(e.D):
+        for j in range(1, steps + 1):
+            k = fmod64(cur + j, e.bins)
+            e.ring_sum[d] -= e.ring[d * e.bins + k]
+            e.ring[d * e.bins + k] = 0
+    e.scal[0] = bn
+
+
+cdef inline i128 k_cong_ppm(Eng* e, Py_ssize_t d) noexcept nogil:
+    return fdiv128((<i128>e.ring_sum[d] + e.pend[d]) * PPM, imax(1, k_free(e, d)))
+
+
+cdef inline int64_t k_cong_mult(Eng* e, Py_ssize_t d) noexcept nogil:
+    # κ < thr  <=>  num // den < thr  <=>  num < thr·den  (den >= 1): no division needed
+    cdef i128 num = (<i128>e.ring_sum[d] + e.pend[d]) * PPM
+    cdef i128 den = imax(1, k_free(e, d))
+    cdef Py_ssize_t i
+    for i in range(e.NT):
+        if num < e.cong_thr[i] * den:
+            return e.cong_mult[i]
+    return e.cong_mult[e.NT]
+
+
+cdef inline i128 k_price(Eng* e, Py_ssize_t d, Py_ssize_t k) noexcept nogil:
+    cdef const int64_t* kc = e.cls + k * NCOL
+    cdef i128 m = kc[MULT]
+    if kc[PRICED] != 0:
+        m = fdiv_ppm(m * k_cong_mult(e, d))
+    return fdiv_ppm(<i128>e.price[d] * m)
+
+
+cdef inline void k_shortfall(Eng* e, Py_ssize_t d, int64_t units) noexcept nogil:
+    cdef int64_t k = fmod64(e.scal[0], e.bins)
+    e.ring[d * e.bins + k] += units
+    e.ring_sum[d] += units
+
+
+# -- the decision (SPEC §4.4) ----------------------------------------------------------------
+cdef struct Dec:
+    int64_t n
+    int64_t reason
+    int64_t path
+    int64_t pm
+    int64_t lim_ceil
+    int64_t lim_cap
+    int64_t lim_tok
+    i128 lim_cred
+
+
+cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
+                         int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                         bint exact, Dec* o) noexcept nogil:
+    """The reference's decide. With ``exact`` false (the admit fast path) the token and
+    credit limits are only computed (by division) when they may bind: ``T // dur >= q`` is
+    ``T >= q·dur`` and ``X // den >= q`` is ``X >= q·den``. n, reason, path, pm and the
+    capacity limits are always exact; lim_tok / lim_cred then hold lower bounds."""
+    cdef Py_ssize_t i = c * e.D + d
+    cdef const int64_t* kc = e.cls + k * NCOL
+    cdef bint firm, tok_lazy = False, cred_lazy = False, capped = False, ok
+    cdef int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left
+    cdef i128 pm, den = 0, X = 0, prod
+    k_settle(e, c, d, t)
+    firm = kc[PREEMPT] == 0
+    H = e.H[i]
+    s = e.s[i]
+    o.lim_ceil = e.b[i] - H
+    T = e.T[i]
+    base = imax(0, s - H)
+    if e.scal[1] != 0:
+        o.lim_tok = MAXV if T > 0 else base
+    elif dur == 0:
+        return E_ZERODIV
+    elif exact or dur < 0:
+        o.lim_tok = base + fdiv64(T, dur)
+    else:
+        tok_lazy = True
+    pm = k_price(e, d, k)
+    if pm > I64_MAX or pm < I64_MIN:
+        return E_RANGE
+    o.pm = <int64_t>pm
+    o.lim_cred = MAXV
+    if pm != 0:
+        den = <i128>dur * pm
+        left = e.left[c]
+        if not (left >= MAXV or kc[FREEBROKE] != 0):
+            if den == 0:
+                return E_ZERODIV
+            X = <i128>left * HOUR
+            cred_lazy = True
+        if max_spend >= 0:
+            if den == 0:
+                return E_ZERODIV
+            # min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise
+            capped = not cred_lazy
+            if capped or <i128>max_spend * HOUR < X:
+                X = <i128>max_spend * HOUR
+            cred_lazy = True
+        if cred_lazy and (exact or den < 0):
+            o.lim_cred = fdiv128(X, den)
+            if capped and o.lim_cred > MAXV:
+                o.lim_cred = MAXV
+            cred_lazy = False
+    free = k_free(e, d)
+    if firm:
+        lim_firm = e.cap[d] - e.F[d] - e.U[d] + k_unmet(e, c, d)
+        lim_warm = imin(free, lim_firm)
+        o.lim_cap = imin(free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]), lim_firm)
+    else:
+        lim_warm = imax(0, free - e.headroom[d])
+        o.lim_cap = lim_warm
+    m = imin(imin(nmax, o.lim_ceil), o.lim_cap)
+    if tok_lazy:
+        if T >= (<i128>m - base) * dur:      # lim_tok >= m: it does not bind
+            o.lim_tok = m
+        else:
+            o.lim_tok = base + fdiv64(T, dur)
+            tok_lazy = False
+    m = imin(m, o.lim_tok)
+    if cred_lazy:
+        if m <= 0:
+            ok = X >= 0
+        else:
+            ok = (not capped or m <= MAXV) and not mul_over(m, den, &prod) and X >= prod
+        if ok:
+            o.lim_cred = m
+        else:
+            o.lim_cred = fdiv128(X, den)
+            if capped and o.lim_cred > MAXV:
+                o.lim_cred = MAXV
+            cred_lazy = False
+    if o.lim_cred < m:
+        m = <int64_t>o.lim_cred
+    n = imax(0, m)
+    o.n = n
+    o.reason = R_OK
+    if n < nmin:
+        if o.lim_ceil <= n:
+            o.reason = R_CEILING
+        elif o.lim_cap <= n:
+            o.reason = R_CAPACITY
+        else:
+            if tok_lazy:
+                o.lim_tok = base + fdiv64(T, dur)
+            if o.lim_tok <= n:
+                o.reason = R_TOKENS
+            else:
+                if cred_lazy:
+                    o.lim_cred = fdiv128(X, den)
+                    if capped and o.lim_cred > MAXV:
+                        o.lim_cred = MAXV
+                if o.lim_cred <= n:
+                    o.reason = R_CREDITS
+    o.path = P_WARM if n <= lim_warm else P_RECLAIM
+    return 0
+
+
+cdef inline int64_t k_never(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
+                            int64_t dur, int64_t pm) noexcept nogil:
+    cdef Py_ssize_t i = c * e.D + d
+    cdef const int64_t* kc = e.cls + k * NCOL
+    cdef int64_t left
+    if nmin > e.b[i]:
+        return R_CEILING
+    if kc[PREEMPT] != 0:
+        if nmin > e.cap[d] - e.headroom[d]:
+            return R_CAPACITY
+    elif nmin > e.cap[d] - (e.gsum[d] - e.g[i]):
+        return R_CAPACITY
+    if e.scal[1] == 0 and <i128>imax(0, nmin - e.s[i]) * dur > e.Bcap[i]:
+        return R_TOKENS
+    left = e.left[c]
+    if pm != 0 and left < MAXV and kc[FREEBROKE] == 0 \
+            and k_cost(nmin, dur, pm) > <i128>left + e.escrow[c]:
+        return R_CREDITS
+    return R_OK
+
+
+# -- expiry heap (array-based binary heap ordered by (time, lease id)) ----------------------
+cdef inline bint k_before(int64_t at, int64_t aid, int64_t bt, int64_t bid) noexcept nogil:
+    return at < bt or (at == bt and aid < bid)
+
+
+cdef inline void k_heap_push(Eng* e, int64_t t, int64_t lid) noexcept nogil:
+    """Push (t, lid); the caller checked ``scal[3] < HC``. The same moves as the reference's
+    swaps, made by sliding parents down into a hole (the new entry stays in registers)."""
+    cdef Py_ssize_t i = e.scal[3], p
+    cdef int64_t* ht = e.heap_t
+    cdef int64_t* hi = e.heap_id
+    e.scal[3] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if not k_before(t, lid, ht[p], hi[p]):
+            break
+        ht[i] = ht[p]
+        hi[i] = hi[p]
+        i = p
+    ht[i] = t
+    hi[i] = lid
+
+
+cdef inline void k_heap_pop(Eng* e) noexcept nogil:
+    """Pop the top; the caller checked ``scal[3] > 0``. Sift-down with a hole, as above."""
+    cdef Py_ssize_t n = e.scal[3] - 1, i = 0, lo, r, m
+    cdef int64_t* ht = e.heap_t
+    cdef int64_t* hi = e.heap_id
+    cdef int64_t xt = ht[n], xid = hi[n], mt, mid
+    e.scal[3] = n
+    while True:
+        lo = 2 * i + 1
+        if lo >= n:
+            break
+        m = lo
+        mt = ht[lo]
+        mid = hi[lo]
+        r = lo + 1
+        if r < n and k_before(ht[r], hi[r], mt, mid):
+            m = r
+            mt = ht[r]
+            mid = hi[r]
+        if not k_before(mt, mid, xt, xid):
+            break
+        ht[i] = mt
+        hi[i] = mid
+        i = m
+    ht[i] = xt
+    hi[i] = xid
+
+
+# -- leases (SPEC §4.2, §4.3, §4.6) ----------------------------------------------------------
+cdef inline int k_room(Eng* e, Py_ssize_t d, int64_t n, int64_t leases, bint place) noexcept nogil:
+    """What the reference's ``_room`` checks, as an error code (0: room)."""
+    if e.scal[2] + leases > e.L:
+        return E_LEASES
+    if place:
+        if e.arena_top[0] + n > e.A:
+            return E_ARENA
+        if n > e.top[d]:
+            return E_SLOTS
+    return 0
+
+
+cdef inline void k_place(Eng* e, int64_t lid, Py_ssize_t d, int64_t n, int64_t t) noexcept nogil:
+    cdef int64_t off = e.arena_top[0], top = e.top[d], j
+    cdef const int32_t* fs = e.free_slots + d * e.W + top - 1
+    cdef int32_t* ar = e.arena + off
+    for j in range(n):
+        ar[j] = fs[-j]
+    e.top[d] = top - n
+    e.arena_top[0] = off + n
+    e.slot_off[lid] = off
+    e.occ[d] += n
+    if e.firm[lid] == 0:
+        e.oppa[d] += n
+    e.state[lid] = L_ACTIVE
+    e.t_start[lid] = t
+    e.t_end[lid] = t + e.dur[lid]
+    k_heap_push(e, t + e.dur[lid], lid)
+
+
+cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
+                            int64_t dur, int64_t pm, int64_t t, bint starting,
+                            int64_t intent) noexcept nogil:
+    """Commit a grant; returns the lease id, or an error code before any change."""
+    cdef Py_ssize_t i = c * e.D + d
+    cdef const int64_t* kc = e.cls + k * NCOL
+    cdef int err = k_room(e, d, n, 1, not starting)
+    cdef bint firm
+    cdef int64_t H, s, excess, lid
+    cdef i128 debit, price
+    if err:
+        return err
+    if not starting and e.scal[3] >= e.HC:
+        return E_HEAPFULL
+    k_settle(e, c, d, t)
+    firm = kc[PREEMPT] == 0
+    H = e.H[i]
+    s = e.s[i]
+    excess = 0 if e.scal[1] != 0 else imax(0, H + n - s) - imax(0, H - s)
+    debit = <i128>excess * dur
+    e.T[i] = wadd(e.T[i], -debit)
+    e.tok_debited[i] = wadd(e.tok_debited[i], debit)
+    price = k_cost(n, dur, pm)
+    if kc[FREEBROKE] != 0 and price > e.left[c]:
+        price = 0
+    if e.left[c] < MAXV:
+        e.left[c] = wadd(e.left[c], -price)
+    e.escrow[c] = wadd(e.escrow[c], price)
+    e.cred_debited[c] = wadd(e.cred_debited[c], price)
+    k_hold(e, c, d, n, firm)
+    lid = e.scal[2]
+    e.scal[2] = lid + 1
+    e.camp[lid] = c
+    e.dim[lid] = d
+    e.units[lid] = n
+    e.firm[lid] = firm
+    e.state[lid] = L_STARTING if starting else L_ACTIVE
+    e.lcls[lid] = k
+    e.t_grant[lid] = t
+    e.dur[lid] = dur
+    e.excess[lid] = excess
+    e.cost[lid] = <int64_t>price
+    e.intent[lid] = intent
+    e.revoke_at[lid] = 0
+    if starting:
+        e.prom[d] += n
+        e.t_start[lid] = 0
+        e.t_end[lid] = 0
+        e.slot_off[lid] = -1
+    else:
+        k_place(e, lid, d, n, t)
+    return lid
+
+
+cdef inline int k_activate(Eng* e, int64_t lid, int64_t t) noexcept nogil:
+    cdef Py_ssize_t d = e.dim[lid]
+    cdef int64_t n = e.units[lid]
+    cdef int err
+    if d < 0 or d >= e.D:
+        return E_INDEX
+    err = k_room(e, d, n, 0, True)
+    if err:
+        return err
+    if e.scal[3] >= e.HC:
+        return E_HEAPFULL
+    e.prom[d] -= n
+    k_place(e, lid, d, n, t)
+    return 0
+
+
+cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) noexcept nogil:
+    cdef Py_ssize_t c = e.camp[lid], d = e.dim[lid], i
+    cdef int64_t n = e.units[lid], state = e.state[lid], dur, off, top, j, price, T
+    cdef bint firm = e.firm[lid] != 0
+    cdef i128 remaining, refund, room, got, back
+    cdef const int32_t* ar
+    cdef int32_t* fs
+    if c < 0 or c >= e.calloc or d < 0 or d >= e.D:
+        return E_INDEX
+    if state != L_STARTING:
+        if e.top[d] + n > e.W:
+            return E_STACK
+        if e.slot_off[lid] < 0 or e.slot_off[lid] + n > e.A:
+            return E_INDEX
+    i = c * e.D + d
+    k_settle(e, c, d, t)
+    dur = e.dur[lid]
+    if state == L_STARTING:
+        remaining = dur
+        e.prom[d] -= n
+    else:
+        remaining = <i128>e.t_end[lid] - t
+        if remaining < 0:
+            remaining = 0
+        e.occ[d] -= n
+        if state == L_REVOKING:
+            e.rev[d] -= n
+        elif not firm:
+            e.oppa[d] -= n
+        off = e.slot_off[lid]
+        top = e.top[d]
+        fs = e.free_slots + d * e.W + top
+        ar = e.arena + off + n - 1
+        for j in range(n):
+            fs[j] = ar[-j]
+        e.top[d] = top + n
+    refund = <i128>e.excess[lid] * remaining
+    T = e.T[i]
+    room = <i128>e.Bcap[i] - T
+    got = refund if refund < room else room
+    e.T[i] = wadd(T, got)
+    e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
+    e.tok_clipped[i] = wadd(e.tok_clipped[i], refund - room if refund > room else 0)
+    price = e.cost[lid]
+    if dur == 0:
+        return E_ZERODIV
+    back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
+    if e.left[c] < MAXV:
+        e.left[c] = wadd(e.left[c], back)
+    e.escrow[c] -= price
+    e.refunded[c] = wadd(e.refunded[c], back)
+    e.spent[c] = wadd(e.spent[c], <i128>price - back)
+    k_hold(e, c, d, -n, firm)
+    e.state[lid] = new_state
+    return 0
+
+
+cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max_spend,
+                        i128* price_out) noexcept nogil:
+    """Returns a reason code (>= 0) or an error code (< 0); the price in ``price_out``."""
+    cdef Py_ssize_t c = e.camp[lid], d = e.dim[lid], k = e.lcls[lid], i
+    cdef int64_t n = e.units[lid], end, H, s, ex_new, left
+    cdef i128 new_end, delta, pm, price, room, got
+    cdef const int64_t* kc
+    if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
+        return E_INDEX
+    i = c * e.D + d
+    kc = e.cls + k * NCOL
+    k_settle(e, c, d, t)
+    end = e.t_end[lid]
+    H = e.H[i]
+    s = e.s[i]
+    new_end = <i128>end + ext
+    price_out[0] = 0
+    if e.scal[1] != 0:
+        ex_new = 0
+        delta = 0
+    else:
+        ex_new = imax(0, H - s) - imax(0, H - n - s)
+        delta = <i128>ex_new * (new_end - t) - <i128>e.excess[lid] * (<i128>end - t)
+        if delta > e.T[i]:
+            return R_TOKENS
+    pm = k_price(e, d, k)
+    if pm > I64_MAX or pm < I64_MIN:
+        return E_RANGE
+    price = k_cost(n, ext, <int64_t>pm)
+    left = e.left[c]
+    if kc[FREEBROKE] != 0 and price > left:
+        price = 0
+    price_out[0] = price
+    if left < MAXV and price > left:
+        return R_CREDITS
+    if 0 <= max_spend and max_spend < price:
+        return R_CREDITS
+    if e.scal[3] >= e.HC:
+        return E_HEAPFULL
+    if delta >= 0:
+        e.T[i] = wadd(e.T[i], -delta)
+        e.tok_debited[i] = wadd(e.tok_debited[i], delta)
+    else:
+        room = <i128>e.Bcap[i] - e.T[i]
+        got = -delta if -delta < room else room
+        e.T[i] = wadd(e.T[i], got)
+        e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
+        e.tok_clipped[i] = wadd(e.tok_clipped[i], -delta - room if -delta > room else 0)
+    e.excess[lid] = ex_new
+    if left < MAXV:
+        e.left[c] = wadd(e.left[c], -price)
+    e.escrow[c] = wadd(e.escrow[c], price)
+    e.cred_debited[c] = wadd(e.cred_debited[c], price)
+    e.cost[lid] = wadd(e.cost[lid], price)
+    e.dur[lid] += ext
+    e.t_end[lid] = <int64_t>new_end
+    k_heap_push(e, <int64_t>new_end, lid)
+    return R_OK
+
+
+cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen,
+                              int* err) noexcept nogil:
+    cdef int64_t m = 0, te, lid, s
+    cdef int r
+    while e.scal[3] > 0 and e.heap_t[0] <= t:
+        te = e.heap_t[0]
+        lid = e.heap_id[0]
+        k_heap_pop(e)
+        if lid < 0 or lid >= e.L:
+            err[0] = E_INDEX
+            return m
+        s = e.state[lid]
+        if (s == L_ACTIVE or s == L_REVOKING) and e.t_end[lid] == te:
+            r = k_end_lease(e, lid, te, L_EXPIRED)
+            if r < 0:
+                err[0] = r
+                return m
+            if m < outlen:
+                out[m] = lid
+            m += 1
+    return m
+
+
+# -- the fast path ---------------------------------------------------------------------------
+cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
+                        int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                        int64_t intent, int64_t* out) noexcept nogil:
+    """One decision; GRANTED/REFUSED/SLOW or an error code. E_HEAPFULL comes back before
+    anything but the (idempotent) settle changed: grow the heap and call again."""
+    cdef Dec r
+    cdef int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, False, &r)
+    cdef int64_t lid, why
+    cdef bint priced
+    if err:
+        return err
+    out[0] = r.n
+    out[1] = r.reason
+    out[2] = -1
+    out[3] = 0
+    priced = e.cls[k * NCOL + PRICED] != 0
+    if r.n >= nmin and r.path == P_WARM:
+        err = k_room(e, d, r.n, 1, True)
+        if err == 0 and e.scal[3] >= e.HC:
+            return E_HEAPFULL
+        if priced and r.lim_cap < nmax and r.n < nmax:
+            k_shortfall(e, d, nmax - r.n)
+        if err:
+            return err
+        lid = k_grant(e, c, d, k, r.n, dur, r.pm, t, False, intent)
+        if lid < 0:
+            return <int>lid
+        out[2] = lid
+        out[3] = e.cost[lid]
+        return O_GRANTED
+    if r.n < nmin:
+        why = k_never(e, c, d, k, nmin, dur, r.pm)
+        if why != R_OK:
+            out[1] = why
+            if priced and why == R_CAPACITY:
+                k_shortfall(e, d, nmax)
+            return O_REFUSED
+    return O_SLOW
+
+
+cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const int64_t* dims,
+                        const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
+                        int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
+                        Py_ssize_t j, Py_ssize_t m, int* err) noexcept nogil:
+    cdef int64_t buf[4]
+    cdef int64_t c, d, k
+    cdef int r
+    buf[0] = buf[1] = buf[2] = buf[3] = 0
+    while j < m:
+        c = camps[j]
+        d = dims[j]
+        k = ks[j]
+        if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
+            err[0] = E_INDEX
+            return j
+        r = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf)
+        if r < 0:
+            err[0] = r
+            return j
+        if r == O_SLOW:
+            return j
+        on[j] = buf[0]
+        orz[j] = buf[1]
+        ol[j] = buf[2]
+        j += 1
+    return m
+
+
+# -- Python shells ---------------------------------------------------------------------------
+cdef int _raise(int err, object what=None) except -1:
+    if err == E_LEASES:
+        raise IndexError("lease store full: call EngineState.grow_leases first")
+    if err == E_ARENA:
+        raise IndexError("slot arena full: call EngineState.grow_leases first")
+    if err == E_SLOTS:
+        raise IndexError(f"too few free slots to place {what}")
+    if err == E_STACK:
+        raise IndexError(f"lease {what} would overfill its dimension's free-slot stack")
+    if err == E_ZERODIV:
+        raise ZeroDivisionError("integer division or modulo by zero (duration 0)")
+    if err == E_INDEX:
+        raise IndexError(f"index out of range: {what}")
+    if err == E_RANGE:
+        raise OverflowError("price_pm does not fit int64 (price x multipliers too large)")
+    if err == E_EMPTY:
+        raise IndexError("heap_pop from an empty expiry heap")
+    raise RuntimeError(f"bursarcore._engine: unexpected error code {err}")
+
+
+cdef inline int _cd(_Ctx x, Py_ssize_t c, Py_ssize_t d) except -1:
+    if c < 0 or c >= x.e.calloc or d < 0 or d >= x.e.D:
+        raise IndexError(f"campaign {c} / dimension {d} out of range")
+    return 0
+
+
+cdef inline int _kk(_Ctx x, Py_ssize_t k) except -1:
+    if k < 0 or k >= x.e.K:
+        raise IndexError(f"class {k} out of range [0, {x.e.K})")
+    return 0
+
+
+cdef inline int _dd(_Ctx x, Py_ssize_t d) except -1:
+    if d < 0 or d >= x.e.D:
+        raise IndexError(f"dimension {d} out of range [0, {x.e.D})")
+    return 0
+
+
+cdef inline int _ll(_Ctx x, int64_t lid) except -1:
+    if lid < 0 or lid >= x.e.L:
+        raise IndexError(f"lease {lid} out of range [0, {x.e.L})")
+    return 0
+
+
+cdef _Ctx _grow_heap(object st):
+    st.grow_heap()
+    return _ctx(st)
+
+
+cdef int64_t* _i64_buffer(object out, Py_ssize_t need):
+    """The data pointer of a writeable contiguous int64 array of length >= need, or NULL."""
+    cdef cnp.ndarray a
+    if type(out) is np.ndarray:
+        a = <cnp.ndarray>out
+        if cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1 \
+                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISWRITEABLE(a) \
+                and cnp.PyArray_DIM(a, 0) >= need:
+            return <int64_t*>cnp.PyArray_DATA(a)
+    return NULL
+
+
+def settle(st, Py_ssize_t c, Py_ssize_t d, int64_t t):
+    """Bring campaign c's bucket on dimension d to time t (SPEC §4.2)."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    k_settle(&x.e, c, d, t)
+
+
+def unmet(st, Py_ssize_t c, Py_ssize_t d):
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    return k_unmet(&x.e, c, d)
+
+
+def free_now(st, Py_ssize_t d):
+    """Units a warm grant may take now, counting units promised to starting leases."""
+    cdef _Ctx x = _ctx(st)
+    _dd(x, d)
+    return k_free(&x.e, d)
+
+
+def ring_advance(st, int64_t t):
+    """Move the congestion window's ring to the bin holding t."""
+    cdef _Ctx x = _ctx(st)
+    k_ring_advance(&x.e, t)
+
+
+def congestion_ppm(st, Py_ssize_t d):
+    cdef _Ctx x = _ctx(st)
+    _dd(x, d)
+    return _pyint(k_cong_ppm(&x.e, d))
+
+
+def congestion_mult(st, Py_ssize_t d):
+    cdef _Ctx x = _ctx(st)
+    _dd(x, d)
+    return k_cong_mult(&x.e, d)
+
+
+def price_pm(st, Py_ssize_t d, Py_ssize_t k):
+    """Micro-credits per unit-hour for class k on dimension d, at this instant."""
+    cdef _Ctx x = _ctx(st)
+    _dd(x, d)
+    _kk(x, k)
+    return _pyint(k_price(&x.e, d, k))
+
+
+def cost(int64_t n, int64_t dur, int64_t pm):
+    """Credits (micro) for n units for dur ns at pm: ceil(n·dur·pm / hour)."""
+    return _pyint(k_cost(n, dur, pm))
+
+
+def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t nmax,
+           int64_t dur, int64_t max_spend, int64_t t):
+    """Size an intent (SPEC §4.4); see :func:`bursarcore.reference.engine.decide`."""
+    cdef _Ctx x = _ctx(st)
+    cdef Dec r
+    _cd(x, c, d)
+    _kk(x, k)
+    cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r)
+    if err:
+        _raise(err)
+    return (r.n, r.reason, r.path, r.pm,
+            (r.lim_ceil, r.lim_cap, r.lim_tok, _pyint(r.lim_cred)))
+
+
+def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t dur, int64_t pm):
+    """The reason an intent can never be met, or OK (SPEC §4.4)."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    _kk(x, k)
+    return k_never(&x.e, c, d, k, nmin, dur, pm)
+
+
+def grant(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n, int64_t dur, int64_t pm,
+          int64_t t, bint starting, int64_t intent):
+    """Commit a grant of n units; returns the lease id (see the reference)."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    _kk(x, k)
+    cdef int64_t lid = k_grant(&x.e, c, d, k, n, dur, pm, t, starting, intent)
+    if lid == E_HEAPFULL:
+        x = _grow_heap(st)
+        lid = k_grant(&x.e, c, d, k, n, dur, pm, t, starting, intent)
+    if lid < 0:
+        _raise(<int>lid, n)
+    return lid
+
+
+def activate(st, int64_t lid, int64_t t):
+    """A starting lease's reclaim grace is over: its promised units become held slots."""
+    cdef _Ctx x = _ctx(st)
+    _ll(x, lid)
+    cdef int err = k_activate(&x.e, lid, t)
+    if err == E_HEAPFULL:
+        x = _grow_heap(st)
+        err = k_activate(&x.e, lid, t)
+    if err:
+        _raise(err, lid)
+
+
+def preempt(st, int64_t lid, int64_t t, int64_t grace):
+    """Mark an active opportunistic lease revoking; returns its revocation deadline."""
+    cdef _Ctx x = _ctx(st)
+    _ll(x, lid)
+    cdef Py_ssize_t d = x.e.dim[lid]
+    _dd(x, d)
+    cdef int64_t n = x.e.units[lid]
+    x.e.state[lid] = L_REVOKING
+    x.e.revoke_at[lid] = t + grace
+    x.e.rev[d] += n
+    x.e.oppa[d] -= n
+    return t + grace
+
+
+def end_lease(st, int64_t lid, int64_t t, int64_t new_state):
+    """End a lease at t: free its units and slots, refund unused tokens and credits."""
+    cdef _Ctx x = _ctx(st)
+    _ll(x, lid)
+    cdef int err = k_end_lease(&x.e, lid, t, new_state)
+    if err:
+        _raise(err, lid)
+
+
+def renew(st, int64_t lid, int64_t ext, int64_t t, int64_t max_spend):
+    """Extend an active lease by ext ns (SPEC §4.6); returns ``(reason, cost)``."""
+    cdef _Ctx x = _ctx(st)
+    cdef i128 price = 0
+    _ll(x, lid)
+    cdef int r = k_renew(&x.e, lid, ext, t, max_spend, &price)
+    if r == E_HEAPFULL:
+        x = _grow_heap(st)
+        r = k_renew(&x.e, lid, ext, t, max_spend, &price)
+    if r < 0:
+        _raise(r, lid)
+    return r, _pyint(price)
+
+
+def heap_push(st, int64_t t, int64_t lid):
+    cdef _Ctx x = _ctx(st)
+    if x.e.scal[3] >= x.e.HC:
+        x = _grow_heap(st)
+    k_heap_push(&x.e, t, lid)
+
+
+def heap_pop(st):
+    cdef _Ctx x = _ctx(st)
+    if x.e.scal[3] <= 0:
+        _raise(E_EMPTY)
+    k_heap_pop(&x.e)
+
+
+def next_expiry(st):
+    """Time of the earliest scheduled expiry (stale entries included), or -1."""
+    cdef _Ctx x = _ctx(st)
+    return x.e.heap_t[0] if x.e.scal[3] > 0 else -1
+
+
+def advance(st, int64_t t, out):
+    """Expire every active or revoking lease whose end is <= t, in (end, id) order; writes
+    their ids to ``out`` and returns how many (see the reference)."""
+    cdef _Ctx x = _ctx(st)
+    cdef int err = 0
+    cdef int64_t* p
+    cdef int64_t m
+    cdef Py_ssize_t n
+    if out is not x.adv_obj:
+        p = _i64_buffer(out, 0)
+        if p == NULL:                       # any other sequence: through a scratch array
+            tmp = np.zeros(len(out), dtype=np.int64)
+            m = advance(st, t, tmp)
+            for n in range(min(m, len(out))):
+                out[n] = int(tmp[n])
+            return m
+        x.adv_obj, x.adv_ptr, x.adv_len = out, p, len(out)
+    m = k_advance(&x.e, t, x.adv_ptr, x.adv_len, &err)
+    if err:
+        _raise(err, "a lease id in the expiry heap")
+    return m
+
+
+def admit(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t nmax,
+          int64_t dur, int64_t max_spend, int64_t t, int64_t intent, out):
+    """One decision on the fast path; ``out`` (int64[4]) receives (n, reason, lease id,
+    cost). Returns GRANTED, REFUSED or SLOW (see the reference)."""
+    cdef _Ctx x = _ctx(st)
+    cdef int64_t* p
+    cdef int64_t local[4]
+    cdef int r
+    _cd(x, c, d)
+    _kk(x, k)
+    if out is x.out4_obj:
+        p = x.out4_ptr
+    else:
+        p = _i64_buffer(out, 4)
+        if p != NULL:
+            x.out4_obj, x.out4_ptr = out, p
+        else:
+            p = local
+    r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p)
+    if r == E_HEAPFULL:
+        x = _grow_heap(st)
+        r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p)
+    if p == local:
+        out[0], out[1], out[2], out[3] = local[0], local[1], local[2], local[3]
+    if r < 0:
+        _raise(r, nmax)
+    return r
+
+
+cdef const int64_t* _col(object a, Py_ssize_t m, list keep, bint write) except NULL:
+    """The data of an int64 column of at least m items; inputs of another type or layout
+    are converted (a copy, kept alive in ``keep``), outputs must be int64 arrays."""
+    cdef cnp.ndarray arr
+    if type(a) is np.ndarray:
+        arr = <cnp.ndarray>a
+        if cnp.PyArray_TYPE(arr) == cnp.NPY_INT64 and cnp.PyArray_NDIM(arr) == 1 \
+                and cnp.PyArray_IS_C_CONTIGUOUS(arr) and (not write or cnp.PyArray_ISWRITEABLE(arr)):
+            if cnp.PyArray_DIM(arr, 0) < m:
+                raise IndexError("admit_batch: every array needs at least len(camps) items")
+            return <const int64_t*>cnp.PyArray_DATA(arr)
+    if write:
+        raise TypeError("admit_batch: out_n, out_reason and out_lease must be writeable "
+                        "contiguous int64 numpy arrays")
+    arr = np.ascontiguousarray(a, dtype=np.int64)
+    if cnp.PyArray_NDIM(arr) != 1 or cnp.PyArray_DIM(arr, 0) < m:
+        raise IndexError("admit_batch: every array needs at least len(camps) items")
+    keep.append(arr)
+    return <const int64_t*>cnp.PyArray_DATA(arr)
+
+
+def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t intent0, out_n,
+                out_reason, out_lease, Py_ssize_t start):
+    """Decide items start.. in order with :func:`admit` (max_spend -1) in one C loop; stop
+    at the first SLOW item and return its index (or len). Item j's intent id is
+    intent0 + j. Columns are int64 arrays (others are converted); outputs must be."""
+    cdef Py_ssize_t m = len(camps), j = start
+    cdef int err = 0
+    cdef _Ctx x
+    cdef list keep = []
+    if j < 0:
+        raise IndexError("admit_batch: start must be >= 0")
+    if j >= m:
+        return m
+    cdef const int64_t* pc = _col(camps, m, keep, False)
+    cdef const int64_t* pk = _col(ks, m, keep, False)
+    cdef const int64_t* pd = _col(dims, m, keep, False)
+    cdef const int64_t* p0 = _col(nmins, m, keep, False)
+    cdef const int64_t* p1 = _col(nmaxs, m, keep, False)
+    cdef const int64_t* pu = _col(durs, m, keep, False)
+    cdef int64_t* on = <int64_t*>_col(out_n, m, keep, True)
+    cdef int64_t* orz = <int64_t*>_col(out_reason, m, keep, True)
+    cdef int64_t* ol = <int64_t*>_col(out_lease, m, keep, True)
+    x = _ctx(st)
+    while True:
+        if m - j >= 64:
+            with nogil:
+                j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err)
+        else:
+            j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err)
+        if err == E_HEAPFULL:
+            err = 0
+            x = _grow_heap(st)
+            continue
+        if err:
+            _raise(err, f"item {j}")
+        return j
