@@ -922,7 +922,7 @@ cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen
                               int* err) noexcept nogil:
     cdef int64_t m = 0, te, lid, s
     cdef int r
-    while e.scal[3] > 0 and e.heap_t[0] <= t:
+    while e.scal[3] > 0 and e.heap_t[0] <= t and m < outlen:
         te = e.heap_t[0]
         lid = e.heap_id[0]
         k_heap_pop(e)
@@ -935,8 +935,7 @@ cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen
             if r < 0:
                 err[0] = r
                 return m
-            if m < outlen:
-                out[m] = lid
+            out[m] = lid
             m += 1
     return m
 
@@ -1230,8 +1229,8 @@ def next_expiry(st):
 
 
 def advance(st, int64_t t, out):
-    """Expire every active or revoking lease whose end is <= t, in (end, id) order; writes
-    their ids to ``out`` and returns how many (see the reference)."""
+    """Expire active or revoking leases whose end is <= t, in (end, id) order, until ``out``
+    is full; writes their ids to ``out`` and returns how many (see the reference)."""
     cdef _Ctx x = _ctx(st)
     cdef int err = 0
     cdef int64_t* p

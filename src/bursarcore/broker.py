@@ -339,6 +339,7 @@ class Broker:
         self._revoking: list[set[int]] = [set() for _ in self.dims]
         self._activation: dict[int, int] = {}
         self._expired_buf = np.zeros(4096, dtype=np.int64)
+        self._one_buf = np.zeros(1, dtype=np.int64)
         self._buf = np.zeros(4, dtype=np.int64)
         self._t_force: int | None = None      # replay drives exact integer times
         self._subscribers: list[Any] = []
@@ -482,21 +483,23 @@ class Broker:
             self.journal.add(row)
 
     def _expire_until(self, t: int) -> int:
+        """Expire leases due by t. With a journal, one at a time, so each record's "state
+        after" is the state right after that expiry, however the calls were spaced."""
         k, st = self._k, self.st
+        buf = self._one_buf if self.journal is not None else self._expired_buf
         total = 0
         while True:
-            m = k.advance(st, t, self._expired_buf)
-            n = min(m, self._expired_buf.shape[0])
-            for lid in self._expired_buf[:n]:
-                lid = int(lid)
-                self._opp_active[int(st.dim[lid])].discard(lid)
-                self._revoking[int(st.dim[lid])].discard(lid)
+            m = k.advance(st, t, buf)
+            for lid in buf[:m].tolist():
+                d = int(st.dim[lid])
+                self._opp_active[d].discard(lid)
+                self._revoking[d].discard(lid)
                 self._emit("expired", int(st.t_end[lid]), int(st.camp[lid]), lid=lid)
-            self._purge_retired()
+            if m:
+                self._purge_retired()
             total += m
-            if m <= self._expired_buf.shape[0]:
+            if m < buf.shape[0]:
                 return total
-            self._expired_buf = np.zeros(2 * m, dtype=np.int64)  # pragma: no cover
 
     _EV_OP = {"expired": "expire", "revoked": "revoke", "activated": "activate",
               "preempt_notice": "preempt", "granted": "grant", "refused": "refuse"}

@@ -408,17 +408,17 @@ def next_expiry(st) -> int:
 
 
 def advance(st, t: int, out) -> int:
-    """Expire every active or revoking lease whose end is ≤ t, in (end, id) order, each
-    settled at its own end time. Writes their ids to ``out`` (sized by the caller) and
-    returns how many. Stale heap entries (ended or renewed leases) are skipped."""
+    """Expire active or revoking leases whose end is ≤ t, in (end, id) order, each settled
+    at its own end time, until ``out`` is full. Writes their ids to ``out`` and returns how
+    many; the caller calls again while it gets a full buffer. Stale heap entries (ended or
+    renewed leases) are skipped."""
     m = 0
-    while st.scal[3] > 0 and st.heap_t[0] <= t:
+    while st.scal[3] > 0 and st.heap_t[0] <= t and m < len(out):
         te, lid = int(st.heap_t[0]), int(st.heap_id[0])
         heap_pop(st)
         if int(st.state[lid]) in (ACTIVE, REVOKING) and int(st.t_end[lid]) == te:
             end_lease(st, lid, te, EXPIRED)
-            if m < len(out):
-                out[m] = lid
+            out[m] = lid
             m += 1
     return m
 
