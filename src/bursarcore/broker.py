@@ -344,6 +344,7 @@ class Broker:
         self._t_force: int | None = None      # replay drives exact integer times
         self._subscribers: list[Any] = []
         self._deficit_last = np.zeros(0)
+        self._default_cls = np.zeros(0, dtype=np.int64)
         self._config = {"pool": pool.to_dict(), "classes": [vars(c) for c in self.classes],
                         "congestion": {"window": self.congestion.window,
                                        "bins": self.congestion.bins,
@@ -428,6 +429,8 @@ class Broker:
         self._usage = np.append(self._usage, 0.0)
         self._acc_seen = np.append(self._acc_seen, 0)
         self._deficit_last = np.append(self._deficit_last, np.nan)
+        self._default_cls = np.append(self._default_cls,
+                                      self._cls_index[envelope.service_class]).astype(np.int64)
         if self.journal is not None:
             row = {}
             row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["register"], t, c, 4
@@ -817,10 +820,15 @@ class Broker:
         order = list(self._pending.values())
         if len(order) > 1:
             deficit = self._deficit_array(t)
-            for p in order:
-                self._k.settle(st, p.campaign, p.dim, t)
-            order.sort(key=lambda p: (int(st.cls[p.cls, 0]), -deficit[p.campaign],
-                                      -int(st.T[p.campaign, p.dim]), p.arrival))
+            camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
+            dim = np.fromiter((p.dim for p in order), np.int64, len(order))
+            for c, d in set(zip(camp.tolist(), dim.tolist())):
+                self._k.settle(st, c, d, t)
+            rank = st.cls[np.fromiter((p.cls for p in order), np.int64, len(order)), 0]
+            arrival = np.fromiter((p.arrival for p in order), np.int64, len(order))
+            # class rank, then deficit (largest first), tokens (largest first), arrival
+            idx = np.lexsort((arrival, -st.T[camp, dim], -deficit[camp], rank))
+            order = [order[i] for i in idx.tolist()]
         # Within one pass grants only consume, so limits only shrink: once an intent of
         # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
         # nmin >= m fails too. Keeps a long queue of one agent's retries O(1) per pass.
@@ -975,12 +983,13 @@ class Broker:
         placement: tuple[tuple[str, int], ...] = ()
         if state in (ACTIVE, REVOKING):
             off = int(st.slot_off[lid])
-            sl = st.arena[off:off + n].astype(np.int64)
-            slots = tuple(int(x) for x in sl)
-            nodes = self._node_of_slot[d][sl]
-            uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
-            placement = tuple((self._node_names[d][int(uniq[i])], int(counts[i]))
-                              for i in np.argsort(first))
+            slots = tuple(st.arena[off:off + n].tolist())
+            owner = self._node_of_slot[d][list(slots)].tolist()
+            count: dict[int, int] = {}
+            for j in owner:  # nodes in order of first appearance
+                count[j] = count.get(j, 0) + 1
+            names = self._node_names[d]
+            placement = tuple((names[j], k) for j, k in count.items())
         started = state != STARTING
         return Lease(
             id=lid, campaign=self._names[int(st.camp[lid])], dim=self.dims[d], units=n,
@@ -1127,9 +1136,7 @@ class Broker:
         if d is None:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
         if service_class is None:
-            default = np.array([self._cls_index[self.envelopes[nm].service_class]
-                                for nm in self._names], dtype=np.int64)
-            ks = default[ci] if n else np.zeros(0, np.int64)
+            ks = self._default_cls[ci] if n else np.zeros(0, np.int64)
         else:
             name = service_class if isinstance(service_class, str) else None
             kk = self._cls_index.get(name) if name else None
