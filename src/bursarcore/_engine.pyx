@@ -981,13 +981,23 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
     return O_SLOW
 
 
+DEF REC_WIDTH = 11
+
+
+cdef inline int64_t _cap(i128 x) noexcept nogil:
+    return MAXV if x > MAXV else <int64_t>x
+
+
 cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const int64_t* dims,
                         const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
                         int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
-                        Py_ssize_t j, Py_ssize_t m, int* err) noexcept nogil:
+                        Py_ssize_t j, Py_ssize_t m, int* err, int64_t* rec) noexcept nogil:
     cdef int64_t buf[4]
+    cdef int64_t before[8]
     cdef int64_t c, d, k
     cdef int r
+    cdef Dec x
+    cdef Py_ssize_t i
     buf[0] = buf[1] = buf[2] = buf[3] = 0
     while j < m:
         c = camps[j]
@@ -996,6 +1006,20 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
         if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
             err[0] = E_INDEX
             return j
+        if rec != NULL:  # the journal's rule inputs, exact, as the single path records them
+            r = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, True, &x)
+            if r < 0:
+                err[0] = r
+                return j
+            i = c * e.D + d
+            before[0] = e.T[i]
+            before[1] = e.left[c]
+            before[2] = k_free(e, d)
+            before[3] = e.U[d]
+            before[4] = _cap(x.lim_ceil)
+            before[5] = _cap(x.lim_cap)
+            before[6] = _cap(x.lim_tok)
+            before[7] = _cap(x.lim_cred)
         r = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf)
         if r < 0:
             err[0] = r
@@ -1005,6 +1029,13 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
         on[j] = buf[0]
         orz[j] = buf[1]
         ol[j] = buf[2]
+        if rec != NULL:
+            i = c * e.D + d
+            for r in range(8):
+                rec[j * REC_WIDTH + r] = before[r]
+            rec[j * REC_WIDTH + 8] = e.T[i]
+            rec[j * REC_WIDTH + 9] = e.left[c]
+            rec[j * REC_WIDTH + 10] = e.H[i]
         j += 1
     return m
 
@@ -1302,7 +1333,7 @@ cdef const int64_t* _col(object a, Py_ssize_t m, list keep, bint write) except N
 
 
 def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t intent0, out_n,
-                out_reason, out_lease, Py_ssize_t start):
+                out_reason, out_lease, Py_ssize_t start, rec=None):
     """Decide items start.. in order with :func:`admit` (max_spend -1) in one C loop; stop
     at the first SLOW item and return its index (or len). Item j's intent id is
     intent0 + j. Columns are int64 arrays (others are converted); outputs must be."""
@@ -1323,13 +1354,21 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
     cdef int64_t* on = <int64_t*>_col(out_n, m, keep, True)
     cdef int64_t* orz = <int64_t*>_col(out_reason, m, keep, True)
     cdef int64_t* ol = <int64_t*>_col(out_lease, m, keep, True)
+    cdef int64_t* prec = NULL
+    cdef int64_t[:, ::1] recv
+    if rec is not None:
+        recv = rec
+        if recv.shape[0] < m or recv.shape[1] != REC_WIDTH:
+            raise ValueError(f"rec must have shape ({m}, {REC_WIDTH})")
+        prec = &recv[0, 0]
     x = _ctx(st)
     while True:
         if m - j >= 64:
             with nogil:
-                j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err)
+                j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err,
+                            prec)
         else:
-            j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err)
+            j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err, prec)
         if err == E_HEAPFULL:
             err = 0
             x = _grow_heap(st)

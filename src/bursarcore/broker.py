@@ -651,10 +651,11 @@ class Broker:
 
     def _acquire_ns(self, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
                     deadline: int | None, ttl: int, t: int, request: Intent | None = None,
-                    batch: int = 0) -> Decision:
+                    batch: int = 0, iid: int | None = None) -> Decision:
         """One intent in engine integers, journaled (the entry point replay uses)."""
-        iid = self._next_intent
-        self._next_intent += 1
+        if iid is None:
+            iid = self._next_intent
+            self._next_intent += 1
         if self.journal is None:
             return self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
                                     request)
@@ -1182,22 +1183,72 @@ class Broker:
         return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
 
     def _admit_batch_journaled(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
-        """The batch with a journal: item by item through the single path (which the
-        compiled loop is proven equal to), each item a record flagged as part of a batch."""
+        """The batch with a journal: the compiled loop also returns each item's rule inputs
+        and state after, so its records are written as one columnar append, equal field for
+        field to what the single path (which replay uses) writes; slow items go through
+        the single path, each flagged as part of the batch."""
+        st = self.st
         n = ci.shape[0]
-        out = [np.zeros(n, dtype=np.int64) for _ in range(4)]
-        out[2][:] = -1
-        iids = np.zeros(n, dtype=np.int64)
+        out_n = np.zeros(n, dtype=np.int64)
+        out_r = np.zeros(n, dtype=np.int64)
+        out_l = np.full(n, -1, dtype=np.int64)
+        out_o = np.zeros(n, dtype=np.int64)
+        rec = np.zeros((n, 11), dtype=np.int64)
+        dims = np.full(n, d, dtype=np.int64)
+        iid0 = self._next_intent
+        self._next_intent += n
         ttl = units.to_ns(self.ttl)
-        for j in range(n):
+        self._reserve(n, int(nmax.sum()) if n else 0)
+        j = 0
+        while j < n:
+            j0 = j
+            j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
+                                    out_l, j, rec)
+            if j > j0:
+                self._track_opportunistic(d, out_l[j0:j])
+                self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
+                                    out_n, out_r, out_l, rec)
+            if j >= n:
+                break
             dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
-                                   int(dur[j]), -1, None, ttl, t, None, batch=1 if j == 0 else 2)
-            out[0][j] = dec.units if dec.granted else 0
-            out[1][j] = REASONS.index(dec.reason) if dec.reason else 0
-            out[2][j] = dec.lease.id if dec.lease else -1
-            out[3][j] = _OUTCOME_CODE[dec.outcome]
-            iids[j] = dec.intent_id
-        return BatchResult(out[0], out[1], out[2], out[3], iids)
+                                   int(dur[j]), -1, None, ttl, t, None,
+                                   batch=1 if j == 0 else 2, iid=iid0 + j)
+            out_o[j] = _OUTCOME_CODE[dec.outcome]
+            out_n[j] = dec.units if dec.granted else 0
+            out_r[j] = REASONS.index(dec.reason) if dec.reason else 0
+            out_l[j] = dec.lease.id if dec.lease else -1
+            j += 1
+        granted = out_l >= 0
+        out_o[(~granted) & (out_o == 0)] = 1
+        out_n[~granted] = 0
+        return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
+
+    def _journal_batch(self, j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl, out_n, out_r,
+                       out_l, rec) -> None:
+        sl = slice(j0, j)
+        rows = J.new_rows(j - j0)
+        lid = out_l[sl]
+        granted = lid >= 0
+        rows["op"], rows["t"], rows["dim"] = J.OP["acquire"], t, d
+        rows["campaign"], rows["cls"] = ci[sl], ks[sl]
+        rows["batch"] = 2
+        if j0 == 0:
+            rows["batch"][0] = 1
+        rows["nmin"], rows["nmax"], rows["dur"] = nmin[sl], nmax[sl], dur[sl]
+        rows["ttl"], rows["intent"] = ttl, iid0 + np.arange(j0, j)
+        rows["rank"] = self.st.cls[ks[sl], 0]
+        rows["deficit"] = self._deficit_last[ci[sl]]
+        for i, f in enumerate(("tokens_before", "credits_before", "free", "unmet", "lim_ceiling",
+                               "lim_capacity", "lim_tokens", "lim_credits", "tokens_after",
+                               "credits_after", "held_after")):
+            rows[f] = rec[sl, i]
+        rows["outcome"] = np.where(granted, 1, 3)
+        rows["reason"] = np.where(granted, 0, out_r[sl])
+        rows["path"] = granted.astype(np.int8)
+        rows["units"] = np.where(granted, out_n[sl], 0)
+        rows["lease"] = lid
+        rows["cost"] = np.where(granted, self.st.cost[np.maximum(lid, 0)], 0)
+        self.journal.append(rows)
 
     # ------------------------------------------------------------------ flow dimensions (§5)
     @_op

@@ -1,7 +1,8 @@
 """SQLite journal: the embedded durable default (stdlib ``sqlite3``, WAL, group commit).
 
-Each record is stored as its exact columnar bytes (``rec``) with a CRC, beside indexed
-columns for queries. Appends are buffered and committed in groups of at least ``batch``
+Each record is stored as its exact columnar bytes (``rec``) with a CRC, beside a few plain
+columns for people reading the file with ``sqlite3`` (queries through :meth:`query` run on
+the columnar copy loaded at open, so the table carries no secondary index to slow inserts). Appends are buffered and committed in groups of at least ``batch``
 records, always at the end of a broker operation (so the file ends on an operation
 boundary); ``flush()`` commits the rest. A decision counts as acknowledged only once its seq is ≤
 ``durable_seq`` (the broker's ``sync()`` and the service wait for that). A torn or
@@ -26,7 +27,6 @@ CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY, t INTEGER NOT NULL, op INTEGER NOT NULL,
     campaign INTEGER NOT NULL, outcome INTEGER NOT NULL, reason INTEGER NOT NULL,
     rec BLOB NOT NULL, payload TEXT, crc INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS journal_campaign_t ON journal (campaign, t);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 

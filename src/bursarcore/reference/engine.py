@@ -449,18 +449,34 @@ def admit(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend:
     return SLOW
 
 
+REC_WIDTH = 11
+"""Columns of ``admit_batch``'s optional ``rec`` output, one row per decided item: the
+rule inputs before the decision (tokens, credits, free units, unmet guarantees, and the
+ceiling, capacity, tokens and credits limits — exact, capped at MAXV) and the state after
+(tokens, credits, holding) — what a journal record of the item holds."""
+
+
 def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, t: int, intent0: int,
-                out_n, out_reason, out_lease, start: int) -> int:
+                out_n, out_reason, out_lease, start: int, rec=None) -> int:
     """Decide items start.. in order with :func:`admit`; stop at the first SLOW item and
-    return its index (or len). Item j's intent id is intent0 + j."""
+    return its index (or len). Item j's intent id is intent0 + j. With ``rec`` (int64
+    (len, REC_WIDTH)), each decided item's journal inputs and state after are written."""
     buf = [0, 0, 0, 0]
     m = len(camps)
     j = start
     while j < m:
-        r = admit(st, int(camps[j]), int(dims[j]), int(ks[j]), int(nmins[j]), int(nmaxs[j]),
-                  int(durs[j]), -1, t, intent0 + j, buf)
+        c, d, k = int(camps[j]), int(dims[j]), int(ks[j])
+        nmin, nmax, dur = int(nmins[j]), int(nmaxs[j]), int(durs[j])
+        if rec is not None:
+            _, _, _, _, lims = decide(st, c, d, k, nmin, nmax, dur, -1, t)
+            before = (int(st.T[c, d]), int(st.left[c]), free_now(st, d), int(st.U[d]),
+                      *(min(x, MAXV) for x in lims))
+        r = admit(st, c, d, k, nmin, nmax, dur, -1, t, intent0 + j, buf)
         if r == SLOW:
             return j
         out_n[j], out_reason[j], out_lease[j] = buf[0], buf[1], buf[2]
+        if rec is not None:
+            for i, v in enumerate(before + (int(st.T[c, d]), int(st.left[c]), int(st.H[c, d]))):
+                rec[j, i] = v
         j += 1
     return m
