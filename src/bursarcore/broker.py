@@ -581,8 +581,11 @@ class Broker:
 
     def _reserve(self, leases: int, slots: int) -> None:
         st = self.st
-        st.grow_leases(leases, slots)
-        if int(st.scal[3]) + leases + 1 > st.heap_t.shape[0]:
+        n = st.scal.item(2)
+        if (n + leases > st.camp.shape[0]
+                or st.arena_top.item(0) + slots > st.arena.shape[0]):
+            st.grow_leases(leases, slots)
+        if st.scal.item(3) + leases + 1 > st.heap_t.shape[0]:
             st.grow_heap()
 
     # ------------------------------------------------------------------ fair share (§6)
@@ -977,31 +980,28 @@ class Broker:
     def lease(self, lease_id: int) -> Lease:
         lid = self._lease_id(lease_id)
         st = self.st
-        state = int(st.state[lid])
-        d = int(st.dim[lid])
-        n = int(st.units[lid])
+        (camp, d, n, firm, state, k, t_grant, t_start, t_end, cost, off, revoke_at,
+         intent) = (a.item(lid) for a in (st.camp, st.dim, st.units, st.firm, st.state, st.lcls,
+                                          st.t_grant, st.t_start, st.t_end, st.cost,
+                                          st.slot_off, st.revoke_at, st.intent))
         slots: tuple[int, ...] = ()
         placement: tuple[tuple[str, int], ...] = ()
-        if state in (ACTIVE, REVOKING):
-            off = int(st.slot_off[lid])
+        if state == ACTIVE or state == REVOKING:
             slots = tuple(st.arena[off:off + n].tolist())
-            owner = self._node_of_slot[d][list(slots)].tolist()
+            owner = self._node_of_slot[d].take(slots).tolist()
             count: dict[int, int] = {}
             for j in owner:  # nodes in order of first appearance
                 count[j] = count.get(j, 0) + 1
             names = self._node_names[d]
-            placement = tuple((names[j], k) for j, k in count.items())
+            placement = tuple([(names[j], c) for j, c in count.items()])
         started = state != STARTING
         return Lease(
-            id=lid, campaign=self._names[int(st.camp[lid])], dim=self.dims[d], units=n,
-            state=LEASE_STATES[state], firm=bool(st.firm[lid]),
-            service_class=self.classes[int(st.lcls[lid])].name,
-            granted_at=int(st.t_grant[lid]) / NS,
-            start=int(st.t_start[lid]) / NS if started else None,
-            expiry=int(st.t_end[lid]) / NS if started else None,
-            cost=int(st.cost[lid]) / CREDIT,
-            revoke_at=int(st.revoke_at[lid]) / NS if state in (REVOKING, REVOKED) else None,
-            intent=int(st.intent[lid]), placement=placement, slots=slots)
+            id=lid, campaign=self._names[camp], dim=self.dims[d], units=n,
+            state=LEASE_STATES[state], firm=bool(firm), service_class=self.classes[k].name,
+            granted_at=t_grant / NS, start=t_start / NS if started else None,
+            expiry=t_end / NS if started else None, cost=cost / CREDIT,
+            revoke_at=revoke_at / NS if state in (REVOKING, REVOKED) else None,
+            intent=intent, placement=placement, slots=slots)
 
     @_op
     def leases(self, campaign: str | None = None) -> list[Lease]:

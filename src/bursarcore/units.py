@@ -46,7 +46,7 @@ _MAX_UNITS = MAX_FIXED / SCALE
 
 def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) -> int:
     """Float seconds to int nanoseconds, or :class:`InvalidArgument` naming ``field``."""
-    if not isinstance(seconds, numbers.Real):
+    if type(seconds) is not float and not isinstance(seconds, numbers.Real):
         raise InvalidArgument(field, "must be a real number of seconds", seconds)
     try:
         x = float(seconds)
@@ -63,7 +63,7 @@ def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) ->
 
 def to_fixed(amount: float, field: str = "amount") -> int:
     """Non-negative float units to fixed point, or :class:`InvalidArgument`."""
-    if not isinstance(amount, numbers.Real):
+    if type(amount) is not float and not isinstance(amount, numbers.Real):
         raise InvalidArgument(field, "must be a real number", amount)
     try:
         x = float(amount)
