@@ -246,3 +246,21 @@ def test_storm_at_ceiling_is_held_to_prepaid_rate(backend):
     assert abs(avg - (64 + 150_000 / 1800)) < 15
     above = sum(max(0, h - 64) for h in held)
     assert above <= 150_000 + 1e-6
+
+
+@pytest.mark.parametrize("backend", list(ENGINES))
+def test_reclaim_grant_released_before_activation_never_started(backend):
+    """Found by the state machine: a starting lease released during its victims' grace
+    held nothing, so it must not count as extraction (invariant 3)."""
+    b = new_broker(backend)
+    released: dict[int, float] = {}
+    for op in [("advance", 120.0), ("acquire", "bf", 1, 40, 1.0, None, None),
+               ("acquire", "storm", 1, 25, 1.0, None, None)]:
+        apply(b, op, released)
+    starting = [l for l in b.leases() if l.state == "starting"]
+    assert len(starting) == 1
+    apply(b, ("release", starting[0].id), released)
+    lease = b.lease(starting[0].id)
+    assert lease.state == "released" and lease.start is None and lease.expiry is None
+    check_invariants(b)
+    check_prepaid_bound(b, released)

@@ -994,7 +994,7 @@ class Broker:
                 count[j] = count.get(j, 0) + 1
             names = self._node_names[d]
             placement = tuple([(names[j], c) for j, c in count.items()])
-        started = state != STARTING
+        started = off >= 0  # a reclaim grant released before its activation never started
         return Lease(
             id=lid, campaign=self._names[camp], dim=self.dims[d], units=n,
             state=LEASE_STATES[state], firm=bool(firm), service_class=self.classes[k].name,
