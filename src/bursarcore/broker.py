@@ -1156,44 +1156,21 @@ class Broker:
         out_r = np.zeros(n, dtype=np.int64)
         out_l = np.full(n, -1, dtype=np.int64)
         out_o = np.zeros(n, dtype=np.int64)
-        if self.journal is not None:
-            return self._admit_batch_journaled(ci, ks, d, nmin, nmax, dur, t)
-        iid0 = self._next_intent
-        self._next_intent += n
-        self._reserve(n, int(nmax.sum()) if n else 0)
-        j = 0
-        ttl = units.to_ns(self.ttl)
-        while j < n:
-            j0 = j
-            j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
-                                    out_l, j)
-            self._track_opportunistic(d, out_l[j0:j])
-            if j >= n:
-                break
-            dec = self._slow(iid0 + j, int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
-                             int(dur[j]), -1, None, ttl, t, None)
-            out_o[j] = _OUTCOME_CODE[dec.outcome]
-            out_n[j] = dec.units if dec.granted else 0
-            out_r[j] = REASONS.index(dec.reason) if dec.reason else 0
-            out_l[j] = dec.lease.id if dec.lease else -1
-            j += 1
-        granted = out_l >= 0
-        out_o[(~granted) & (out_o == 0)] = 1
-        out_n[~granted] = 0
-        return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
+        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t)
 
-    def _admit_batch_journaled(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
-        """The batch with a journal: the compiled loop also returns each item's rule inputs
-        and state after, so its records are written as one columnar append, equal field for
-        field to what the single path (which replay uses) writes; slow items go through
-        the single path, each flagged as part of the batch."""
+    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
+        """Warm grants and certain refusals in the compiled loop; a slow item (reclaim or
+        pending) goes through the single path, flagged as part of the batch. With a
+        journal, the loop also returns each item's rule inputs and state after, and its
+        records go in as one columnar append, equal field for field to what the single
+        path (which replay uses) writes."""
         st = self.st
         n = ci.shape[0]
         out_n = np.zeros(n, dtype=np.int64)
         out_r = np.zeros(n, dtype=np.int64)
         out_l = np.full(n, -1, dtype=np.int64)
         out_o = np.zeros(n, dtype=np.int64)
-        rec = np.zeros((n, 11), dtype=np.int64)
+        rec = np.zeros((n, 11), dtype=np.int64) if self.journal is not None else None
         dims = np.full(n, d, dtype=np.int64)
         iid0 = self._next_intent
         self._next_intent += n
@@ -1206,8 +1183,9 @@ class Broker:
                                     out_l, j, rec)
             if j > j0:
                 self._track_opportunistic(d, out_l[j0:j])
-                self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
-                                    out_n, out_r, out_l, rec)
+                if rec is not None:
+                    self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
+                                        out_n, out_r, out_l, rec)
             if j >= n:
                 break
             dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
