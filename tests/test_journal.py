@@ -398,3 +398,31 @@ def test_sigkill_loses_no_acknowledged_decision(backend, tmp_path):
         check_invariants(b)  # no lease lost or duplicated; tokens and credits balance
         live = [l.id for l in b.leases()]
         assert len(live) == len(set(live))
+
+
+def test_sqlite_rows_keep_earlier_records_after_appends(eb, tmp_path):
+    j = SQLiteJournal(tmp_path / "j.db", batch=2)
+    b = build(eb, j)
+    assert j.rows()["seq"].tolist() == [0, 1, 2, 3]
+    d = b.acquire(Intent("storm", units={"gpu": 1}, duration=10))
+    assert j.rows()["seq"].tolist() == [0, 1, 2, 3, 4]
+    assert "storm asked for 1 gpu" in b.explain(d.seq)
+    assert len(j.query(campaign="storm")) == 2
+
+
+def test_replay_onto_a_later_clock_with_flow_dims(eb):
+    b = Broker(Pool(gpu=8, flow={"fs": 10.0}), clock=ManualClock(100.0), backend=eb,
+               journal=MemoryJournal())
+    b.register("a", Envelope(credits=10, guaranteed={"fs": 1}, sustained={"gpu": 8, "fs": 1},
+                             ceiling={"gpu": 8, "fs": 2}, burst={"fs": 5}))
+    b.consume("a", "fs", 1.5)
+    r = Broker.replay(b.journal, backend=eb, clock=ManualClock(200.0))
+    assert r.clock.now() == 200.0 and r.consume("a", "fs", 1).allowed == 1.0
+    with pytest.raises(InvalidArgument):
+        Broker.replay(b.journal, backend=eb, clock=ManualClock(50.0))
+
+
+def test_tiny_durations_are_refused_before_anything_changes():
+    with pytest.raises(InvalidArgument) as e:
+        Intent("a", units={"gpu": 1}, duration=1e-10)
+    assert e.value.field == "duration"

@@ -56,10 +56,12 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+from .service.cli import add_serve  # noqa: E402  (loads no web framework)
 from .sim.cli import add_experiments, add_simulate  # noqa: E402
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench, add_demo,
-                                                                add_simulate, add_experiments]
+                                                                add_simulate, add_experiments,
+                                                                add_serve]
 
 
 def build_parser() -> argparse.ArgumentParser:

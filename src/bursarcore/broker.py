@@ -1505,7 +1505,7 @@ class Broker:
         except (ValueError, KeyError, TypeError) as e:
             raise JournalCorrupt(0, f"config record unreadable: {e}") from None
         t0 = int(rows[0]["t"])
-        clk = clock if clock is not None else ManualClock(t0 / NS)
+        clk = ManualClock(t0 / NS)  # replay runs at the journal's times; ``clock`` after
         shadow = MemoryJournal()
         b = cls(pool, clk, classes=classes, congestion=congestion, price=cfg["price"],
                 ttl=cfg["ttl"], half_life=cfg["half_life"], enforcement=cfg["enforcement"],
@@ -1526,8 +1526,13 @@ class Broker:
         b._advance(b._t_force)
         b._t_force = None
         b._events = []  # the original delivered (or will never deliver) these
-        if isinstance(clk, ManualClock) and clk.now() < b._t / NS:
+        if clk.now() < b._t / NS:
             clk.set(b._t / NS)
+        if clock is not None:
+            if units.to_ns(clock.now(), "clock") < b._t:
+                raise InvalidArgument("clock", "must not be earlier than the journal's last "
+                                      f"record ({b._t / NS} s)", clock.now())
+            b.clock = clock
         mine = shadow.rows()
         a = rows.view(np.uint8).reshape(rows.shape[0], -1) if rows.size else rows
         m = mine.view(np.uint8).reshape(mine.shape[0], -1) if mine.size else mine

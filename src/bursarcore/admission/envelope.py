@@ -223,8 +223,9 @@ class Intent:
         if lo > hi:
             raise InvalidArgument(f"units[{d}].min", f"must be <= max ({hi})", lo)
         dur = _number(self.duration, "duration")
-        if dur <= 0 or dur > 10 * 365 * 86400:
-            raise InvalidArgument("duration", "must be > 0 and at most ten years", self.duration)
+        if dur < 1e-6 or dur > 10 * 365 * 86400:
+            raise InvalidArgument("duration", "must be at least 1 µs and at most ten years",
+                                  self.duration)
         if self.deadline is not None:
             if isinstance(self.deadline, bool) or not isinstance(self.deadline, numbers.Real) \
                     or not math.isfinite(self.deadline):

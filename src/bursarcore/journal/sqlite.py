@@ -54,6 +54,7 @@ class SQLiteJournal(Journal):
         except sqlite3.DatabaseError as e:
             raise JournalCorrupt("file", f"{self.path} is not a readable journal: {e}") from None
         self._buf: list[tuple] = []
+        self._pending_rows: list[np.ndarray] = []   # appended since rows() last merged
         self._tuples: list[tuple] = []
         self._tuple_payloads: dict[int, str] = {}
         self._rows_cache: np.ndarray | None = None
@@ -119,8 +120,6 @@ class SQLiteJournal(Journal):
             p = payloads.get(s)
             self._buf.append((s, *cols[i], rec, p, crc(rec, p)))
         self._payloads.update(payloads)
-        self._rows_cache = None
-        self._pending_rows = getattr(self, "_pending_rows", [])
         self._pending_rows.append(rows.copy())
 
     def end_op(self, sync: bool = False) -> None:
@@ -140,9 +139,9 @@ class SQLiteJournal(Journal):
 
     def rows(self) -> np.ndarray:
         self._settle()
-        if self._rows_cache is None or getattr(self, "_pending_rows", None):
+        if self._rows_cache is None or self._pending_rows:
             parts = ([self._rows_cache] if self._rows_cache is not None else []) + \
-                getattr(self, "_pending_rows", [])
+                self._pending_rows
             self._rows_cache = np.concatenate(parts) if parts else np.empty(0, RECORD_DTYPE)
             self._pending_rows = []
         return self._rows_cache

@@ -1,0 +1,668 @@
+"""The HTTP API (FastAPI): ``create_app(service, tokens)``.
+
+Access rule, one for the whole API: a campaign token reads and acts on its own campaign
+only. Anything of another campaign — its supply, intents, leases, events, journal
+records — answers **404 with the same body as something that does not exist**, so a
+token learns nothing about other campaigns, not even whether they exist. Operator-only
+endpoints (the whole-broker state, registering campaigns, minting tokens, pool changes,
+the unfiltered journal) answer **403** to a campaign token: that reveals a role, not a
+resource. No or a wrong token answers 401.
+
+Status codes: an intent answers 201 (granted; ``Location`` of the lease), 202 (pending,
+``Location`` of the ticket) or 200 (refused: a decision, not an error; ``Retry-After``
+when the broker knows when to retry). 422 names the field; 413 a body over the limit;
+429 the per-token rate limit (``Retry-After``); 503 a journal that cannot be written.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from typing import Annotated, Any, AsyncIterator, Callable
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..admission import Intent
+from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
+from ..journal import records as J
+from . import models as M
+from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
+from .core import BrokerService, ServiceUnavailable, envelope_from_json, json_safe
+from .ratelimit import RateLimiter, retry_after_header
+
+__all__ = ["create_app", "ServiceSettings"]
+
+log = logging.getLogger("bursarcore.service")
+
+
+class ServiceSettings:
+    """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
+    authentications per second per client address, ``max_body`` bytes per request body,
+    ``batch_unit`` batch items per extra request of rate cost."""
+
+    def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
+                 auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
+                 max_body: int = 1 << 20, batch_unit: int = 100,
+                 max_longpoll: float = 60.0) -> None:
+        self.rate, self.burst = rate, burst
+        self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
+        self.max_body = int(max_body)
+        self.batch_unit = max(1, int(batch_unit))
+        self.max_longpoll = float(max_longpoll)
+
+
+# ---------------------------------------------------------------------------- ASGI layer
+class _Limits:
+    """Pure ASGI middleware: request bodies over ``max_body`` bytes answer 413 before the
+    app reads them (by Content-Length, or by counting a chunked body); every response gets
+    ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``."""
+
+    def __init__(self, app: Any, max_body: int, clock: Callable[[], float]) -> None:
+        self.app, self.max_body, self.clock = app, max_body, clock
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        cl = headers.get(b"content-length")
+        if cl is not None:
+            try:
+                too_big = int(cl) > self.max_body
+            except ValueError:
+                too_big = True
+            if too_big:
+                await self._reject(send)
+                return
+        else:
+            # no length given (chunked): buffer up to the limit, then replay
+            chunks, size, more = [], 0, True
+            msg = None
+            while more:
+                msg = await receive()
+                if msg["type"] != "http.request":
+                    break
+                body = msg.get("body", b"")
+                size += len(body)
+                if size > self.max_body:
+                    await self._reject(send)
+                    return
+                chunks.append(body)
+                more = msg.get("more_body", False)
+            if msg is not None and msg["type"] == "http.request":
+                data = b"".join(chunks)
+                sent = False
+                upstream = receive
+
+                async def replay() -> dict:
+                    nonlocal sent
+                    if not sent:
+                        sent = True
+                        return {"type": "http.request", "body": data, "more_body": False}
+                    return await upstream()
+
+                receive = replay
+
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                h = list(message.get("headers") or [])
+                h.append((b"x-bursar-time", repr(self.clock()).encode()))
+                h.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": h}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def _reject(self, send: Callable) -> None:
+        body = json.dumps({"detail": f"request body over {self.max_body} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------------------- the app
+_ERR = {"model": M.ErrorOut}
+_COMMON = {401: {**_ERR, "description": "missing or invalid bearer token"},
+           422: {**_ERR, "description": "invalid input; `loc` names the field"},
+           429: {**_ERR, "description": "rate limited; see Retry-After"},
+           503: {**_ERR, "description": "the journal cannot be written"}}
+_SCOPED = {**_COMMON, 404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
+_OPERATOR = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
+_RETRY_HDR = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
+_LOC_HDR = {"Location": {"description": "the lease or the ticket", "schema": {"type": "string"}}}
+
+
+def _not_found(what: str) -> HTTPException:
+    return HTTPException(404, f"{what} not found")
+
+
+def create_app(service: BrokerService, tokens: TokenStore,
+               settings: ServiceSettings | None = None, *, lifespan: bool = True) -> FastAPI:
+    """The FastAPI application over ``service``. With ``lifespan`` the app starts and
+    stops the service (committer, ticker) with the server."""
+    st = settings or ServiceSettings()
+    limiter = RateLimiter(st.rate, st.burst)
+    fail_limiter = RateLimiter(st.auth_fail_rate, st.auth_fail_burst)
+    broker = service.broker
+    service.expected_errors = (*BrokerService.expected_errors, StarletteHTTPException,
+                               RequestValidationError)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if lifespan:
+            await service.start()
+        try:
+            yield
+        finally:
+            if lifespan:
+                await service.stop()
+
+    app = FastAPI(
+        title="bursar", version=__version__, lifespan=_lifespan,
+        description="An agent resource broker: campaign envelopes, short-lived leases, "
+                    "supply signals, an auditable journal (SPEC §8, §9, §12). "
+                    "Authenticate with `Authorization: Bearer <token>`.")
+    app.state.service = service
+    app.state.tokens = tokens
+    app.state.limiter = limiter
+    app.add_middleware(_Limits, max_body=st.max_body, clock=broker.clock.now)
+    bearer = HTTPBearer(auto_error=False, description="a campaign token or an operator token")
+
+    # ------------------------------------------------------------------ errors
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        items = [{"loc": [str(x) if not isinstance(x, int) else x for x in e.get("loc", ())],
+                  "msg": str(e.get("msg", "invalid")), "type": str(e.get("type", "value_error"))}
+                 for e in exc.errors()]
+        return JSONResponse({"detail": items}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:   # a body that is not JSON (or not UTF-8): the body is bad
+            return JSONResponse({"detail": [{"loc": ["body"], "msg": str(exc.detail),
+                                             "type": "json_invalid"}]}, status_code=422)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(UnknownCampaign)
+    async def _unknown_campaign(request: Request, exc: UnknownCampaign) -> JSONResponse:
+        return JSONResponse({"detail": "campaign not found"}, status_code=404)
+
+    @app.exception_handler(UnknownLease)
+    async def _unknown_lease(request: Request, exc: UnknownLease) -> JSONResponse:
+        what = "intent" if "intent" in exc.field else "lease"
+        return JSONResponse({"detail": f"{what} not found"}, status_code=404)
+
+    @app.exception_handler(InvalidArgument)
+    async def _invalid(request: Request, exc: InvalidArgument) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": ["body", exc.field], "msg": exc.rule,
+                                         "type": "invalid_argument"}]}, status_code=422)
+
+    @app.exception_handler(ServiceUnavailable)
+    async def _unavailable(request: Request, exc: ServiceUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+    # ------------------------------------------------------------------ auth
+    async def principal(request: Request,
+                        cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+                        ) -> Principal:
+        p = tokens.authenticate(cred.credentials) if cred is not None else None
+        if p is None:
+            host = request.client.host if request.client else "?"
+            wait = fail_limiter.check(host)
+            if wait:
+                raise HTTPException(429, "too many failed authentications",
+                                    headers={"Retry-After": retry_after_header(wait)})
+            raise HTTPException(401, "missing or invalid bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        wait = limiter.check(p.token_id)
+        if wait:
+            raise HTTPException(429, "rate limit exceeded",
+                                headers={"Retry-After": retry_after_header(wait)})
+        return p
+
+    Who = Annotated[Principal, Depends(principal)]
+
+    def operator(p: Who) -> Principal:
+        if not p.operator:
+            raise HTTPException(403, "operator token required")
+        return p
+
+    Op = Annotated[Principal, Depends(operator)]
+    Camp = Annotated[str, Path(min_length=1, max_length=128, description="campaign name")]
+    LeaseId = Annotated[int, Path(ge=0, le=1 << 62)]
+    Seq = Annotated[int, Path(ge=0, le=1 << 62)]
+
+    def scope(p: Principal, campaign: str) -> str:
+        """The access rule: someone else's campaign looks exactly like a missing one."""
+        if not p.may_act_for(campaign) or campaign not in broker.envelopes:
+            raise _not_found("campaign")
+        return campaign
+
+    def charge(p: Principal, n: int) -> None:
+        extra = n // st.batch_unit
+        if extra:
+            wait = limiter.check(p.token_id, extra)
+            if wait:
+                raise HTTPException(429, "rate limit exceeded",
+                                    headers={"Retry-After": retry_after_header(wait)})
+
+    def own_lease(campaign: str, lease_id: int):
+        lease = broker.lease(lease_id)          # UnknownLease -> 404
+        if lease.campaign != campaign:
+            raise _not_found("lease")
+        return lease
+
+    def intent_of(campaign: str, body: M.IntentIn, where: tuple = ("body",)) -> Intent:
+        dim = body.dim if body.dim is not None else broker.dims[0]
+        if dim not in broker.dims:
+            raise RequestValidationError([{"loc": (*where, "dim"), "type": "invalid_argument",
+                                           "msg": f"must be one of {broker.dims}"}])
+        if body.service_class is not None and body.service_class not in {
+                c.name for c in broker.classes}:
+            raise RequestValidationError([{
+                "loc": (*where, "service_class"), "type": "invalid_argument",
+                "msg": f"must be one of {[c.name for c in broker.classes]}"}])
+        lo = body.min if body.min is not None else body.max
+        return Intent(campaign, units={dim: (lo, body.max)}, duration=body.duration,
+                      deadline=body.deadline, max_spend=body.max_spend,
+                      service_class=body.service_class, ttl=body.ttl)
+
+    # ------------------------------------------------------------------ open endpoints
+    @app.get("/v1/health", response_model=M.HealthOut, tags=["service"])
+    async def health() -> dict:
+        """Liveness; no token needed."""
+        return {"status": "failed" if service.failed is not None else "ok",
+                "time": broker.clock.now(), "durable_seq": service.durable_seq,
+                "commits": service.commits}
+
+    @app.get("/v1/whoami", response_model=M.WhoAmI, responses=_COMMON, tags=["service"])
+    async def whoami(p: Who) -> dict:
+        return {"role": p.role, "campaign": p.campaign, "token_id": p.token_id}
+
+    # ------------------------------------------------------------------ campaigns
+    @app.get("/v1/campaigns", response_model=M.CampaignList, responses=_COMMON,
+             tags=["campaigns"])
+    async def campaigns(p: Who) -> dict:
+        """Every campaign for an operator; a campaign token sees its own."""
+        if p.operator:
+            return {"campaigns": broker.campaigns}
+        return {"campaigns": [p.campaign] if p.campaign in broker.envelopes else []}
+
+    @app.post("/v1/campaigns", response_model=M.CampaignCreated, status_code=201,
+              responses=_OPERATOR, tags=["operator"])
+    async def register(body: M.CampaignIn, p: Op) -> dict:
+        """Register a campaign and mint its first token (shown once, stored hashed)."""
+        env = envelope_from_json(body.envelope.model_dump(), "envelope")
+        if body.name in broker.envelopes:
+            raise RequestValidationError([{"loc": ("body", "name"), "type": "invalid_argument",
+                                           "msg": "is already registered"}])
+        index = await service.call(broker.register, body.name, env)
+        token = tokens.mint(CAMPAIGN, body.name)
+        tid = tokens.authenticate(token).token_id  # type: ignore[union-attr]
+        return {"campaign": body.name, "index": index, "token": token, "token_id": tid}
+
+    @app.post("/v1/campaigns/{campaign}/tokens", response_model=M.TokenOut, status_code=201,
+              responses={**_OPERATOR, 404: _SCOPED[404]}, tags=["operator"])
+    async def mint(campaign: Camp, p: Op) -> dict:
+        scope(p, campaign)
+        token = tokens.mint(CAMPAIGN, campaign)
+        tid = tokens.authenticate(token).token_id  # type: ignore[union-attr]
+        return {"campaign": campaign, "token": token, "token_id": tid}
+
+    # ------------------------------------------------------------------ supply, quote
+    @app.get("/v1/campaigns/{campaign}/supply", response_model=M.SupplyOut, responses=_SCOPED,
+             tags=["supply"])
+    async def supply(campaign: Camp, p: Who) -> dict:
+        """Free and reclaimable units, congestion and prices, tokens, credits, waits per
+        grant path (SPEC §8)."""
+        scope(p, campaign)
+        return M.supply_out(await service.call(broker.supply, campaign))
+
+    @app.post("/v1/campaigns/{campaign}/quote", response_model=M.QuoteOut, responses=_SCOPED,
+              tags=["supply"])
+    async def quote(campaign: Camp, body: M.QuoteIn, p: Who) -> dict:
+        """Cost, path, wait and grantability for every (size, duration) pair."""
+        scope(p, campaign)
+        charge(p, len(body.sizes) * len(body.durations) // 10)
+        q = await service.call(broker.quote, campaign, body.sizes, body.durations,
+                               dim=body.dim, service_class=body.service_class)
+        return M.quote_out(q)
+
+    # ------------------------------------------------------------------ intents
+    @app.post("/v1/campaigns/{campaign}/intents", response_model=M.DecisionOut,
+              responses={**_SCOPED,
+                         200: {"description": "refused (a decision, not an error)",
+                               "headers": _RETRY_HDR},
+                         201: {"model": M.DecisionOut, "description": "granted",
+                               "headers": _LOC_HDR},
+                         202: {"model": M.DecisionOut, "description": "pending: a ticket",
+                               "headers": _LOC_HDR}},
+              tags=["intents"])
+    async def acquire(campaign: Camp, body: M.IntentIn, p: Who, response: Response) -> dict:
+        """State an intent: granted now, pending with a ticket, or refused with a reason."""
+        scope(p, campaign)
+        intent = intent_of(campaign, body)
+        d = await service.call(broker.acquire, intent)
+        if d.outcome == "granted":
+            response.status_code = 201
+            response.headers["Location"] = f"/v1/campaigns/{campaign}/leases/{d.lease.id}"
+        elif d.outcome == "pending":
+            response.status_code = 202
+            response.headers["Location"] = f"/v1/campaigns/{campaign}/intents/{d.intent_id}"
+        if d.retry_after is not None and math.isfinite(d.retry_after):
+            response.headers["Retry-After"] = retry_after_header(d.retry_after)
+        return M.decision_out(d)
+
+    @app.post("/v1/campaigns/{campaign}/intents/batch", response_model=M.DecisionBatchOut,
+              responses=_SCOPED, tags=["intents"])
+    async def acquire_batch(campaign: Camp, body: M.IntentBatchIn, p: Who) -> dict:
+        """Many intents in one request, decided in order (each as a single intent would
+        be) and acknowledged together. An item the broker rejects as invalid comes back
+        refused with reason ``invalid``; the others stand."""
+        scope(p, campaign)
+        charge(p, len(body.intents))
+        intents = [intent_of(campaign, it, ("body", "intents", i))
+                   for i, it in enumerate(body.intents)]
+
+        def run() -> list:
+            out = []
+            for it in intents:
+                try:
+                    out.append(M.decision_out(broker.acquire(it)))
+                except InvalidArgument:
+                    out.append({"outcome": "refused", "intent_id": -1, "campaign": campaign,
+                                "units": 0, "lease": None, "path": None,
+                                "reason": "invalid", "retry_after": None, "cost": 0.0,
+                                "wait": 0.0, "seq": -1})
+            return out
+
+        return {"decisions": await service.call(run)}
+
+    @app.get("/v1/campaigns/{campaign}/intents", response_model=M.PendingList,
+             responses=_SCOPED, tags=["intents"])
+    async def pending(campaign: Camp, p: Who) -> dict:
+        """The campaign's pending intents."""
+        scope(p, campaign)
+        return {"pending": service.query(broker.pending, campaign)}
+
+    @app.get("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.TicketOut,
+             responses=_SCOPED, tags=["intents"])
+    async def ticket(campaign: Camp, intent_id: LeaseId, p: Who) -> dict:
+        """What became of an intent: pending, granted (with its lease), refused, cancelled."""
+        scope(p, campaign)
+        await service.call(broker.poll)
+        t = service.ticket(campaign, intent_id)
+        if t is None:
+            raise _not_found("intent")
+        if t["lease"] is not None:
+            t["lease"] = M.lease_out(t["lease"])
+        return t
+
+    @app.delete("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.CancelOut,
+                responses=_SCOPED, tags=["intents"])
+    async def cancel(campaign: Camp, intent_id: LeaseId, p: Who) -> dict:
+        """Withdraw a pending intent (``cancelled: false`` if it is no longer pending)."""
+        scope(p, campaign)
+
+        def run() -> bool | None:
+            if any(x["intent_id"] == intent_id for x in broker.pending(campaign)):
+                return broker.cancel(intent_id)
+            return None
+
+        done = await service.call(run)
+        if done is None:
+            if service.ticket(campaign, intent_id) is None:
+                raise _not_found("intent")
+            done = False
+        return {"intent_id": intent_id, "cancelled": bool(done)}
+
+    # ------------------------------------------------------------------ leases
+    @app.get("/v1/campaigns/{campaign}/leases", response_model=M.LeaseList, responses=_SCOPED,
+             tags=["leases"])
+    async def leases(campaign: Camp, p: Who) -> dict:
+        """Live leases (starting, active, revoking) and the broker time."""
+        scope(p, campaign)
+
+        def run() -> tuple:
+            return broker.clock.now(), broker.leases(campaign)
+
+        now, ls = await service.call(run)
+        return {"time": now, "leases": [M.lease_out(l) for l in ls]}
+
+    @app.get("/v1/campaigns/{campaign}/leases/{lease_id}", response_model=M.LeaseOut,
+             responses=_SCOPED, tags=["leases"])
+    async def lease(campaign: Camp, lease_id: LeaseId, p: Who) -> dict:
+        """One lease, live or ended."""
+        scope(p, campaign)
+
+        def run():
+            broker.poll()
+            return own_lease(campaign, lease_id)
+
+        return M.lease_out(await service.call(run))
+
+    @app.post("/v1/campaigns/{campaign}/leases/{lease_id}/renew", response_model=M.DecisionOut,
+              responses={**_SCOPED, 200: {"description": "granted or refused",
+                                          "headers": _RETRY_HDR}}, tags=["leases"])
+    async def renew(campaign: Camp, lease_id: LeaseId, body: M.RenewIn, p: Who,
+                    response: Response) -> dict:
+        """Extend an active lease by ``duration`` seconds (tokens and credits re-checked,
+        atomically); refused changes nothing."""
+        scope(p, campaign)
+
+        def run():
+            own_lease(campaign, lease_id)
+            return broker.renew(lease_id, body.duration, body.max_spend)
+
+        d = await service.call(run)
+        if d.retry_after is not None and math.isfinite(d.retry_after):
+            response.headers["Retry-After"] = retry_after_header(d.retry_after)
+        return M.decision_out(d)
+
+    @app.post("/v1/campaigns/{campaign}/leases/{lease_id}/release",
+              response_model=M.DecisionOut, responses=_SCOPED, tags=["leases"])
+    async def release(campaign: Camp, lease_id: LeaseId, p: Who) -> dict:
+        """End a lease now; unused tokens and credits come back. Releasing a lease that has
+        already ended answers ``refused`` with reason ``invalid`` (idempotent)."""
+        scope(p, campaign)
+
+        def run():
+            own_lease(campaign, lease_id)
+            return broker.release(lease_id)
+
+        return M.decision_out(await service.call(run))
+
+    # ------------------------------------------------------------------ flow dimensions
+    @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,
+              responses={**_SCOPED, 200: {"description": "the amount allowed now",
+                                          "headers": _RETRY_HDR}}, tags=["flow"])
+    async def consume(campaign: Camp, body: M.ConsumeIn, p: Who, response: Response) -> dict:
+        """Consume units of a flow dimension (throttle at source, SPEC §5)."""
+        scope(p, campaign)
+        c = await service.call(broker.consume, campaign, body.dim, body.amount)
+        if c.allowed < c.requested and math.isfinite(c.retry_after):
+            response.headers["Retry-After"] = retry_after_header(c.retry_after)
+        return M.consumption_out(c)
+
+    @app.post("/v1/campaigns/{campaign}/consume/batch", response_model=M.ConsumptionBatchOut,
+              responses=_SCOPED, tags=["flow"])
+    async def consume_batch(campaign: Camp, body: M.ConsumeBatchIn, p: Who) -> dict:
+        """Many consumptions, decided in order and acknowledged together."""
+        scope(p, campaign)
+        charge(p, len(body.items))
+        for i, it in enumerate(body.items):
+            if it.dim not in broker.flow_dims:
+                raise RequestValidationError([{
+                    "loc": ("body", "items", i, "dim"), "type": "invalid_argument",
+                    "msg": f"must be a flow dimension, one of {broker.flow_dims}"}])
+
+        def run() -> list:
+            return [M.consumption_out(broker.consume(campaign, it.dim, it.amount))
+                    for it in body.items]
+
+        return {"results": await service.call(run)}
+
+    # ------------------------------------------------------------------ events
+    After = Annotated[int, Query(ge=-1, le=1 << 62, description="a journal seq (cursor)")]
+    Limit = Annotated[int, Query(ge=1, le=1000)]
+
+    async def _page(campaign: str | None, after: int, timeout: float, limit: int) -> dict:
+        timeout = min(timeout, st.max_longpoll)
+        evs = await service.wait_events(campaign, after, limit, timeout)
+        nxt = evs[-1]["seq"] if len(evs) == limit else max(after, service.durable_seq)
+        return {"events": evs, "next": nxt}
+
+    @app.get("/v1/campaigns/{campaign}/events", response_model=M.EventPage, responses=_SCOPED,
+             tags=["events"])
+    async def events(campaign: Camp, p: Who, after: After = -1,
+                     timeout: Annotated[float, Query(ge=0, le=60)] = 0.0,
+                     limit: Limit = 100) -> dict:
+        """Long-poll: the campaign's events (preempt notices, revocations, expiries,
+        activations, grants and refusals of pending intents) after ``after``, waiting up
+        to ``timeout`` seconds for the first one. Only durable events are delivered."""
+        scope(p, campaign)
+        return await _page(campaign, after, timeout, limit)
+
+    @app.get("/v1/events", response_model=M.EventPage, responses=_OPERATOR, tags=["operator"])
+    async def all_events(p: Op, after: After = -1,
+                         timeout: Annotated[float, Query(ge=0, le=60)] = 0.0,
+                         limit: Limit = 100) -> dict:
+        """Every campaign's events (operator)."""
+        return await _page(None, after, timeout, limit)
+
+    @app.get("/v1/campaigns/{campaign}/events/stream", responses={
+        **_SCOPED, 200: {"description": "server-sent events: `id` is the seq, `event` the "
+                                        "kind, `data` the event as JSON",
+                         "content": {"text/event-stream": {"schema": {
+                             "type": "object", "description": "one server-sent event",
+                             "properties": {"id": {"type": "string"},
+                                            "event": {"type": "string"},
+                                            "data": {"type": "string"},
+                                            "retry": {"type": "string"}}}}}}},
+             response_class=StreamingResponse, tags=["events"])
+    async def event_stream(campaign: Camp, p: Who, after: After = -1,
+                           max_seconds: Annotated[float, Query(gt=0, le=3600)] = 300.0,
+                           last_event_id: Annotated[str | None, Header(max_length=32)] = None
+                           ) -> StreamingResponse:
+        """Server-sent events (``text/event-stream``); resumes from ``Last-Event-ID``.
+        The stream ends after ``max_seconds``; reconnect to go on."""
+        scope(p, campaign)
+        if last_event_id is not None:
+            try:
+                after = max(after, int(last_event_id))
+            except ValueError:
+                pass
+
+        async def gen() -> AsyncIterator[bytes]:
+            cursor = after
+            loop = asyncio.get_running_loop()
+            end = loop.time() + max_seconds
+            yield b"retry: 1000\n\n"
+            while True:
+                left = end - loop.time()
+                if left <= 0:
+                    return
+                evs = await service.wait_events(campaign, cursor, 100, min(15.0, left))
+                if not evs:
+                    yield b": keep-alive\n\n"
+                    continue
+                for e in evs:
+                    cursor = e["seq"]
+                    yield (f"id: {e['seq']}\nevent: {e['kind']}\n"
+                           f"data: {json.dumps(e)}\n\n").encode()
+
+        return StreamingResponse(gen(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
+
+    # ------------------------------------------------------------------ journal
+    OpName = Annotated[str | None, Query(max_length=32, description=f"one of {list(J.OPS)}")]
+    Outcome = Annotated[str | None, Query(max_length=16)]
+    Reason = Annotated[str | None, Query(max_length=32)]
+    Time = Annotated[float | None, Query(ge=0, le=M.MAX_TIME)]
+
+    def _check_filters(op: str | None, outcome: str | None, reason: str | None) -> None:
+        for name, v, allowed in (("op", op, J.OPS), ("outcome", outcome, J.OUTCOMES[1:]),
+                                 ("reason", reason, J.REASONS[1:])):
+            if v is not None and v not in allowed:
+                raise RequestValidationError([{"loc": ("query", name), "type": "enum",
+                                               "msg": f"must be one of {list(allowed)}"}])
+
+    def _records(campaign: str | None, after: int, t0, t1, op, outcome, reason, limit) -> dict:
+        _check_filters(op, outcome, reason)
+        recs = service.journal_records(campaign, after=after, t0=t0, t1=t1,
+                                       ops=[op] if op else None, outcome=outcome,
+                                       reason=reason, limit=limit)
+        nxt = recs[-1]["seq"] if len(recs) == limit else max(after, service.durable_seq)
+        return {"records": recs, "next": nxt}
+
+    @app.get("/v1/campaigns/{campaign}/journal", response_model=M.RecordPage,
+             responses=_SCOPED, tags=["journal"])
+    async def journal(campaign: Camp, p: Who, after: After = -1, t0: Time = None,
+                      t1: Time = None, op: OpName = None, outcome: Outcome = None,
+                      reason: Reason = None, limit: Limit = 100) -> dict:
+        """The campaign's journal records (durable ones), oldest first, after ``after``."""
+        scope(p, campaign)
+        return _records(campaign, after, t0, t1, op, outcome, reason, limit)
+
+    @app.get("/v1/campaigns/{campaign}/journal/{seq}", response_model=M.ExplainOut,
+             responses=_SCOPED, tags=["journal"])
+    async def explain(campaign: Camp, seq: Seq, p: Who) -> dict:
+        """One record of the campaign and why, in words."""
+        scope(p, campaign)
+        got = service.record(seq)
+        if got is None or got[0].get("campaign") != campaign:
+            raise _not_found("record")
+        return {"record": got[0], "explain": got[1]}
+
+    @app.get("/v1/journal", response_model=M.RecordPage, responses=_OPERATOR,
+             tags=["operator"])
+    async def journal_all(p: Op, after: After = -1, t0: Time = None, t1: Time = None,
+                          op: OpName = None, outcome: Outcome = None, reason: Reason = None,
+                          limit: Limit = 100) -> dict:
+        """Every journal record (operator)."""
+        return _records(None, after, t0, t1, op, outcome, reason, limit)
+
+    @app.get("/v1/journal/{seq}", response_model=M.ExplainOut,
+             responses={**_OPERATOR, 404: _SCOPED[404]}, tags=["operator"])
+    async def explain_any(seq: Seq, p: Op) -> dict:
+        got = service.record(seq)
+        if got is None:
+            raise _not_found("record")
+        return {"record": got[0], "explain": got[1]}
+
+    # ------------------------------------------------------------------ operator
+    @app.get("/v1/state", responses=_OPERATOR, tags=["operator"],
+             response_model=dict[str, Any])
+    async def state(p: Op) -> dict:
+        """The whole broker: pool, campaigns, leases, pending (operator)."""
+        return json_safe(await service.call(broker.state))
+
+    @app.post("/v1/pool/{dim}/nodes", response_model=M.NodesAdded, responses=_OPERATOR,
+              tags=["operator"])
+    async def add_nodes(dim: Annotated[str, Path(min_length=1, max_length=128)],
+                        body: M.NodesIn, p: Op) -> dict:
+        """Grow the pool: nodes join dimension ``dim`` now (a pilot allocation started)."""
+        ids = await service.call(broker.add_nodes, dim, [(n.name, n.slots) for n in body.nodes])
+        return {"slots": ids}
+
+    @app.post("/v1/pool/{dim}/nodes/remove", response_model=M.NodesRemoved,
+              responses=_OPERATOR, tags=["operator"])
+    async def remove_nodes(dim: Annotated[str, Path(min_length=1, max_length=128)],
+                           body: M.RemoveNodesIn, p: Op) -> dict:
+        """Shrink the pool: the leases holding the nodes' slots are revoked with notice."""
+        ids = await service.call(broker.remove_nodes, dim, list(body.nodes), grace=body.grace)
+        return {"revoked": ids}
+
+    return app
+
+
+__all__ += ["OPERATOR", "CAMPAIGN"]

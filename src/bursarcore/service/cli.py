@@ -1,0 +1,198 @@
+"""``bursar serve``: the broker as an HTTP service (uvicorn + FastAPI).
+
+``add_serve(subparsers)`` registers the command in the style of ``bursar bench``;
+``python -m bursarcore.service`` runs the same command on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+from typing import Any, Sequence
+
+__all__ = ["add_serve", "serve", "main"]
+
+log = logging.getLogger("bursarcore.service")
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="run the broker as an HTTP service (needs the 'service' extra)",
+        description="Serve one broker over HTTP: supply, quotes, intents, leases, events, "
+                    "consumption and the journal, with campaign-scoped bearer tokens. The "
+                    "SQLite journal is replayed on start, so a restart keeps every lease "
+                    "and balance. OpenAPI at /openapi.json, docs at /docs.")
+    _arguments(p)
+    p.set_defaults(func=serve)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="port (default 8000; 0 picks a free one, see --ready-file)")
+    p.add_argument("--config", metavar="PATH",
+                   help="broker configuration, JSON: pool, classes, campaigns (docs/service.md)")
+    p.add_argument("--demo", action="store_true",
+                   help="the SPEC §10 scenario (512 GPUs, five campaigns) with fresh tokens "
+                        "for its campaigns written to --credentials")
+    p.add_argument("--journal", metavar="PATH", default=None,
+                   help="SQLite journal, replayed if it exists (default bursar.db, "
+                        "or bursar-demo.db with --demo)")
+    p.add_argument("--memory", action="store_true",
+                   help="keep the journal in memory: nothing survives a restart (tests)")
+    p.add_argument("--synchronous", choices=["NORMAL", "FULL", "EXTRA"], default="FULL",
+                   help="SQLite synchronous level (default FULL: a commit survives power loss)")
+    p.add_argument("--tokens", metavar="PATH",
+                   help="hashed token store (default: <journal>.tokens.json)")
+    p.add_argument("--mint", metavar="CAMPAIGN",
+                   help="mint a token for CAMPAIGN, print it once, and exit")
+    p.add_argument("--mint-operator", action="store_true",
+                   help="mint an operator token, print it once, and exit")
+    p.add_argument("--credentials", metavar="PATH", default="bursar-demo-credentials.json",
+                   help="with --demo: where the plaintext demo tokens go (mode 0600)")
+    p.add_argument("--rate", type=float, default=100.0,
+                   help="requests per second per token (default 100; 0: no limit)")
+    p.add_argument("--burst", type=float, default=200.0,
+                   help="request burst per token (default 200)")
+    p.add_argument("--auth-fail-rate", type=float, default=10.0,
+                   help="failed authentications per second per client address (10; 0: no limit)")
+    p.add_argument("--max-longpoll", type=float, default=60.0,
+                   help="longest wait of an events long-poll, seconds (60)")
+    p.add_argument("--max-body", type=int, default=1 << 20,
+                   help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--tick", type=float, default=0.5,
+                   help="seconds between clock ticks that fire expiries and events (0.5)")
+    p.add_argument("--backend", choices=["compiled", "reference"], default=None)
+    p.add_argument("--ready-file", metavar="PATH",
+                   help="write the base URL here once the server accepts connections")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action="store_true",
+                   help="log every request line (never headers, so never tokens)")
+
+
+def _paths(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    journal = None if args.memory else (args.journal or ("bursar-demo.db" if args.demo
+                                                         else "bursar.db"))
+    tokens = args.tokens
+    if tokens is None and journal is not None:
+        tokens = journal + ".tokens.json"
+    return journal, tokens
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn  # noqa: F401
+        import fastapi  # noqa: F401
+    except ImportError:
+        raise SystemExit("bursar serve needs the service extra: pip install 'bursarcore[service]'")
+    from .app import ServiceSettings, create_app
+    from .auth import CAMPAIGN, OPERATOR, TokenStore
+    from .core import DEMO_CONFIG, BrokerService
+
+    journal, tokens_path = _paths(args)
+    store = TokenStore(tokens_path)
+    if args.mint_operator or args.mint:
+        if tokens_path is None:
+            raise SystemExit("bursar serve: --mint needs a token store (--tokens or --journal)")
+        token = store.mint(OPERATOR) if args.mint_operator else store.mint(CAMPAIGN, args.mint)
+        print(token)
+        return 0
+
+    config: dict[str, Any] = {}
+    if args.demo:
+        config = json.loads(json.dumps(DEMO_CONFIG))
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            mine = json.load(f)
+        camps = {**config.get("campaigns", {}), **mine.get("campaigns", {})}
+        config.update(mine)
+        if camps:
+            config["campaigns"] = camps
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = BrokerService.open(config, journal, synchronous=args.synchronous,
+                                 backend=args.backend, tick=args.tick)
+    if args.demo:
+        _demo_credentials(store, service.broker.campaigns, args.credentials)
+    if not any(t["role"] == OPERATOR for t in store.listing()):
+        log.warning("no operator token: mint one with 'bursar serve --mint-operator'")
+    settings = ServiceSettings(rate=args.rate, burst=args.burst, max_body=args.max_body,
+                               auth_fail_rate=args.auth_fail_rate,
+                               auth_fail_burst=max(1.0, 2 * args.auth_fail_rate),
+                               max_longpoll=args.max_longpoll)
+    app = create_app(service, store, settings)
+    return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log)
+
+
+def _demo_credentials(store: Any, campaigns: list[str], path: str) -> None:
+    """Fresh tokens for the demo campaigns and an operator, replacing earlier demo ones;
+    the plaintext goes to ``path`` (0600) for examples/demo_client.py — demo only."""
+    from .auth import CAMPAIGN, OPERATOR
+
+    creds: dict[str, Any] = {"campaigns": {}}
+    for c in campaigns:
+        store.revoke_campaign(c)
+        creds["campaigns"][c] = store.mint(CAMPAIGN, c)
+    for t in store.listing():
+        if t["role"] == OPERATOR:
+            store.revoke(t["id"])
+    creds["operator"] = store.mint(OPERATOR)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(creds, f, indent=1)
+    log.info("demo tokens for %d campaigns written to %s", len(campaigns), path)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+    # (without it every response waits ~40 ms for a delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
+         access_log: bool) -> int:
+    import uvicorn
+
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}"
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                log.info("bursar serving on %s (OpenAPI at %s/openapi.json)", url, url)
+                if ready_file:
+                    tmp = ready_file + ".tmp"
+                    with open(tmp, "w", encoding="utf-8") as f:
+                        f.write(url + "\n")
+                    os.replace(tmp, ready_file)
+
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+                            timeout_graceful_shutdown=5, server_header=False)
+    server = _Server(config)
+    server.run(sockets=[sock])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bursar serve", description="bursarcore HTTP service")
+    _arguments(parser)
+    args = parser.parse_args(argv)
+    return serve(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,633 @@
+"""The service's engine room: one :class:`~bursarcore.Broker` behind a lock, a durable
+journal with group commit across concurrent requests, a ticker that moves broker time, and
+the event log behind long-poll and server-sent events (SPEC §8, §9, §12).
+
+Concurrency model. Every broker operation runs on the event-loop thread, synchronously,
+inside :meth:`BrokerService.call` (operations take microseconds; the broker is not
+thread-safe, and a :class:`LockedBroker` lock guards it against any other thread). After
+the operation, the request waits until every journal record appended so far is durable
+(``seq <= durable_seq``) and only then answers: an acknowledged decision — an HTTP 2xx —
+is never lost. The committer takes the buffered records *between* operations (so the file
+always ends on an operation boundary), writes and fsyncs them in a worker thread while
+new operations go on, and wakes every request whose records that commit covered: one
+fsync acknowledges as many concurrent requests as arrived during the previous one.
+
+Time. Broker time in the service is Unix time in seconds (:class:`WallClock`, never
+running backwards), so a lease's ``expiry`` and an intent's ``deadline`` are wall-clock
+instants and a restart after downtime expires what ran out meanwhile.
+
+Restart. An existing SQLite journal is replayed (:meth:`Broker.replay`): leases, balances,
+the pending queue and fair-share state come back as they were, and the broker goes on
+appending to the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import os
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from ..admission import Congestion, Envelope, Pool, ServiceClass
+from ..broker import Broker, Event
+from ..errors import BursarError, InvalidArgument
+from ..journal import MemoryJournal, SQLiteJournal
+from ..journal import records as J
+from .locked import LockedBroker
+
+__all__ = ["BrokerService", "WallClock", "GroupCommitJournal", "build_broker",
+           "envelope_from_json", "DEMO_CONFIG", "EVENT_OPS", "ServiceUnavailable"]
+
+log = logging.getLogger("bursarcore.service")
+
+# derived journal records that are events, and the Event.kind each one is
+EVENT_OPS = {"expire": "expired", "revoke": "revoked", "activate": "activated",
+             "preempt": "preempt_notice", "grant": "granted", "refuse": "refused"}
+_EVENT_CODES = np.array([J.OP[o] for o in EVENT_OPS], dtype=np.int8)
+_KIND_OF_CODE = {J.OP[o]: k for o, k in EVENT_OPS.items()}
+
+
+class ServiceUnavailable(RuntimeError):
+    """The journal could not be written: the service refuses to acknowledge anything."""
+
+
+class WallClock:
+    """Unix time in seconds that never runs backwards (a stepped system clock is held at
+    the last reading until it catches up)."""
+
+    def __init__(self, floor: float = 0.0) -> None:
+        self._last = float(floor)
+        self.pinned: float | None = None   # while set, now() answers it (replay)
+
+    def now(self) -> float:
+        if self.pinned is not None:
+            return self.pinned
+        t = time.time()
+        if t < self._last:
+            return self._last
+        self._last = t
+        return t
+
+    def __repr__(self) -> str:
+        return f"WallClock(last={self._last!r})"
+
+
+class GroupCommitJournal(SQLiteJournal):
+    """The SQLite journal with its commit split in two, for group commit: :meth:`take`
+    (under the broker lock, between operations) removes the buffered records, and
+    :meth:`write` commits them (outside the lock, in a worker thread). Operations never
+    commit on their own. ``rows()`` is a view of one growable array, O(1) however often
+    it is read (the service reads it for events, tickets and journal queries)."""
+
+    def __init__(self, path: str | os.PathLike, synchronous: str = "FULL") -> None:
+        self._arr = np.empty(1024, dtype=J.RECORD_DTYPE)
+        self._n = 0
+        super().__init__(path, batch=1 << 62, synchronous=synchronous)
+        base = self._rows_cache if self._rows_cache is not None else np.empty(0, J.RECORD_DTYPE)
+        self._n = 0
+        self._keep(base)
+
+    def _keep(self, rows: np.ndarray) -> None:
+        self._pending_rows = []           # the parent's concatenation cache is not used
+        n = rows.shape[0]
+        if self._n + n > self._arr.shape[0]:
+            bigger = np.empty(max(2 * self._arr.shape[0], self._n + n), dtype=J.RECORD_DTYPE)
+            bigger[: self._n] = self._arr[: self._n]
+            self._arr = bigger
+        self._arr[self._n: self._n + n] = rows
+        self._n += n
+
+    if hasattr(SQLiteJournal, "_store_rows"):      # single records are buffered, then settled
+        def _store_rows(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
+            super()._store_rows(rows, payloads)
+            self._keep(rows)
+    else:
+        def _store(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
+            super()._store(rows, payloads)
+            self._keep(rows)
+
+    def _settled(self) -> None:
+        settle = getattr(self, "_settle", None)
+        if settle is not None:
+            settle()
+
+    def rows(self) -> np.ndarray:
+        self._settled()
+        return self._arr[: self._n]
+
+    def end_op(self, sync: bool = False) -> None:
+        if sync:
+            self.flush()
+
+    def take(self) -> list[tuple]:
+        self._settled()
+        buf, self._buf = self._buf, []
+        return buf
+
+    def write(self, buf: list[tuple]) -> int:
+        if buf:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?)", buf)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            self.durable_seq = buf[-1][0]
+        return self.durable_seq
+
+    def flush(self) -> int:
+        return self.write(self.take())
+
+
+# ---------------------------------------------------------------------------- config
+DEMO_CONFIG: dict[str, Any] = {
+    # SPEC §10, the prototype's default scenario
+    "pool": {"gpu": 512, "flow": {"fs": 28.0, "inference": 5000.0}},
+    "campaigns": {
+        "victim": {"credits": 5000, "service_class": "interactive",
+                   "guaranteed": {"gpu": 32}, "sustained": {"gpu": 32},
+                   "ceiling": {"gpu": 64}, "burst": {"gpu": 60000}},
+        "adaptive-sci": {"credits": 20000, "service_class": "agent-burst",
+                         "guaranteed": {"gpu": 64, "fs": 0, "inference": 0},
+                         "sustained": {"gpu": 128, "fs": 6, "inference": 500},
+                         "ceiling": {"gpu": 384, "fs": 16, "inference": 2000},
+                         "burst": {"gpu": 300000, "fs": 3600, "inference": 100000}},
+        "naive-sci": {"credits": 20000, "service_class": "agent-burst",
+                      "guaranteed": {"gpu": 64, "fs": 0, "inference": 0},
+                      "sustained": {"gpu": 128, "fs": 6, "inference": 500},
+                      "ceiling": {"gpu": 384, "fs": 16, "inference": 2000},
+                      "burst": {"gpu": 300000, "fs": 3600, "inference": 100000}},
+        "storm": {"credits": 8000, "service_class": "agent-burst",
+                  "guaranteed": {"gpu": 16, "inference": 0},
+                  "sustained": {"gpu": 64, "inference": 50},
+                  "ceiling": {"gpu": 384, "inference": 500},
+                  "burst": {"gpu": 150000, "inference": 5000}},
+        "backfill": {"credits": None, "service_class": "opportunistic",
+                     "guaranteed": {"gpu": 0}, "sustained": {"gpu": 512},
+                     "ceiling": {"gpu": 512}, "burst": {"gpu": None}},
+    },
+}
+
+_BROKER_KEYS = {"pool", "classes", "congestion", "price", "ttl", "half_life", "enforcement",
+                "campaigns"}
+
+
+def envelope_from_json(env: Mapping[str, Any], field: str = "envelope") -> Envelope:
+    """An :class:`Envelope` from JSON, where ``null`` credits or burst mean unlimited."""
+    if not isinstance(env, Mapping):
+        raise InvalidArgument(field, "must be an object", env)
+    d = dict(env)
+    unknown = set(d) - {"credits", "service_class", "guaranteed", "sustained", "ceiling",
+                        "burst", "share"}
+    if unknown:
+        raise InvalidArgument(f"{field}.{sorted(unknown)[0]}", "is not an envelope field")
+    if d.get("credits", 0) is None:
+        d["credits"] = math.inf
+    if isinstance(d.get("burst"), Mapping):
+        d["burst"] = {k: (math.inf if v is None else v) for k, v in d["burst"].items()}
+    return Envelope.from_dict(d)
+
+
+def build_broker(config: Mapping[str, Any], clock: Any, journal: Any = None, *,
+                 backend: str | None = None) -> Broker:
+    """A fresh broker from a JSON configuration (see ``docs/service.md``)."""
+    unknown = set(config) - _BROKER_KEYS
+    if unknown:
+        raise InvalidArgument(f"config.{sorted(unknown)[0]}", f"must be one of {sorted(_BROKER_KEYS)}")
+    pool_cfg = dict(config.get("pool") or {"gpu": 64})
+    kw: dict[str, Any] = {}
+    for k in ("flow", "slots", "slots_per_node", "warm_headroom"):
+        if k in pool_cfg:
+            kw[k] = pool_cfg.pop(k)
+    if isinstance(kw.get("slots"), Mapping):
+        kw["slots"] = {d: [tuple(x) for x in v] for d, v in kw["slots"].items()}
+    pool = Pool(**kw, **pool_cfg)
+    classes = None
+    if config.get("classes") is not None:
+        classes = [ServiceClass(**c) for c in config["classes"]]
+    congestion = None
+    if config.get("congestion") is not None:
+        cg = dict(config["congestion"])
+        for k in ("thresholds", "multipliers"):
+            if k in cg:
+                cg[k] = tuple(cg[k])
+        congestion = Congestion(**cg)
+    opts = {k: config[k] for k in ("price", "ttl", "half_life", "enforcement") if k in config}
+    return Broker(pool, clock, classes=classes, congestion=congestion, backend=backend,
+                  journal=journal, **opts)
+
+
+# ---------------------------------------------------------------------------- events
+def _event_dict(seq: int, ev: Event) -> dict[str, Any]:
+    return {"seq": seq, "kind": ev.kind, "time": ev.time, "campaign": ev.campaign,
+            "lease_id": ev.lease_id, "intent_id": ev.intent_id, "deadline": ev.deadline,
+            "reason": ev.reason, "units": ev.units}
+
+
+def _event_from_row(r: np.void, names: list[str]) -> dict[str, Any]:
+    op = int(r["op"])
+    kind = _KIND_OF_CODE[op]
+    c = int(r["campaign"])
+    lease = int(r["lease"])
+    reason = int(r["reason"])
+    deadline = int(r["deadline"])
+    return {"seq": int(r["seq"]), "kind": kind, "time": int(r["t"]) / 1e9,
+            "campaign": names[c] if 0 <= c < len(names) else str(c),
+            "lease_id": lease if lease >= 0 else None,
+            "intent_id": int(r["intent"]) if kind in ("granted", "refused") else None,
+            "deadline": deadline / 1e9 if kind == "preempt_notice" and deadline >= 0 else None,
+            "reason": J.REASONS[reason] if 0 < reason < len(J.REASONS) else None,
+            "units": int(r["units"])}
+
+
+class BrokerService:
+    """One broker served over HTTP: see the module docstring.
+
+    Build it with :meth:`open` (SQLite journal at ``journal_path``, replayed if it exists;
+    a memory journal when ``journal_path`` is None — for tests, nothing survives), then
+    ``await start()`` inside the event loop and ``await stop()`` at the end.
+    """
+
+    #: exceptions an operation may raise without harm (bad input, refused access); any
+    #: other exception inside the broker stops the service (see :meth:`call`)
+    expected_errors: tuple[type[BaseException], ...] = (BursarError,)
+
+    def __init__(self, broker: Broker, *, tick: float = 0.5, event_log: int = 10_000) -> None:
+        if broker.journal is None:
+            raise InvalidArgument("broker", "the service needs a journaled broker")
+        self.broker = broker
+        self.locked = LockedBroker(broker)
+        self.lock = self.locked.lock
+        self.journal = broker.journal
+        self.tick = float(tick)
+        self._grouped = isinstance(self.journal, GroupCommitJournal)
+        self._max_events = max(16, int(event_log))
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+        self._log_start = 0           # every event with seq >= this is in _events
+        self._seed_events()
+        broker.subscribe(self._on_event)
+        self._durable = self.journal.durable_seq if self._grouped else len(self.journal) - 1
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._kick: asyncio.Event | None = None
+        self._new_events: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.failed: BaseException | None = None
+        self.started_at = time.time()
+        self.commits = 0
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def open(cls, config: Mapping[str, Any] | None = None, journal_path: str | None = None, *,
+             synchronous: str = "FULL", backend: str | None = None, tick: float = 0.5,
+             clock: Any = None) -> "BrokerService":
+        """Open (replaying) or create the broker. ``config`` is the JSON configuration;
+        on a replayed journal its pool and classes are ignored (the journal's own config
+        record rules) and only campaigns not yet registered are added."""
+        config = dict(config or {})
+        if journal_path is not None:
+            journal: Any = GroupCommitJournal(journal_path, synchronous=synchronous)
+        else:
+            journal = MemoryJournal()
+        if len(journal):
+            rows = journal.rows()
+            clk = clock if clock is not None else WallClock(floor=float(rows[-1]["t"]) / 1e9)
+            if isinstance(clk, WallClock):
+                # the rebuilt broker must start at the journal's first instant (its flow
+                # buckets are seeded from the clock), then run on wall time
+                clk.pinned = float(rows[0]["t"]) / 1e9
+            try:
+                broker = Broker.replay(journal, backend=backend, clock=clk)
+            finally:
+                if isinstance(clk, WallClock):
+                    clk.pinned = None
+            log.info("replayed %d journal records from %s", len(journal), journal_path)
+        else:
+            clk = clock if clock is not None else WallClock()
+            broker = build_broker(config, clk, journal, backend=backend)
+        svc = cls(broker, tick=tick)
+        for name, env in (config.get("campaigns") or {}).items():
+            if name not in broker.campaigns:
+                broker.register(name, envelope_from_json(env, f"campaigns.{name}"))
+        svc.flush()
+        return svc
+
+    def flush(self) -> int:
+        """Commit everything now (outside the event loop: startup, shutdown)."""
+        with self.lock:
+            self.broker.sync()
+        self._durable = self._durable_now()
+        return self._durable
+
+    def _durable_now(self) -> int:
+        if self._grouped:
+            return self.journal.durable_seq
+        return len(self.journal) - 1
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._kick = asyncio.Event()
+        self._new_events = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._committer(), name="bursar-committer")]
+        if self.tick > 0:
+            self._tasks.append(asyncio.create_task(self._ticker(), name="bursar-ticker"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if self.failed is None:
+            self.flush()
+        elif self._grouped:
+            self.journal.take()
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(ServiceUnavailable("the service is shutting down"))
+        self._waiters = []
+        try:
+            self.journal.close()
+        except Exception:  # noqa: BLE001 - closing a failed journal must not mask shutdown
+            log.exception("closing the journal")
+
+    # ------------------------------------------------------------------ operations
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one broker operation under the lock, then wait until everything it (and
+        anything before it) journaled is durable. Exceptions propagate after the wait."""
+        if self.failed is not None:
+            raise ServiceUnavailable("the journal cannot be written; not accepting operations")
+        err: BaseException | None = None
+        result = None
+        with self.lock:
+            try:
+                result = fn(*args, **kwargs)
+            except self.expected_errors as e:   # bad input: nothing changed; re-raised below
+                err = e
+            except Exception as e:
+                # the broker failed inside an operation: its state may be half-changed and
+                # the journal no longer replayable past this point. Fail stop: acknowledge
+                # nothing more, keep the durable journal as it is; a restart replays it.
+                self._fail(e)
+                raise ServiceUnavailable("internal error; the service stopped acknowledging "
+                                         "operations and must be restarted") from e
+            target = len(self.journal) - 1
+        await self.wait_durable(target)
+        if err is not None:
+            raise err
+        return result
+
+    def _fail(self, e: BaseException) -> None:
+        log.critical("broker operation failed; refusing further operations: %r", e)
+        self.failed = e
+        if self._grouped:
+            self.journal.take()           # never commit what followed the failure
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(ServiceUnavailable("internal error"))
+        self._waiters = []
+
+    def query(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A read that appends nothing (no durability wait needed)."""
+        with self.lock:
+            return fn(*args, **kwargs)
+
+    async def wait_durable(self, seq: int) -> None:
+        if seq <= self._durable:
+            return
+        if not self._grouped:
+            self._durable = self._durable_now()
+            self._notify_events()
+            return
+        if self.failed is not None:
+            raise ServiceUnavailable("the journal cannot be written")
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        assert self._kick is not None, "BrokerService.start() was not awaited"
+        self._kick.set()
+        await fut
+
+    async def _committer(self) -> None:
+        assert self._kick is not None
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            if self.failed is not None:
+                return
+            with self.lock:
+                buf = self.journal.take()
+            if buf:
+                try:
+                    await asyncio.to_thread(self.journal.write, buf)
+                except Exception as e:  # noqa: BLE001 - disk full, I/O error: stop acknowledging
+                    log.error("journal write failed; the service stops acknowledging: %s", e)
+                    self.failed = e
+                    for _, fut in self._waiters:
+                        if not fut.done():
+                            fut.set_exception(ServiceUnavailable("the journal cannot be written"))
+                    self._waiters = []
+                    return
+                self.commits += 1
+            self._durable = self.journal.durable_seq
+            keep = []
+            for seq, fut in self._waiters:
+                if seq <= self._durable:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((seq, fut))
+            self._waiters = keep
+            if keep:
+                self._kick.set()
+            self._notify_events()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            if self.failed is not None:
+                return
+            try:
+                with self.lock:
+                    before = len(self.journal)
+                    self.broker.poll()
+                    grew = len(self.journal) != before
+            except Exception as e:  # noqa: BLE001 - same fail-stop as call()
+                with self.lock:
+                    self._fail(e)
+                return
+            if grew:
+                if self._grouped:
+                    assert self._kick is not None
+                    self._kick.set()
+                else:
+                    self._durable = self._durable_now()
+                    self._notify_events()
+
+    # ------------------------------------------------------------------ events
+    def _seed_events(self) -> None:
+        rows = self.journal.rows()
+        if rows.size == 0:
+            return
+        idx = np.flatnonzero(np.isin(rows["op"], _EVENT_CODES))
+        if idx.size > self._max_events:
+            idx = idx[-self._max_events:]
+            self._log_start = int(rows[idx[0]]["seq"])
+        names = list(self.journal.names)
+        for i in idx:
+            self._events.append(_event_from_row(rows[i], names))
+
+    def _on_event(self, ev: Event) -> None:
+        # called inside a broker operation, just before the event's own journal record is
+        # appended: that record's seq is the journal's next seq
+        self._events.append(_event_dict(len(self.journal), ev))
+        if len(self._events) > self._max_events:
+            self._events.popleft()
+            self._log_start = self._events[0]["seq"]
+
+    def _notify_events(self) -> None:
+        if self._new_events is not None:
+            self._new_events.set()
+            self._new_events = asyncio.Event()
+
+    def events_since(self, campaign: str | None, after: int, limit: int) -> list[dict[str, Any]]:
+        """Durable events with seq > ``after`` (of one campaign, or all), oldest first."""
+        hi = self._durable
+        if after + 1 < self._log_start:
+            rows = self.journal.rows()[max(after + 1, 0): hi + 1]
+            m = np.isin(rows["op"], _EVENT_CODES)
+            if campaign is not None:
+                names = self.journal.names
+                c = names.index(campaign) if campaign in names else -2
+                m &= rows["campaign"] == c
+            names = list(self.journal.names)
+            return [_event_from_row(rows[i], names) for i in np.flatnonzero(m)[:limit]]
+        out: list[dict[str, Any]] = []
+        for e in reversed(self._events):
+            if e["seq"] <= after:
+                break
+            if e["seq"] <= hi and (campaign is None or e["campaign"] == campaign):
+                out.append(e)
+        out.reverse()
+        return out[:limit]
+
+    async def wait_events(self, campaign: str | None, after: int, limit: int,
+                          timeout: float) -> list[dict[str, Any]]:
+        """Long-poll: the events after ``after``, waiting up to ``timeout`` s for one."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            evs = self.events_since(campaign, after, limit)
+            left = deadline - time.monotonic()
+            if evs or left <= 0 or self._new_events is None:
+                return evs
+            try:
+                await asyncio.wait_for(self._new_events.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                return self.events_since(campaign, after, limit)
+
+    def latest_seq(self) -> int:
+        return self._durable
+
+    # ------------------------------------------------------------------ journal reads
+    def journal_records(self, campaign: str | None, *, after: int = -1, t0: float | None = None,
+                        t1: float | None = None, ops: Iterable[str] | None = None,
+                        outcome: str | None = None, reason: str | None = None,
+                        limit: int = 100) -> list[dict[str, Any]]:
+        """Durable records matching every filter, seq > ``after``, oldest first."""
+        with self.lock:
+            rows = self.journal.rows()[max(after + 1, 0): self._durable + 1]
+            names = list(self.journal.names)
+            payloads = self.journal.payloads()
+        m = np.ones(rows.shape[0], dtype=bool)
+        if campaign is not None:
+            m &= rows["campaign"] == (names.index(campaign) if campaign in names else -2)
+        if t0 is not None:
+            m &= rows["t"] >= round(t0 * 1e9)
+        if t1 is not None:
+            m &= rows["t"] <= round(t1 * 1e9)
+        if ops:
+            m &= np.isin(rows["op"], [J.OP[o] for o in ops])
+        if outcome is not None:
+            m &= rows["outcome"] == J.OUTCOMES.index(outcome)
+        if reason is not None:
+            m &= rows["reason"] == J.REASONS.index(reason)
+        out = []
+        for i in np.flatnonzero(m)[:limit]:
+            out.append(self.record_dict(rows[i], payloads.get(int(rows[i]["seq"])), names))
+        return out
+
+    def record_dict(self, row: Any, payload: str | None, names: list[str]) -> dict[str, Any]:
+        b = self.broker
+        d = J.to_dict(row, payload, names, b.dims + list(b.flow_dims),
+                      [c.name for c in b.classes])
+        # the campaign by name (its registration index would say how many came before)
+        d["campaign"] = d.pop("campaign_name", None)
+        return json_safe(d)
+
+    def record(self, seq: int) -> tuple[dict[str, Any], str] | None:
+        """A durable record and its explanation, or None."""
+        if not 0 <= seq <= self._durable:
+            return None
+        with self.lock:
+            rows = self.journal.rows()
+            rec = self.record_dict(rows[seq], self.journal.payloads().get(seq),
+                                   list(self.journal.names))
+            text = self.broker.explain(seq)
+        return rec, text
+
+    def ticket(self, campaign: str, intent_id: int) -> dict[str, Any] | None:
+        """What became of an intent of ``campaign``: pending / granted / refused /
+        cancelled, from the pending queue and the journal; None if it is not theirs."""
+        with self.lock:
+            for p in self.broker.pending(campaign):
+                if p["intent_id"] == intent_id:
+                    return {"intent_id": intent_id, "campaign": campaign, "status": "pending",
+                            "reason": p["reason"], "lease": None, "expires": p["expires"]}
+            rows = self.journal.rows()[: self._durable + 1]
+            names = self.journal.names
+            c = names.index(campaign) if campaign in names else -2
+            ops = np.array([J.OP[o] for o in ("acquire", "grant", "refuse", "cancel")], np.int8)
+            m = (rows["intent"] == intent_id) & (rows["campaign"] == c) & np.isin(rows["op"], ops)
+            idx = np.flatnonzero(m)
+            if idx.size == 0:
+                return None
+            r = rows[idx[-1]]
+            op, outcome = J.OPS[int(r["op"])], J.OUTCOMES[int(r["outcome"])]
+            reason = J.REASONS[int(r["reason"])] or None
+            lease = None
+            if op == "grant" or (op == "acquire" and outcome == "granted"):
+                status = "granted"
+                lease = self.broker.lease(int(r["lease"]))
+            elif op == "cancel":
+                status = "cancelled"
+            elif op == "acquire" and outcome == "pending":
+                status = "pending"  # left the queue; its answer is not durable yet
+            else:
+                status = "refused"
+            return {"intent_id": intent_id, "campaign": campaign, "status": status,
+                    "reason": reason, "lease": lease, "expires": None}
+
+
+def json_safe(x: Any) -> Any:
+    """Replace non-finite floats by None, recursively (JSON has no inf or NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.generic):
+        return json_safe(x.item())
+    return x

@@ -1,0 +1,402 @@
+"""Request and response bodies of the HTTP API (pydantic), and the converters from the
+broker's own types. The OpenAPI document at ``/openapi.json`` is generated from these.
+
+JSON has no infinity: wherever the broker says ``inf`` (unlimited credits or bucket, a
+consumption that can never pass, the cold path with no estimate) the API says ``null``.
+Times are broker times: Unix seconds in the service.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..admission.state import LEASE_STATES
+from ..broker import Consumption, Decision, Lease, Quote, Supply
+
+__all__ = [
+    "IntentIn", "IntentBatchIn", "QuoteIn", "RenewIn", "ConsumeIn", "ConsumeBatchIn",
+    "CampaignIn", "EnvelopeIn", "NodesIn", "RemoveNodesIn",
+    "LeaseOut", "DecisionOut", "DecisionBatchOut", "SupplyOut", "QuoteOut", "ConsumptionOut",
+    "ConsumptionBatchOut", "EventOut", "EventPage", "PendingOut", "TicketOut", "RecordPage",
+    "RecordOut", "WhoAmI", "HealthOut", "ErrorOut", "CampaignCreated", "TokenOut", "CancelOut",
+    "NodesAdded", "NodesRemoved", "LeaseList", "PendingList", "CampaignList",
+    "lease_out", "decision_out", "supply_out", "quote_out", "consumption_out", "fin",
+    "MAX_BATCH", "MAX_GRID",
+]
+
+TEN_YEARS = 10 * 365 * 86400.0
+MAX_UNITS = 1 << 40
+MAX_TIME = 4.0e9           # Unix seconds, well inside the engine's int64 ns range
+MAX_BATCH = 1000
+MAX_GRID = 100_000
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME)]
+MIN_SECONDS = 1e-3         # shorter durations round to nothing in the engine's ns
+Seconds = Annotated[float, Field(ge=MIN_SECONDS, le=TEN_YEARS)]
+MaxUnits = Annotated[int, Field(ge=1, le=MAX_UNITS)]
+MinUnits = Annotated[int, Field(ge=0, le=MAX_UNITS)]
+Credits = Annotated[float, Field(ge=0, le=1e15)]
+Amount = Annotated[float, Field(ge=0, le=1e12)]
+
+
+def fin(x: float | None) -> float | None:
+    """inf and NaN become None (JSON null)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------- requests
+class IntentIn(_In):
+    """An intent: ``min``..``max`` units of one held dimension for ``duration`` seconds."""
+
+    dim: Name | None = Field(None, description="held dimension (default: the pool's first)")
+    min: MinUnits | None = Field(None, description="smallest useful grant (default: max)")
+    max: MaxUnits
+    duration: Seconds
+    deadline: Annotated[float, Field(ge=0, le=MAX_TIME)] | None = Field(
+        None, description="absolute broker time (Unix seconds) by which the lease must start")
+    max_spend: Credits | None = Field(None, description="caps the granted size by cost")
+    service_class: Name | None = Field(None, description="overrides the envelope's class")
+    ttl: Seconds | None = Field(None, description="longest wait in the pending queue")
+
+    @field_validator("max")
+    @classmethod
+    def _max_ge_min(cls, v: int, info: Any) -> int:
+        lo = info.data.get("min")
+        if lo is not None and v < lo:
+            raise ValueError(f"must be >= min ({lo})")
+        return v
+
+
+class IntentBatchIn(_In):
+    intents: list[IntentIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class QuoteIn(_In):
+    sizes: list[MaxUnits] = Field(min_length=1, max_length=1000)
+    durations: list[Seconds] = Field(min_length=1, max_length=1000)
+    dim: Name | None = None
+    service_class: Name | None = None
+
+    @field_validator("durations")
+    @classmethod
+    def _grid(cls, v: list[float], info: Any) -> list[float]:
+        n = len(info.data.get("sizes") or [])
+        if n * len(v) > MAX_GRID:
+            raise ValueError(f"the grid sizes x durations must have at most {MAX_GRID} cells")
+        return v
+
+
+class RenewIn(_In):
+    duration: Seconds
+    max_spend: Credits | None = None
+
+
+class ConsumeIn(_In):
+    dim: Name
+    amount: Amount
+
+
+class ConsumeBatchIn(_In):
+    items: list[ConsumeIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+PerDim = Annotated[dict[Name, Annotated[float, Field(ge=0, le=1e15)]], Field(max_length=64)]
+
+
+class EnvelopeIn(_In):
+    """A campaign envelope (SPEC §3). ``credits: null`` and a ``burst`` of ``null`` mean
+    unlimited."""
+
+    credits: Credits | None
+    service_class: Name = "agent-burst"
+    guaranteed: PerDim = Field(default_factory=dict)
+    sustained: PerDim = Field(default_factory=dict)
+    ceiling: PerDim = Field(default_factory=dict)
+    burst: Annotated[dict[Name, Annotated[float, Field(ge=0, le=1e15)] | None],
+                     Field(max_length=64)] = Field(default_factory=dict)
+    share: Annotated[float, Field(gt=0, le=1e15)] | None = None
+
+
+class CampaignIn(_In):
+    name: Name
+    envelope: EnvelopeIn
+
+
+class NodeIn(_In):
+    name: Name
+    slots: Annotated[int, Field(ge=1, le=1 << 20)]
+
+
+class NodesIn(_In):
+    nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class RemoveNodesIn(_In):
+    nodes: list[Name] = Field(min_length=1, max_length=MAX_BATCH)
+    grace: Annotated[float, Field(ge=0, le=TEN_YEARS)] = 0.0
+
+
+# ---------------------------------------------------------------------------- responses
+class PlacementOut(_Out):
+    node: str
+    units: int
+
+
+class LeaseOut(_Out):
+    id: int
+    campaign: str
+    dim: str
+    units: int
+    state: Literal[LEASE_STATES]  # type: ignore[valid-type]
+    firm: bool
+    service_class: str
+    granted_at: float
+    start: float | None
+    expiry: float | None
+    cost: float
+    revoke_at: float | None
+    intent: int
+    placement: list[PlacementOut]
+    slots: list[int]
+
+
+class DecisionOut(_Out):
+    outcome: Literal["granted", "pending", "refused", "released"]
+    intent_id: int
+    campaign: str
+    units: int
+    lease: LeaseOut | None
+    path: str | None
+    reason: str | None
+    retry_after: float | None
+    cost: float
+    wait: float
+    seq: int
+
+
+class DecisionBatchOut(_Out):
+    decisions: list[DecisionOut]
+
+
+class DimSupplyOut(_Out):
+    free: int
+    reclaimable: int
+    capacity: int
+    congestion: float
+    multiplier: float
+    tokens: float | None
+    bucket: float | None = Field(description="null: an unbounded bucket")
+    held: int
+    ceiling: int
+    price: dict[str, float]
+    wait: dict[str, float | None]
+
+
+class SupplyOut(_Out):
+    campaign: str
+    time: float
+    credits: float | None = Field(description="null: unlimited")
+    service_class: str
+    dims: dict[str, DimSupplyOut]
+
+
+class QuoteOut(_Out):
+    sizes: list[int]
+    durations: list[float]
+    cost: list[list[float]]
+    path: list[list[str]]
+    wait: list[list[float | None]]
+    grantable: list[list[bool]]
+    reason: list[list[str]]
+
+
+class ConsumptionOut(_Out):
+    campaign: str
+    dim: str
+    requested: float
+    allowed: float
+    retry_after: float | None = Field(description="0 when all passed; null: never")
+    reason: str | None
+    cost: float
+    seq: int
+
+
+class ConsumptionBatchOut(_Out):
+    results: list[ConsumptionOut]
+
+
+class EventOut(_Out):
+    seq: int = Field(description="journal sequence number: the cursor")
+    kind: Literal["expired", "revoked", "activated", "preempt_notice", "granted", "refused"]
+    time: float
+    campaign: str
+    lease_id: int | None
+    intent_id: int | None
+    deadline: float | None
+    reason: str | None
+    units: int
+
+
+class EventPage(_Out):
+    events: list[EventOut]
+    next: int = Field(description="pass as `after` to get the events that follow")
+
+
+class PendingOut(_Out):
+    intent_id: int
+    campaign: str
+    dim: str
+    min: int
+    max: int
+    duration: float
+    reason: str
+    expires: float
+    service_class: str
+
+
+class PendingList(_Out):
+    pending: list[PendingOut]
+
+
+class LeaseList(_Out):
+    time: float
+    leases: list[LeaseOut]
+
+
+class TicketOut(_Out):
+    intent_id: int
+    campaign: str
+    status: Literal["pending", "granted", "refused", "cancelled"]
+    reason: str | None
+    lease: LeaseOut | None
+    expires: float | None
+
+
+class CancelOut(_Out):
+    intent_id: int
+    cancelled: bool
+
+
+class RecordOut(_Out):
+    model_config = ConfigDict(extra="allow")
+    seq: int
+    t: int = Field(description="broker time in ns")
+    op: str
+    outcome: str
+    reason: str
+    campaign: str | None = Field(description="the campaign's name (null: broker-wide)")
+
+
+class RecordPage(_Out):
+    records: list[RecordOut]
+    next: int
+
+
+class ExplainOut(_Out):
+    record: RecordOut
+    explain: str
+
+
+class WhoAmI(_Out):
+    role: Literal["operator", "campaign"]
+    campaign: str | None
+    token_id: str
+
+
+class HealthOut(_Out):
+    status: Literal["ok", "failed"]
+    time: float
+    durable_seq: int
+    commits: int = Field(description="journal commits (fsyncs) since the service started")
+
+
+class CampaignCreated(_Out):
+    campaign: str
+    index: int
+    token: str
+    token_id: str
+
+
+class TokenOut(_Out):
+    campaign: str
+    token: str
+    token_id: str
+
+
+class CampaignList(_Out):
+    campaigns: list[str]
+
+
+class NodesAdded(_Out):
+    slots: list[int]
+
+
+class NodesRemoved(_Out):
+    revoked: list[int]
+
+
+class ErrorItem(_Out):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorOut(_Out):
+    detail: str | list[ErrorItem]
+
+
+# ---------------------------------------------------------------------------- converters
+def lease_out(l: Lease) -> dict[str, Any]:
+    return {"id": l.id, "campaign": l.campaign, "dim": l.dim, "units": l.units,
+            "state": l.state, "firm": l.firm, "service_class": l.service_class,
+            "granted_at": l.granted_at, "start": l.start, "expiry": l.expiry,
+            "cost": l.cost, "revoke_at": l.revoke_at, "intent": l.intent,
+            "placement": [{"node": n, "units": u} for n, u in l.placement],
+            "slots": list(l.slots)}
+
+
+def decision_out(d: Decision) -> dict[str, Any]:
+    return {"outcome": d.outcome, "intent_id": d.intent_id, "campaign": d.campaign,
+            "units": d.units, "lease": lease_out(d.lease) if d.lease is not None else None,
+            "path": d.path, "reason": d.reason, "retry_after": fin(d.retry_after),
+            "cost": d.cost, "wait": d.wait, "seq": d.seq}
+
+
+def supply_out(s: Supply) -> dict[str, Any]:
+    return {"campaign": s.campaign, "time": s.time, "credits": fin(s.credits),
+            "service_class": s.service_class,
+            "dims": {k: {"free": v.free, "reclaimable": v.reclaimable, "capacity": v.capacity,
+                         "congestion": fin(v.congestion) or 0.0,
+                         "multiplier": fin(v.multiplier) or 0.0,
+                         "tokens": fin(v.tokens), "bucket": fin(v.bucket), "held": v.held,
+                         "ceiling": v.ceiling, "price": dict(v.price),
+                         "wait": {p: fin(w) for p, w in v.wait.items()}}
+                     for k, v in s.dims.items()}}
+
+
+def quote_out(q: Quote) -> dict[str, Any]:
+    return {"sizes": [int(x) for x in q.sizes], "durations": [float(x) for x in q.durations],
+            "cost": q.cost.tolist(), "path": q.path.tolist(),
+            "wait": [[fin(x) for x in row] for row in q.wait.tolist()],
+            "grantable": q.grantable.tolist(), "reason": q.reason.tolist()}
+
+
+def consumption_out(c: Consumption) -> dict[str, Any]:
+    return {"campaign": c.campaign, "dim": c.dim, "requested": c.requested,
+            "allowed": c.allowed, "retry_after": fin(c.retry_after), "reason": c.reason,
+            "cost": c.cost, "seq": c.seq}

@@ -1,0 +1,187 @@
+"""The cross-campaign access matrix, over real HTTP on loopback.
+
+The rule: a campaign token reads and acts on its own campaign only; anything of another
+campaign answers 404 with exactly the body a missing thing gets (existence is never
+revealed); operator-only endpoints answer 403 to a campaign token; no or a wrong token
+answers 401; the operator may do everything. After every forbidden attempt the other
+campaign's state is unchanged.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+NOSUCH_ID = 987654321
+
+# (method, path, json body): {c} campaign, {l} lease, {i} intent, {s} journal seq
+SCOPED = [
+    ("GET", "/v1/campaigns/{c}/supply", None),
+    ("POST", "/v1/campaigns/{c}/quote", {"sizes": [1, 2], "durations": [60]}),
+    ("POST", "/v1/campaigns/{c}/intents", {"max": 1, "duration": 60}),
+    ("POST", "/v1/campaigns/{c}/intents/batch", {"intents": [{"max": 1, "duration": 60}]}),
+    ("GET", "/v1/campaigns/{c}/intents", None),
+    ("GET", "/v1/campaigns/{c}/intents/{i}", None),
+    ("DELETE", "/v1/campaigns/{c}/intents/{i}", None),
+    ("GET", "/v1/campaigns/{c}/leases", None),
+    ("GET", "/v1/campaigns/{c}/leases/{l}", None),
+    ("POST", "/v1/campaigns/{c}/leases/{l}/renew", {"duration": 5}),
+    ("POST", "/v1/campaigns/{c}/leases/{l}/release", None),
+    ("POST", "/v1/campaigns/{c}/consume", {"dim": "fs", "amount": 0.5}),
+    ("POST", "/v1/campaigns/{c}/consume/batch", {"items": [{"dim": "fs", "amount": 0.5}]}),
+    ("GET", "/v1/campaigns/{c}/events", None),
+    ("GET", "/v1/campaigns/{c}/events/stream?max_seconds=0.3", None),
+    ("GET", "/v1/campaigns/{c}/journal", None),
+    ("GET", "/v1/campaigns/{c}/journal/{s}", None),
+]
+# endpoints that name an object inside the campaign
+BY_ID = [e for e in SCOPED if "{l}" in e[1] or "{i}" in e[1] or "{s}" in e[1]]
+
+OPERATOR_ONLY = [
+    ("GET", "/v1/state", None),
+    ("GET", "/v1/journal", None),
+    ("GET", "/v1/journal/0", None),
+    ("GET", "/v1/events", None),
+    ("POST", "/v1/campaigns", {"name": "delta", "envelope": {"credits": 10}}),
+    ("POST", "/v1/campaigns/{c}/tokens", None),
+    ("POST", "/v1/pool/gpu/nodes", {"nodes": [{"name": "extra-0", "slots": 4}]}),
+    ("POST", "/v1/pool/gpu/nodes/remove", {"nodes": ["gpu-node0000"], "grace": 0}),
+]
+
+
+def _call(http: httpx.Client, token: str | None, method: str, path: str, body, **ids):
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return http.request(method, path.format(**ids), json=body, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, base_config):
+    from bursarcore.service.testing import ServerProcess
+
+    srv = ServerProcess(tmp_path_factory.mktemp("matrix"), base_config,
+                        extra_args=["--auth-fail-rate", "0"]).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def world(server):
+    """alpha and beta each hold a lease, have a pending intent and journal records."""
+    http = httpx.Client(base_url=server.url, timeout=10)
+    tok = server.tokens
+    ids = {}
+    for c in ("alpha", "beta"):
+        h = {"Authorization": f"Bearer {tok[c]}"}
+        r = http.post(f"/v1/campaigns/{c}/intents", json={"min": 4, "max": 4, "duration": 3600},
+                      headers=h)
+        assert r.status_code == 201, r.text
+        lease = r.json()["lease"]
+        # a deadline-free intent that cannot be met now but may later: pending
+        r2 = http.post(f"/v1/campaigns/{c}/intents", json={"min": 30, "max": 30,
+                                                         "duration": 3600}, headers=h)
+        assert r2.status_code in (200, 202), r2.text
+        ids[c] = {"l": lease["id"], "i": r2.json()["intent_id"], "s": r.json()["seq"],
+                  "pending": r2.status_code == 202}
+    yield http, tok, ids
+    op = {"Authorization": f"Bearer {tok['operator']}"}
+    for c in ("alpha", "beta"):   # leave the module's server as it was found
+        for l in http.get(f"/v1/campaigns/{c}/leases", headers=op).json()["leases"]:
+            http.post(f"/v1/campaigns/{c}/leases/{l['id']}/release", headers=op)
+        for p in http.get(f"/v1/campaigns/{c}/intents", headers=op).json()["pending"]:
+            http.delete(f"/v1/campaigns/{c}/intents/{p['intent_id']}", headers=op)
+    http.close()
+
+
+def _snapshot(http, token, c):
+    h = {"Authorization": f"Bearer {token}"}
+    leases = http.get(f"/v1/campaigns/{c}/leases", headers=h).json()["leases"]
+    pending = http.get(f"/v1/campaigns/{c}/intents", headers=h).json()["pending"]
+    journal = http.get(f"/v1/campaigns/{c}/journal", params={"limit": 1000}, headers=h).json()
+    supply = http.get(f"/v1/campaigns/{c}/supply", headers=h).json()
+    return ([(l["id"], l["units"], l["state"], l["expiry"]) for l in leases],
+            [p["intent_id"] for p in pending],
+            [(r["seq"], r["op"]) for r in journal["records"] if r["op"] != "advance"],
+            supply["credits"], supply["dims"]["gpu"]["held"])
+
+
+def test_other_campaign_is_indistinguishable_from_missing(world):
+    http, tok, ids = world
+    before = _snapshot(http, tok["beta"], "beta")
+    for method, path, body in SCOPED:
+        theirs = _call(http, tok["alpha"], method, path, body, c="beta", **ids["beta"])
+        missing = _call(http, tok["alpha"], method, path, body, c="nosuch",
+                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID)
+        assert theirs.status_code == 404, (method, path, theirs.text)
+        assert missing.status_code == 404, (method, path, missing.text)
+        assert theirs.content == missing.content, (method, path)
+    assert _snapshot(http, tok["beta"], "beta") == before
+
+
+def test_other_campaigns_objects_under_own_path_are_missing(world):
+    http, tok, ids = world
+    before = _snapshot(http, tok["beta"], "beta")
+    for method, path, body in BY_ID:
+        theirs = _call(http, tok["alpha"], method, path, body, c="alpha", **ids["beta"])
+        missing = _call(http, tok["alpha"], method, path, body, c="alpha",
+                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID)
+        assert theirs.status_code == 404, (method, path, theirs.text)
+        assert theirs.content == missing.content, (method, path)
+    assert _snapshot(http, tok["beta"], "beta") == before
+
+
+def test_own_campaign_and_operator_succeed(world):
+    http, tok, ids = world
+    for who, c in (("alpha", "alpha"), ("operator", "beta")):
+        for method, path, body in SCOPED:
+            if path.endswith("/release") or method == "DELETE":
+                continue  # below, last
+            r = _call(http, tok[who], method, path, body, c=c, **ids[c])
+            assert 200 <= r.status_code < 300, (who, method, path, r.status_code, r.text)
+    for who, c in (("alpha", "alpha"), ("operator", "beta")):
+        r = _call(http, tok[who], "DELETE", "/v1/campaigns/{c}/intents/{i}", None, c=c, **ids[c])
+        assert r.status_code == 200 and r.json()["cancelled"] == ids[c]["pending"]
+        r = _call(http, tok[who], "POST", "/v1/campaigns/{c}/leases/{l}/release", None,
+                  c=c, **ids[c])
+        assert r.status_code == 200 and r.json()["outcome"] == "released"
+
+
+def test_operator_only_endpoints_forbid_campaign_tokens(world):
+    http, tok, ids = world
+    for method, path, body in OPERATOR_ONLY:
+        for c in ("alpha", "beta", "nosuch"):
+            r = _call(http, tok["alpha"], method, path, body, c=c)
+            assert r.status_code == 403, (method, path, r.text)
+            assert r.json() == {"detail": "operator token required"}
+    r = _call(http, tok["operator"], "GET", "/v1/state", None)
+    assert r.status_code == 200 and set(r.json()["campaigns"]) == {"alpha", "beta", "gamma"}
+
+
+def test_missing_or_wrong_token_is_401(world):
+    http, tok, ids = world
+    wrong = tok["alpha"][:-4] + ("AAAA" if not tok["alpha"].endswith("AAAA") else "BBBB")
+    for method, path, body in SCOPED + OPERATOR_ONLY + [("GET", "/v1/whoami", None)]:
+        for token in (None, wrong, "x" * 300, "bsr_"):
+            r = _call(http, token, method, path, body, c="alpha", **ids["alpha"])
+            assert r.status_code == 401, (method, path, token, r.text)
+            assert r.headers.get("www-authenticate") == "Bearer"
+    # a token in another scheme is no token
+    r = http.get("/v1/whoami", headers={"Authorization": f"Basic {tok['alpha']}"})
+    assert r.status_code == 401
+
+
+def test_listing_and_events_show_only_own_campaign(world, server):
+    http, tok, ids = world
+    h = {"Authorization": f"Bearer {tok['alpha']}"}
+    assert http.get("/v1/campaigns", headers=h).json() == {"campaigns": ["alpha"]}
+    # beta's short lease expires: an event beta sees and alpha does not
+    hb = {"Authorization": f"Bearer {tok['beta']}"}
+    r = http.post("/v1/campaigns/beta/intents", json={"max": 1, "duration": 0.3}, headers=hb)
+    lid = r.json()["lease"]["id"]
+    page = http.get("/v1/campaigns/beta/events", params={"timeout": 10}, headers=hb).json()
+    assert any(e["kind"] == "expired" and e["lease_id"] == lid for e in page["events"])
+    mine = http.get("/v1/campaigns/alpha/events", headers=h).json()
+    assert all(e["campaign"] == "alpha" for e in mine["events"])
+    journal = http.get("/v1/campaigns/alpha/journal", params={"limit": 1000}, headers=h).json()
+    assert journal["records"] and all(r["campaign"] == "alpha" for r in journal["records"])
+    ops = http.get("/v1/events", headers={"Authorization": f"Bearer {tok['operator']}"}).json()
+    assert any(e["campaign"] == "beta" for e in ops["events"])
