@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -28,38 +26,14 @@ from bursarcore import DEFAULT_CLASSES, Broker, Envelope, Intent, MonotonicClock
 from bursarcore.adapters import (CANCELLED, PENDING, RUNNING, TIMEOUT, PoolManager,
                                  SlurmBinding)
 
+from slurm_cluster import require_cluster, run
+
 pytestmark = pytest.mark.slurm
-
-
-def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def _cluster_problem() -> str | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "Slurm client commands not found (run: bash scripts/slurm/up.sh)"
-    try:
-        ping = _run("scontrol", "ping", timeout=15)
-        if "is UP" not in ping.stdout:
-            said = (ping.stdout + ping.stderr).strip().splitlines()[:1]
-            return f"slurmctld not up: {said} (run: bash scripts/slurm/up.sh)"
-        node = _run("sinfo", "-h", "-o", "%t %c", timeout=15).stdout.split()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Slurm not answering: {exc}"
-    if len(node) < 2 or not any(s in ("idle", "mix", "alloc", "comp") for s in node[::2]):
-        return f"no usable node (sinfo {node}); run: bash scripts/slurm/up.sh"
-    if max(int(c) for c in node[1::2] if c.isdigit()) < 2:
-        return f"the node needs at least 2 CPUs (sinfo {node})"
-    return None
 
 
 @pytest.fixture(scope="module")
 def slurm_up():
-    problem = _cluster_problem()
-    if problem:
-        if os.environ.get("BURSAR_REQUIRE_SLURM") == "1":
-            pytest.fail(f"BURSAR_REQUIRE_SLURM=1 but {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_cluster(min_cpus=2)
 
 
 @pytest.fixture
@@ -67,10 +41,10 @@ def cluster(slurm_up):
     """A free node: these tests need its CPUs, so wait (bounded) for other jobs — an
     earlier test's pilot finishing, or another test run sharing this Slurm — to end."""
     deadline = time.monotonic() + 120
-    while _run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i").stdout.strip():
+    while run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i").stdout.strip():
         if time.monotonic() > deadline:
             pytest.fail("the node is still busy with other jobs after 120 s: "
-                        + _run("squeue").stdout, pytrace=False)
+                        + run("squeue").stdout, pytrace=False)
         time.sleep(0.5)
 
 
@@ -81,10 +55,10 @@ def managers():
     yield made
     ids = [pid for m in made for pid in m.pilots]
     if ids:
-        _run("scancel", *ids)
+        run("scancel", *ids)
         end = time.monotonic() + 30
         while time.monotonic() < end:
-            out = _run("squeue", "-h", "-o", "%i", "-t", "PENDING,RUNNING,COMPLETING").stdout.split()
+            out = run("squeue", "-h", "-o", "%i", "-t", "PENDING,RUNNING,COMPLETING").stdout.split()
             if not set(out) & set(ids):
                 break
             time.sleep(0.2)
@@ -167,7 +141,7 @@ def test_pilot_leases_steps_revocation_and_walltime(cluster, managers, tmp_path)
     up_a = wait_lines(oa, lambda l: l, 20, "lease a's step starts")[0]
     wait_lines(ob, lambda l: l, 20, "lease bf's step starts")
     assert up_a.startswith(f"up {pid}.") and "cpus=1" in up_a and f"lease={la.id}" in up_a
-    steps = _run("squeue", "--steps", "-h", "-o", "%i %j", f"--jobs={pid}").stdout
+    steps = run("squeue", "--steps", "-h", "-o", "%i %j", f"--jobs={pid}").stdout
     assert f"bursar-lease-{la.id}.0" in steps and f"bursar-lease-{lb.id}.0" in steps
 
     # a firm intent reclaims bf's slot: notice now, kill after the class grace (4 s)
@@ -230,7 +204,7 @@ def test_cancelled_pilot_revokes_its_leases(cluster, managers, tmp_path):
     assert wait is not None and 60 <= wait <= 130
     assert b.supply("a").dims["cpu"].wait["cold"] == pytest.approx(wait, abs=2)
     t = time.monotonic()
-    assert _run("scancel", pid).returncode == 0
+    assert run("scancel", pid).returncode == 0
     reps = tick_until(m, lambda r: any(pid in x.left for x in r), 20, "the pilot leaves the pool")
     rep = next(x for x in reps if pid in x.left)
     assert rep.revoked == [lease.id]
@@ -266,7 +240,7 @@ def test_rate_limit_and_in_flight_cap_under_a_burst(cluster, managers, tmp_path)
             assert j - i + 1 <= burst + rate * (times[j] - t_i) + 1e-6
     assert max_queued <= cap
     ours = set(m.pilots)
-    listed = {j for j in _run("squeue", "-h", "-o", "%i").stdout.split() if j in ours}
+    listed = {j for j in run("squeue", "-h", "-o", "%i").stdout.split() if j in ours}
     assert listed == ours                               # nothing submitted behind our back
     joined = [p for p in m.pilots.values() if p.in_pool]
     assert len(joined) >= 1                             # the node's 2 CPUs run 1-CPU pilots

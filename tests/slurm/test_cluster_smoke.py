@@ -11,12 +11,11 @@ the records are filtered here.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
 
 import pytest
+
+from slurm_cluster import require_cluster, run
 
 pytestmark = pytest.mark.slurm
 
@@ -24,41 +23,17 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
          "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
 
-def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def _cluster_problem() -> str | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "Slurm client commands not found (run: bash scripts/slurm/up.sh)"
-    try:
-        ping = _run("scontrol", "ping", timeout=15)
-        if "is UP" not in ping.stdout:
-            said = (ping.stdout + ping.stderr).strip().splitlines()[:1]
-            return f"slurmctld not up: {said} (run: bash scripts/slurm/up.sh)"
-        node = _run("sinfo", "-h", "-o", "%t", timeout=15).stdout.split()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Slurm not answering: {exc}"
-    if not any(s in ("idle", "mix", "alloc", "comp") for s in node):
-        return f"no usable node (sinfo states {node}); run: bash scripts/slurm/up.sh"
-    return None
-
-
 @pytest.fixture(scope="module")
 def slurm():
-    problem = _cluster_problem()
-    if problem:
-        if os.environ.get("BURSAR_REQUIRE_SLURM") == "1":
-            pytest.fail(f"BURSAR_REQUIRE_SLURM=1 but {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_cluster(min_cpus=1)
     submitted: list[str] = []
     yield submitted
     if submitted:  # never leave a test's jobs behind
-        _run("scancel", *submitted)
+        run("scancel", *submitted)
 
 
 def sbatch(submitted: list[str], *args: str) -> str:
-    out = _run("sbatch", "--parsable", *args)
+    out = run("sbatch", "--parsable", *args)
     assert out.returncode == 0, out.stderr
     job_id = out.stdout.strip().split(";")[0]  # "ID" or "ID;cluster"
     assert job_id.isdigit(), out.stdout
@@ -68,7 +43,7 @@ def sbatch(submitted: list[str], *args: str) -> str:
 
 def job_records(job_id: str) -> list[dict]:
     """Records of a job (and of its array tasks) from ``squeue --json``."""
-    out = _run("squeue", "--json")
+    out = run("squeue", "--json")
     assert out.returncode == 0, out.stderr
     jid = int(job_id)
     return [j for j in json.loads(out.stdout)["jobs"]
