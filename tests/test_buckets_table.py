@@ -16,6 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bursarcore import units
+from bursarcore.errors import TimeWentBackwards
 from bursarcore.buckets import BACKENDS, ReferenceTokenBuckets, TokenBuckets
 
 U = units.SCALE  # micro-units per unit
@@ -334,6 +335,19 @@ def test_append_explicit_now_and_default_full(TB):
     assert b.tokens(7.0).tolist() == [1.0, 5.0, 1.0]
 
 
+def test_append_before_the_watermark_is_refused_and_changes_nothing(TB):
+    b = TB([1], [1])
+    b.try_debit(0, 1, 4.0)
+    before = b.state
+    with pytest.raises(TimeWentBackwards, match="now"):
+        b.append(5, 1, now=3.5)
+    after = b.state
+    assert len(b) == 1
+    for key in ("capacity", "tokens", "last"):
+        assert after[key].tolist() == before[key].tolist()
+    assert b.append(5, 1, now=4.0) == 1            # at the watermark is fine
+
+
 # -- state and pickling ------------------------------------------------------------------------
 def _worked(TB):
     b = TB([10, 1, 4e12], [1, 0.3, 4e12], tokens=[2, 0, 0], now=-1.0)
@@ -507,7 +521,7 @@ def test_batch_survives_a_concurrent_append(TB):
         def grow(b=b, start=start):
             start.wait()
             for _ in range(500):
-                b.append(1, 1, now=0.0)
+                b.append(1, 1)
 
         t = threading.Thread(target=grow)
         t.start()

@@ -437,6 +437,8 @@ cdef class TokenBuckets:
         if tk > c:
             raise InvalidArgument("tokens", "must be <= capacity", tokens)
         cdef int64_t t = self._wm if now is None else _ns(now)
+        if t < self._wm:
+            raise TimeWentBackwards("now", f"must be >= the last update {self._wm / 1e9!r}", now)
         if self._n == self._s.shape[0]:
             self._alloc(2 * self._n)
         cdef int64_t* row = self._row(self._n)

@@ -168,6 +168,8 @@ class TokenBuckets:
         if tk > c:
             raise InvalidArgument("tokens", "must be <= capacity", tokens)
         t = self._wm if now is None else units.to_ns(now)
+        if t < self._wm:
+            raise TimeWentBackwards("now", f"must be >= the last update {self._wm / NS!r}", now)
         self._cap.append(c)
         self._rate.append(r)
         self._tok.append(tk)
