@@ -6,10 +6,17 @@ This package holds the pieces with no scheduler in them; see ``docs/runtime.md``
   claims by atomic rename under a lock, heartbeats and stale reclaim, retries, tiers.
 * :mod:`.tiers` — the tier policy (pure functions).
 * :mod:`.locks` — the ``fcntl`` lock and the lock-file fallback.
+* :mod:`.checkpoint` — per-task checkpoints of workspace and agent state (verified, pruned).
+* :mod:`.plugins` — plugin hooks, the built-in ``command`` and ``counter`` plugins, secrets.
+* :mod:`.isolation` — how agents run: plain, bubblewrap, Apptainer.
+* :mod:`.worker` — ``python -m bursarcore.runtime.worker``: the claim/run/checkpoint loop.
 """
 
+from .checkpoint import Checkpoint, CheckpointError, CheckpointStore
+from .isolation import ApptainerRunner, BwrapRunner, NoneRunner, Runner, RunnerUnavailable, get_runner
 from .locks import FcntlLock, FileLock, LockError, LockTimeout, LockUnsupported
 from .queue import STATES, Claim, NotAQueue, QueueConfig, QueueError, TaskQueue
+from .plugins import Plugin, SecretRedactor, TaskContext, load_plugin, load_secrets
 from .tiers import TierPolicy
 
 __all__ = [
@@ -25,4 +32,18 @@ __all__ = [
     "LockUnsupported",
     "FcntlLock",
     "FileLock",
+    "Checkpoint",
+    "CheckpointStore",
+    "CheckpointError",
+    "Plugin",
+    "TaskContext",
+    "load_plugin",
+    "load_secrets",
+    "SecretRedactor",
+    "Runner",
+    "NoneRunner",
+    "BwrapRunner",
+    "ApptainerRunner",
+    "RunnerUnavailable",
+    "get_runner",
 ]
