@@ -288,6 +288,35 @@ def test_lost_claim_stops_the_agent_and_discards_its_work(tmp_path):
     assert state == "pending" and rec["failures"] == 1 and "result" not in rec
 
 
+def test_higher_tier_worker_waits_for_a_peer_task_that_may_be_promoted_to_it(tmp_path):
+    # the tier-1 worker finds nothing claimable but a tier-0 task is still claimed by a
+    # peer: it waits, the peer's attempt fails (promoted to tier 1), and it runs the task
+    q = TaskQueue.create(tmp_path / "q", QueueConfig(tiers=2, promote_after=1))
+    q.put("heavy", {"argv": ["true"]})
+    peer = TaskQueue(tmp_path / "q", worker="peer")
+    held = peer.claim(worker_tier=0)
+    naps = []
+
+    def sleep(s):
+        naps.append(s)
+        if len(naps) == 1:
+            assert peer.fail(held, "exit 137 (out of memory)") == "retry"
+
+    assert Worker(q, tier=1, idle_poll=2.0, sleep=sleep).run() == EXIT_DONE
+    state, rec = q.get("heavy")
+    assert state == "done" and rec["tier"] == 1 and rec["completed_by"] == q.worker
+    assert sum(naps) == 2.0                       # one idle wait, in short steps
+
+
+def test_worker_does_not_wait_for_tasks_it_could_never_run(tmp_path):
+    q = TaskQueue.create(tmp_path / "q", QueueConfig(tiers=2, promote_after=1))
+    q.put("big", {"argv": ["true"]}, tier=1)
+    TaskQueue(tmp_path / "q", worker="peer").claim(worker_tier=1)
+    naps = []
+    assert Worker(q, tier=0, sleep=naps.append).run() == EXIT_DONE
+    assert naps == []
+
+
 def test_max_tasks(tmp_path):
     q = TaskQueue.create(tmp_path / "q", QueueConfig())
     q.put_many([("a", {"argv": ["true"]}), ("b", {"argv": ["true"]})])
@@ -319,7 +348,8 @@ def test_worker_rejects_bad_settings(tmp_path):
     from bursarcore.errors import InvalidArgument
     q = TaskQueue.create(tmp_path / "q", QueueConfig(tiers=2))
     for kw, field in [({"tier": 2}, "tier"), ({"grace": -1}, "grace"), ({"heartbeat": 0}, "heartbeat"),
-                      ({"max_tasks": 0}, "max_tasks"), ({"checkpoint_margin": "x"}, "checkpoint_margin")]:
+                      ({"max_tasks": 0}, "max_tasks"), ({"checkpoint_margin": "x"}, "checkpoint_margin"),
+                      ({"idle_poll": -1}, "idle_poll")]:
         with pytest.raises(InvalidArgument) as e:
             Worker(q, **kw)
         assert e.value.field == field

@@ -124,6 +124,12 @@ class Worker:
     ``max_tasks``: stop after this many tasks. ``heartbeat``: seconds between heartbeats
     (default ``min(30, stale_after / 6)``). ``clock``: the walltime clock (the queue keeps
     its own). ``poll``: seconds between checks while an agent runs.
+
+    ``idle_poll``: when nothing is claimable but a peer still holds a task this worker
+    could run later (a claimed task of an eligible tier: it may fail and be retried here,
+    be promoted into this tier, or go stale), the worker waits ``idle_poll`` seconds and
+    looks again instead of exiting; otherwise a tier whose workers all left early would be
+    stranded with promoted tasks and no worker. ``sleep`` is how it waits (tests inject one).
     """
 
     def __init__(self, queue: TaskQueue, *, tier: int = 0, runner: Runner | None = None,
@@ -132,9 +138,11 @@ class Worker:
                  checkpoint_margin: float = 120.0, max_tasks: int | None = None,
                  heartbeat: float | None = None, keep: int = 2,
                  clock: Callable[[], float] = time.time, poll: float = 0.05,
-                 redactor: SecretRedactor | None = None) -> None:
+                 redactor: SecretRedactor | None = None, idle_poll: float = 5.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         queue.policy.check_tier(tier, "tier")
-        for name, v, lo in (("grace", grace, 0.0), ("checkpoint_margin", checkpoint_margin, 0.0)):
+        for name, v, lo in (("grace", grace, 0.0), ("checkpoint_margin", checkpoint_margin, 0.0),
+                            ("idle_poll", idle_poll, 0.0)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= lo:
                 raise InvalidArgument(name, "must be a number of seconds >= 0", v)
         if heartbeat is None:
@@ -158,6 +166,8 @@ class Worker:
         self.keep = keep
         self.clock = clock
         self.poll = poll
+        self.idle_poll = float(idle_poll)
+        self._sleep = sleep
         self._stop: str | None = None
         self.tasks_run = 0
 
@@ -177,6 +187,28 @@ class Worker:
     def _has_work(self) -> bool:
         n = self.q.counts()
         return n["pending"] + n["claimed"] > 0
+
+    def _awaited_peer_claims(self) -> list[str]:
+        """Ids of tasks claimed by peers that this worker's tier could run later (tiers
+        only go up, so those of a tier this worker may run)."""
+        d = os.path.join(self.q.root, "claimed")
+        out = []
+        for name in sorted(os.listdir(d)):
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            got = self.q.get(name[:-5])
+            if got is not None and got[0] == "claimed" and \
+                    self.q.policy.eligible(self.tier, int(got[1].get("tier", 0))):
+                out.append(name[:-5])
+        return out
+
+    def _idle(self) -> None:
+        """Wait ``idle_poll`` seconds, in short steps so a stop request is seen at once."""
+        left = self.idle_poll
+        while left > 0 and self._stop_reason() is None:
+            step = min(left, 0.5)
+            self._sleep(step)
+            left -= step
 
     def run(self) -> int:
         """Loop until no task is claimable (0) or a stop was requested (99)."""
@@ -199,8 +231,15 @@ class Worker:
                 log.info("worker %s: reclaimed stale claims %s", self.q.worker, ", ".join(taken))
             claim = self.q.claim(worker_tier=self.tier)
             if claim is None:
-                log.info("worker %s: no claimable task; exit 0", self.q.worker)
-                return EXIT_DONE
+                awaited = self._awaited_peer_claims()
+                if not awaited:
+                    log.info("worker %s: no claimable task; exit 0", self.q.worker)
+                    return EXIT_DONE
+                log.info("worker %s: nothing claimable; waiting %.1f s for %d task(s) peers "
+                         "hold that this tier could run (%s)", self.q.worker, self.idle_poll,
+                         len(awaited), ", ".join(awaited[:5]))
+                self._idle()
+                continue
             self.tasks_run += 1
             if self.run_task(claim) == "preempted":
                 return EXIT_CHECKPOINTED
@@ -424,6 +463,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-margin", type=float, default=120.0,
                    help="checkpoint and exit 99 this long before --walltime-end (default 120)")
     p.add_argument("--max-tasks", type=int, help="stop (exit 0) after this many tasks")
+    p.add_argument("--idle-poll", type=float, default=5.0,
+                   help="seconds between looks while peers hold tasks this tier could run "
+                        "later (default 5)")
     p.add_argument("--heartbeat", type=float,
                    help="seconds between heartbeats (default min(30, stale_after/6))")
     return p
@@ -454,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         worker = Worker(q, tier=a.tier, runner=runner, secrets=secrets, scratch=a.scratch,
                         grace=a.grace, walltime_end=a.walltime_end,
                         checkpoint_margin=a.checkpoint_margin, max_tasks=a.max_tasks,
-                        heartbeat=a.heartbeat, redactor=redactor)
+                        heartbeat=a.heartbeat, redactor=redactor, idle_poll=a.idle_poll)
     except Exception as exc:  # noqa: BLE001 - bad configuration: a clear line, not a traceback
         log.error("worker %s: cannot start: %s: %s", wid, type(exc).__name__, exc)
         return 2
