@@ -35,14 +35,17 @@ def _bench(args: argparse.Namespace) -> int:
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="one simulated hour of a 512-GPU pool under a storm",
-                       description="A scripted, seeded demonstration on the embedded "
-                                   "simulated pool: an adversarial storm, a guaranteed "
-                                   "interactive campaign and opportunistic backfill.")
+                       description="A scripted, seeded demonstration on a pool of the local "
+                                   "binding's pilots: an adversarial storm, a guaranteed "
+                                   "interactive campaign and opportunistic backfill; then real "
+                                   "processes launched and revoked through the binding.")
     p.add_argument("--seconds", type=int, default=3600, help="simulated seconds (default 3600)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--backend", choices=["compiled", "reference"], default=None,
                    help="engine backend (default: compiled when built)")
     p.add_argument("--journal", metavar="PATH", help="write the decision journal (JSON lines)")
+    p.add_argument("--no-processes", dest="processes", action="store_false",
+                   help="skip the real processes launched through the local binding at the end")
     p.set_defaults(func=_demo)
 
 
@@ -52,7 +55,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.seconds < 1:
         raise SystemExit("bursar demo: --seconds must be >= 1")
     print(format_demo(run_demo(seconds=args.seconds, seed=args.seed, backend=args.backend,
-                               journal_path=args.journal)))
+                               journal_path=args.journal, processes=args.processes)))
     return 0
 
 

@@ -8,6 +8,9 @@ exception: it is a value with a reason code.
 
 from __future__ import annotations
 
+import shlex
+from typing import Sequence
+
 __all__ = [
     "BursarError",
     "InvalidArgument",
@@ -15,6 +18,7 @@ __all__ = [
     "UnknownCampaign",
     "UnknownLease",
     "JournalCorrupt",
+    "CommandError",
 ]
 
 
@@ -72,3 +76,26 @@ class JournalCorrupt(BursarError):
 
     def __reduce__(self):  # the default would call __init__ with the message alone
         return (type(self), (self.record, self.problem))
+
+
+class CommandError(BursarError, RuntimeError):
+    """A scheduler command of a facility binding failed (non-zero exit, timeout, or not
+    found). ``argv``, ``returncode`` (None for a timeout or a missing program) and
+    ``stderr`` say which and why; the message carries all three. Also importable from
+    :mod:`bursarcore.adapters`."""
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 stdout: str = "") -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.stdout = stdout
+        err = (stderr or "").strip()
+        if len(err) > 2000:
+            err = err[:1000] + " ... " + err[-900:]
+        rc = "timed out or could not start" if returncode is None else f"exit {returncode}"
+        super().__init__(f"command failed ({rc}): {shlex.join(self.argv)}: "
+                         f"{err or '(no stderr)'}")
+
+    def __reduce__(self):
+        return (type(self), (self.argv, self.returncode, self.stderr, self.stdout))

@@ -16,18 +16,19 @@ behind one interface, :class:`Binding`; :class:`PoolManager` joins a binding to 
         pool.tick(); time.sleep(5)
 """
 
-from .base import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, PENDING, PILOT_STATES,
-                   RUNNING, SUSPENDED, TERMINAL, TIMEOUT, UNKNOWN, Binding, CommandError,
-                   Handle, LeaseHandle, Pilot, PilotStatus, PoolManager, ProcessHandle,
+from .base import (CANCELLED, COLD_WAIT_MODES, COMPLETED, ENDING, FAILED, HELD, PENDING,
+                   PILOT_STATES, RUNNING, SUSPENDED, TERMINAL, TIMEOUT, UNKNOWN, Binding,
+                   CommandError, Handle, LeaseHandle, Pilot, PilotStatus, PoolManager, ProcessHandle,
                    Provision, SchedulerSupply, TickReport, map_state, node_name, split_node)
-from .local import LocalBinding
+from .local import LocalBinding, SimHandle
 from .pbs import PBSBinding
 from .slurm import SlurmBinding
 
 __all__ = [
-    "Binding", "SlurmBinding", "PBSBinding", "LocalBinding", "PoolManager", "Pilot",
-    "PilotStatus", "SchedulerSupply", "Handle", "ProcessHandle", "LeaseHandle",
-    "Provision", "TickReport", "CommandError", "map_state", "node_name", "split_node",
+    "Binding", "SlurmBinding", "PBSBinding", "LocalBinding", "PoolManager",
+    "Pilot", "PilotStatus", "SchedulerSupply", "Handle", "ProcessHandle", "SimHandle",
+    "LeaseHandle", "Provision", "TickReport", "CommandError", "map_state", "node_name",
+    "split_node", "COLD_WAIT_MODES",
     "PILOT_STATES", "TERMINAL", "PENDING", "HELD", "RUNNING", "SUSPENDED", "ENDING",
     "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "UNKNOWN",
 ]

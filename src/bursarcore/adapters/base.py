@@ -9,7 +9,8 @@ A *binding* is a thin adapter over one scheduler, in the manner of Parsl's provi
 * every scheduler command goes through one overridable method, :meth:`Binding.execute`,
   and every launched process through :meth:`Binding.spawn` — tests replace these two to
   feed recorded output, and the same code drives the real scheduler;
-* a command that fails raises :class:`CommandError` carrying the command and its stderr.
+* a command that fails raises :class:`~bursarcore.errors.CommandError` (re-exported here)
+  carrying the command and its stderr.
 
 A binding knows the scheduler; it knows nothing of the broker. The :class:`PoolManager`
 joins the two: it turns running pilot allocations into pool capacity
@@ -35,7 +36,6 @@ import abc
 import logging
 import math
 import os
-import shlex
 import signal as _signal
 import subprocess
 import threading
@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..buckets import TokenBuckets
 from ..clock import MonotonicClock
-from ..errors import BursarError, InvalidArgument
+from ..errors import CommandError, InvalidArgument
 
 __all__ = [
     "PENDING", "HELD", "RUNNING", "SUSPENDED", "ENDING", "COMPLETED", "CANCELLED", "FAILED",
@@ -53,7 +53,7 @@ __all__ = [
     "NODE_BUSY", "NODE_DOWN", "NODE_UNKNOWN", "NODE_STATES", "CommandError", "map_state",
     "PilotStatus", "Pilot", "SchedulerSupply", "Handle", "ProcessHandle", "LeaseHandle",
     "Binding", "PoolManager", "Provision", "TickReport", "node_name", "split_node",
-    "exit_code_of",
+    "exit_code_of", "COLD_WAIT_MODES",
 ]
 
 log = logging.getLogger("bursarcore.adapters")
@@ -99,28 +99,6 @@ def map_state(table: Mapping[str, str], raw: Any, *, scheduler: str, what: str =
         log.warning("%s: %s state %r is not in the state table; mapped to %r",
                     scheduler, what, key, UNKNOWN)
     return UNKNOWN if what == "job" else NODE_UNKNOWN
-
-
-class CommandError(BursarError, RuntimeError):
-    """A scheduler command failed (non-zero exit, timeout, or not found). ``argv``,
-    ``returncode`` (None for a timeout or a missing program) and ``stderr`` say which and
-    why; the message carries all three."""
-
-    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
-                 stdout: str = "") -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.stderr = stderr
-        self.stdout = stdout
-        err = (stderr or "").strip()
-        if len(err) > 2000:
-            err = err[:1000] + " ... " + err[-900:]
-        rc = "timed out or could not start" if returncode is None else f"exit {returncode}"
-        super().__init__(f"command failed ({rc}): {shlex.join(self.argv)}: "
-                         f"{err or '(no stderr)'}")
-
-    def __reduce__(self):
-        return (type(self), (self.argv, self.returncode, self.stderr, self.stdout))
 
 
 def exit_code_of(returncode: int | None) -> int | None:
@@ -178,6 +156,7 @@ class Pilot:
     in_pool: tuple[str, ...] = ()       # pool node names currently added to the broker
     draining: bool = False               # removed ahead of its walltime
     cancel_requested: bool = False
+    cancel_at: float | None = None       # drained with a grace: cancelled once it runs out
     idle_since: float | None = None
     seen: bool = False                   # the scheduler has listed it at least once
 
@@ -617,6 +596,11 @@ class Binding(abc.ABC):
                         h.send_group(_signal.SIGKILL)
         return done
 
+    def next_deadline(self) -> float | None:
+        """The earliest pending kill (clock seconds), or None: when :meth:`enforce` next
+        has something to do (a discrete-event driver calls it then)."""
+        return min(self._kill_at.values()) if self._kill_at else None
+
     def forget(self, keep: Iterable[int]) -> None:
         """Drop the handles of finished leases not in ``keep`` (the live ones), once all
         their processes have ended and no kill is pending. A lease's handles are kept
@@ -638,6 +622,10 @@ class Binding(abc.ABC):
 
 
 # --------------------------------------------------------------------------- manager
+#: ``PoolManager(cold_wait=...)``: how the binding's start estimate becomes the broker's
+#: ``cold_wait``
+COLD_WAIT_MODES = ("if_unset", "replace", "off")
+
 @dataclass(frozen=True)
 class Provision:
     """The answer to :meth:`PoolManager.provision`: ``submitted`` with the pilot, or
@@ -696,8 +684,19 @@ class PoolManager:
     Revocations are enforced from the broker's events (``subscribe``): a
     ``preempt_notice`` signals the lease's processes and schedules the kill at its
     deadline; ``revoked`` kills at once; ``expired`` signals and kills after
-    ``expiry_grace``. The manager also becomes the broker's ``cold_wait`` (the expected
-    start of a new pilot) unless the broker already has one.
+    ``expiry_grace``.
+
+    ``state_every`` (seconds, default 0: every tick) bounds how often a tick reads the
+    broker's whole state (``Broker.state()``, which lists every live lease): for idle
+    tracking, forgetting finished handles, and demand-driven scaling. A tick between reads
+    still follows the pilots, drains, enforces the kills due and keeps at least
+    ``min_pilots`` — all a fixed-size pool (``min_pilots == max_pilots``) needs; a
+    discrete-event driver that ticks at many instants (the simulator) sets it.
+
+    The manager also becomes the broker's ``cold_wait`` (the expected
+    start of a new pilot): ``cold_wait="if_unset"`` (default) unless the broker already
+    has one, ``"replace"`` always, ``"off"`` never; :meth:`attach_cold_wait` and
+    :meth:`detach_cold_wait` change it later.
     """
 
     def __init__(self, broker: Any, binding: Binding, *, dim: str | None = None,
@@ -708,7 +707,8 @@ class PoolManager:
                  idle_time: float = 120.0, congestion_high: float = 0.9,
                  congestion_low: float = 0.5, expiry_grace: float = 5.0,
                  autoscale: bool = True, attach: bool = True,
-                 pilot_name: str = "bursar-pilot") -> None:
+                 pilot_name: str = "bursar-pilot", cold_wait: str = "if_unset",
+                 state_every: float = 0.0) -> None:
         self.broker = broker
         self.binding = binding
         self.dim = binding.dim if dim is None else dim
@@ -741,21 +741,42 @@ class PoolManager:
         self.idle_time = float(idle_time)
         self.congestion_high, self.congestion_low = float(congestion_high), float(congestion_low)
         self.expiry_grace = float(expiry_grace)
+        if not isinstance(state_every, (int, float)) or not state_every >= 0:
+            raise InvalidArgument("state_every", "must be a number of seconds >= 0", state_every)
+        self.state_every = float(state_every)
+        self._state_at: float | None = None
         self.autoscale = autoscale
         self.pilot_name = pilot_name
         self.pilots: dict[str, Pilot] = {}
+        self._queued: dict[str, None] = {}   # pilots pending or held, in submission order
+        self._cold_memo: tuple[float, int, float | None] | None = None
         self._bucket = TokenBuckets([float(submit_burst)], [float(submit_rate)],
                                     now=self.clock.now())
         self.submissions: list[tuple[float, str]] = []   # (clock time, pilot id)
+        if cold_wait not in COLD_WAIT_MODES:
+            raise InvalidArgument("cold_wait", f"must be one of {COLD_WAIT_MODES}", cold_wait)
         if attach:
             broker.subscribe(self._on_event)
-            if getattr(broker, "cold_wait", None) is None:
-                broker.cold_wait = self.cold_wait
+            if cold_wait != "off":
+                self.attach_cold_wait(replace=cold_wait == "replace")
+
+    def attach_cold_wait(self, replace: bool = True) -> bool:
+        """Make the binding's start estimate the broker's ``cold`` path
+        (``broker.cold_wait = self.cold_wait``). With ``replace=False`` a ``cold_wait``
+        the broker already has is kept. Returns whether it is now the manager's."""
+        if replace or getattr(self.broker, "cold_wait", None) is None:
+            self.broker.cold_wait = self.cold_wait
+        return self.broker.cold_wait == self.cold_wait
+
+    def detach_cold_wait(self) -> None:
+        """Stop answering the broker's ``cold`` path (if this manager does)."""
+        if getattr(self.broker, "cold_wait", None) == self.cold_wait:
+            self.broker.cold_wait = None
 
     # ------------------------------------------------------------------ events
     def _on_event(self, ev: Any) -> None:
-        if ev.lease_id is None:
-            return
+        if ev.lease_id is None or ev.lease_id not in self.binding._handles:
+            return                        # nothing of this lease was launched
         if ev.kind == "preempt_notice":
             self.binding.revoke(ev.lease_id, ev.deadline if ev.deadline is not None else ev.time)
         elif ev.kind == "revoked":
@@ -784,6 +805,8 @@ class PoolManager:
         pid = self.binding.submit(nodes, float(walltime), name=self.pilot_name)
         p = Pilot(id=pid, nodes=nodes, walltime=float(walltime), submitted_at=now)
         self.pilots[pid] = p
+        self._cold_memo = None
+        self._queued[pid] = None
         self.submissions.append((now, pid))
         log.info("%s: submitted pilot %s (%d node(s), %.0f s)", self.binding.name, pid,
                  nodes, walltime)
@@ -794,9 +817,50 @@ class PoolManager:
         p = self.pilots[pilot_id]
         if p.in_pool:
             self._remove(p, grace)
+        self._cold_memo = None
         if not p.terminal and not p.cancel_requested:
             self.binding.cancel([p.id])
             p.cancel_requested = True
+
+    def drain(self, pilot_id: str, grace: float = 0.0) -> list[int]:
+        """Take a pilot out of the pool gracefully: its leases get a ``preempt_notice``
+        ``grace`` seconds ahead (their processes the notice signal now, the kill at the
+        deadline), and the pilot itself is cancelled at the first :meth:`tick` after the
+        grace. (:meth:`cancel` cancels the allocation at once, which takes the processes
+        with it whatever the grace.) A drained pilot no longer counts towards
+        ``min_pilots``, so a replacement may be submitted meanwhile. Returns the leases
+        revoked."""
+        if not isinstance(grace, (int, float)) or not math.isfinite(grace) or grace < 0:
+            raise InvalidArgument("grace", "must be a finite number of seconds >= 0", grace)
+        p = self.pilots[pilot_id]
+        revoked = self._remove(p, float(grace)) if p.in_pool else []
+        self._cold_memo = None
+        if not p.terminal:
+            p.draining = True
+            p.cancel_at = self.clock.now() + float(grace)
+        return revoked
+
+    def next_event(self, kills: bool = True) -> float | None:
+        """The next clock time at which :meth:`tick` has something to do by itself — a
+        pilot to drain before its walltime, a drained pilot to cancel, a pilot the binding
+        will start or end (``binding.next_event()``, where it has one), and with ``kills``
+        a kill the binding owes (``binding.next_deadline()``; a driver may instead call
+        ``binding.enforce()`` then) — or None. A discrete-event driver (the simulator)
+        ticks then, plus now and then for autoscaling, instead of every second."""
+        times = []
+        for p in self.pilots.values():
+            if p.in_pool and not p.draining and p.ends_at is not None:
+                times.append(p.ends_at - self.drain_lead)
+            if p.cancel_at is not None and not p.cancel_requested and not p.terminal:
+                times.append(p.cancel_at)
+        fns = [getattr(self.binding, "next_event", None)]
+        if kills:
+            fns.append(self.binding.next_deadline)
+        for f in fns:
+            t = f() if f is not None else None
+            if t is not None:
+                times.append(t)
+        return min(times) if times else None
 
     def shutdown(self, grace: float = 0.0) -> None:
         """Stop autoscaling and cancel every live pilot (leases on them revoked with
@@ -820,7 +884,16 @@ class PoolManager:
         """Expected seconds until a new pilot would start (the broker's ``cold`` path)."""
         if dim != self.dim:
             return None
-        pending = [p.id for p in self.pilots.values() if p.state in (PENDING, HELD)]
+        now = self.clock.now()
+        memo = self._cold_memo        # supply() and quote() may ask many times an instant
+        if memo is not None and memo[0] == now and memo[1] == len(self._queued):
+            return memo[2]
+        wait = self._cold_wait()
+        self._cold_memo = (now, len(self._queued), wait)
+        return wait
+
+    def _cold_wait(self) -> float | None:
+        pending = list(self._queued)
         try:
             t = self.binding.expected_start(self.nodes_per_pilot, self.walltime, pending)
         except CommandError as e:
@@ -835,6 +908,7 @@ class PoolManager:
         """One round: pilot states, pool membership, drains, enforcement, autoscaling."""
         now = self.clock.now()
         rep = TickReport(time=now)
+        self._cold_memo = None
         live = [p for p in self.pilots.values() if not p.terminal]
         if live:
             try:
@@ -853,10 +927,21 @@ class PoolManager:
                 rep.revoked.extend(self._remove(p, grace))
                 p.draining = True
                 rep.drained.append(p.id)
-        state = self.broker.state()          # advances the broker: events due now fire
+        state = None
+        if self.state_every <= 0 or self._state_at is None \
+                or now - self._state_at >= self.state_every:
+            state = self.broker.state()      # advances the broker: events due now fire
+            self._state_at = now
         rep.killed.extend(self.binding.enforce())
-        self.binding.forget(l["id"] for l in state["leases"])
-        self._track_idle(state, now)
+        for p in self.pilots.values():
+            if p.cancel_at is not None and p.cancel_at <= now and not p.cancel_requested \
+                    and not p.terminal:
+                self.binding.cancel([p.id])
+                p.cancel_requested = True
+                rep.cancelled.append(p.id)
+        if state is not None:
+            self.binding.forget(l["id"] for l in state["leases"])
+            self._track_idle(state, now)
         if self.autoscale:
             self._scale(state, now, rep)
         return rep
@@ -877,7 +962,11 @@ class PoolManager:
         p.seen = p.seen or s.raw != "(not listed)"
         p.raw_state = s.raw
         p.state = s.state
-        if s.hosts:
+        if p.state in (PENDING, HELD):
+            self._queued[p.id] = None
+        else:
+            self._queued.pop(p.id, None)
+        if s.hosts and s.hosts != p.hosts:
             p.hosts = tuple((str(h), int(k)) for h, k in s.hosts if int(k) > 0)
         if s.exit_code is not None:
             p.exit_code = s.exit_code
@@ -928,22 +1017,29 @@ class PoolManager:
             elif p.idle_since is None:
                 p.idle_since = now
 
-    def _scale(self, state: dict, now: float, rep: TickReport) -> None:
-        pool = state["pool"][self.dim]
-        demand = sum(int(x["min"]) for x in self.broker.pending()
-                     if x["dim"] == self.dim and x["reason"] == "capacity")
-        kappa = float(pool["congestion"])
+    def _scale(self, state: dict | None, now: float, rep: TickReport) -> None:
         running = [p for p in self.pilots.values()
                    if p.state == RUNNING and not p.draining and not p.cancel_requested]
         flight = self._in_flight()
-        spp = max(1, self.slots_per_pilot or self.nodes_per_pilot)
-        want = math.ceil(max(0, demand - int(pool["free"])) / spp) - len(flight)
-        if kappa >= self.congestion_high and not flight:
-            want = max(want, 1)
+        demand, kappa, want = None, 0.0, 0
+        if state is not None:                # else: between reads, keep the floor only
+            pool = state["pool"][self.dim]
+            demand = sum(int(x["min"]) for x in self.broker.pending()
+                         if x["dim"] == self.dim and x["reason"] == "capacity")
+            kappa = float(pool["congestion"])
+            spp = max(1, self.slots_per_pilot or self.nodes_per_pilot)
+            want = math.ceil(max(0, demand - int(pool["free"])) / spp) - len(flight)
+            if kappa >= self.congestion_high and not flight:
+                want = max(want, 1)
         total = len(running) + len(flight)
         target = min(self.max_pilots, max(self.min_pilots, total + max(0, want)))
         for _ in range(max(0, target - total)):
-            r = self.provision()
+            try:
+                r = self.provision()
+            except CommandError as e:        # e.g. sbatch refused (account, QOS, limits)
+                log.warning("%s: submitting a pilot failed: %s", self.binding.name, e)
+                rep.errors.append(str(e))
+                break
             if r.outcome != "submitted":
                 rep.throttled += 1
                 break

@@ -120,7 +120,8 @@ class Pool:
     second; ``slots`` optionally maps a dimension to its slot map, a list of
     ``(node, slots)`` pairs summing to the capacity (default: nodes of
     ``slots_per_node`` slots named ``<dim>-node0000``...). ``warm_headroom`` keeps units free
-    even of opportunistic leases.
+    even of opportunistic leases (at most the capacity; a dimension that starts at 0, to be
+    filled by a facility binding's pilots, may set it ahead).
     """
 
     def __init__(self, *, slots: Mapping[str, list] | None = None, slots_per_node: int = 8,
@@ -164,7 +165,9 @@ class Pool:
         for d in wh:
             if d not in self.capacity:
                 raise InvalidArgument(f"warm_headroom[{d}]", "names a dimension the pool lacks", d)
-            if self.warm_headroom[d] > self.capacity[d]:
+            # a pool that starts empty is fed by pilot allocations (add_nodes, SPEC §12):
+            # its headroom is set ahead of the capacity it will have
+            if self.capacity[d] and self.warm_headroom[d] > self.capacity[d]:
                 raise InvalidArgument(f"warm_headroom[{d}]", "must be <= the capacity", wh[d])
 
     @property

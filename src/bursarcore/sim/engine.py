@@ -13,6 +13,16 @@ Flow dimensions keep their natural 1 s granularity because a throttled consumer 
 ``retry_after`` the broker returns. The same seed gives the same event sequence, the same
 broker calls and therefore the same journal, byte for byte.
 
+The pool is a facility's, as in a deployment (SPEC §12): the broker starts empty and pilot
+allocations of the local binding (``LocalBinding(execution="simulated")``), kept by a
+:class:`~bursarcore.adapters.PoolManager`, join it with ``add_nodes`` at t = 0 (and whenever
+a replacement starts); leases are placed on the pilots' hosts and slots; every active
+lease's work is launched through the binding (simulated: no process, the work runs on the
+clock) and revocations and expiries are enforced through it (notice signal, kill at the
+deadline); a pilot that ends — a failure from ``[[facility.failures]]``, or its walltime —
+shrinks the pool and its leases are revoked with notice. The manager runs at its own events
+(the binding's pilot starts and ends, drains) and every ``facility.tick`` seconds.
+
 The :class:`Ledger` sees every decision and every event and keeps, per campaign, the units
 held by active (and revoking) leases as an exact step function of time, the grant latency
 of every request (request → lease active), refusals and preemptions. Metrics are integrals
@@ -87,7 +97,7 @@ class Ledger:
             r.units = d.units
             if lease.state == "active":
                 r.t_active = t
-                self._activate(lease.id, c, d.units, t, lease.expiry, lease.firm)
+                self._activate(lease.id, c, d.units, t, lease.expiry, lease.firm, lease)
             else:
                 self.starting[lease.id] = (c, ri)
                 self.sim.agent_of(c).lease_starting(lease.id, d.units, t)
@@ -144,7 +154,7 @@ class Ledger:
                 c, ri = self.starting.pop(lid)
                 self.requests[ri].t_active = e.time
                 lease = self.sim.broker.lease(lid)
-                self._activate(lid, c, lease.units, e.time, lease.expiry, lease.firm)
+                self._activate(lid, c, lease.units, e.time, lease.expiry, lease.firm, lease)
         elif k == "granted":
             ri = self.pending.pop(e.intent_id, None)
             c = self.sim.index[e.campaign]
@@ -157,7 +167,8 @@ class Ledger:
             self.sim.agent_of(c).intent_granted(e.intent_id, e.lease_id, e.time)
             if lease.state == "active":
                 r.t_active, r.path = e.time, "warm"
-                self._activate(e.lease_id, c, lease.units, e.time, lease.expiry, lease.firm)
+                self._activate(e.lease_id, c, lease.units, e.time, lease.expiry, lease.firm,
+                               lease)
             else:
                 r.path = "reclaim"
                 self.starting[e.lease_id] = (c, ri)
@@ -179,7 +190,8 @@ class Ledger:
             self.sim.agent_of(c).preempt_notice(e.lease_id, e.deadline, e.time)
 
     # -- internals --------------------------------------------------------------------------------
-    def _activate(self, lid: int, c: int, n: int, t: float, expiry: float | None, firm: bool) -> None:
+    def _activate(self, lid: int, c: int, n: int, t: float, expiry: float | None, firm: bool,
+                  lease: Any = None) -> None:
         self.leases[lid] = [c, n, t, expiry, firm]
         self.held[c] += n
         self._ct.append(t)
@@ -188,6 +200,7 @@ class Ledger:
         self._firm.append(firm)
         if expiry is not None:
             self.sim.wake(expiry)
+        self.sim.launch(lid, c, lease)
         self.sim.agent_of(c).lease_active(lid, n, expiry, t)
 
     def _end(self, lid: int, t: float, how: str) -> None:
@@ -197,6 +210,8 @@ class Ledger:
         self._cc.append(c)
         self._cd.append(-n)
         self._firm.append(firm)
+        if how == "released":
+            self.sim.work_done(lid)
         self.sim.agent_of(c).lease_ended(lid, n, t, how)
 
     def changes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -243,14 +258,18 @@ class Simulation:
         classes = tuple(dataclasses.replace(c, grace=sc.broker["grace"]) if c.preemptible else c
                         for c in DEFAULT_CLASSES)
         self.classes = {c.name: c for c in classes}
-        self.broker = Broker(Pool.from_dict(sc.pool.to_dict()), self.clock, classes=classes,
+        self.dim = sc.pool.dims[0]
+        self.capacity = sc.pool.capacity[self.dim]
+        # the first dimension starts empty: the facility's pilots fill it (add_nodes)
+        pool = sc.pool.to_dict()
+        pool["capacity"][self.dim] = 0
+        pool["slots"][self.dim] = []
+        self.broker = Broker(Pool.from_dict(pool), self.clock, classes=classes,
                              price=sc.broker["price"], ttl=sc.broker["ttl"],
                              half_life=sc.broker["half_life"],
                              enforcement=sc.broker["enforcement"],
                              backend=backend or sc.broker["backend"], journal=self.journal)
         self._instrument()
-        self.dim = sc.pool.dims[0]
-        self.capacity = sc.pool.capacity[self.dim]
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable, tuple]] = []
         self._seq = 0
@@ -259,6 +278,7 @@ class Simulation:
         self._last_call = -1.0
         self._inbox: list[Event] = []
         self.broker.subscribe(self._inbox.append)
+        self._setup_facility()
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.agents: list[Any] = []          # one per campaign index (or the group's stand-in)
@@ -291,6 +311,161 @@ class Simulation:
         self.decision_counts = {"acquire": 0, "release": 0, "renew": 0, "cancel": 0,
                                 "consume": 0}
         self.result = None
+
+    # -- the facility: the local binding's pilots feed the pool (SPEC §12) ----------------------
+    def _setup_facility(self) -> None:
+        """The binding, the pool manager and the warm pool at t = 0 (before any campaign
+        registers: guarantees are checked against the capacity the pilots brought)."""
+        from ..adapters import LocalBinding, PoolManager
+
+        f = dict(self.sc.facility or {})
+        if not f:                                   # a Scenario built by hand
+            from .scenario import _Ctx, _facility
+            f = _facility(_Ctx("<scenario>"), None, self.capacity, self.duration)
+        staggered = bool(f["walltime"])
+        f["walltime"] = f["walltime"] or self.duration + 3600.0
+        self.facility = f
+        P = f["pilots"]
+        self.binding = LocalBinding(
+            dim="gpu" if self.dim == "gpu" else "cpu", slots_per_node=f["slots_per_node"],
+            total_slots=self.capacity, start_delay=0.0, execution="simulated",
+            sim_on_notice=f["on_notice"], clock=self.clock, wallclock=self.clock.now,
+            min_interval=0.0)
+        self.pool_manager = PoolManager(
+            self.broker, self.binding, dim=self.dim, nodes_per_pilot=f["nodes_per_pilot"],
+            walltime=f["walltime"], min_pilots=P, max_pilots=P, max_in_flight=P,
+            submit_rate=f["submit_rate"], submit_burst=float(P),
+            drain_lead=None if f["drain_lead"] < 0 else f["drain_lead"],
+            drain_margin=f["drain_margin"], idle_time=math.inf, state_every=math.inf)
+        self.fac = {"submitted": 0, "joined": 0, "left": 0, "drained": 0, "cancelled": 0,
+                    "failed": 0, "ended": {}, "revoked": set(), "killed": set(),
+                    "capacity": [(0.0, 0)], "ticks": 0}
+        self.work: dict[int, Any] = {}          # lease id -> LeaseHandle (simulated)
+        self._pool_times: set[float] = set()
+        self._enforce_times: set[float] = set()
+        # the warm pool at t = 0. With a walltime given, the first pilots' walltimes are
+        # staggered over [walltime/2, walltime], as in a facility that has been running for
+        # a while (pilots submitted together would all end together); replacements get the
+        # full walltime
+        for i in range(P):
+            w = f["walltime"] * (0.5 + 0.5 * (i + 1) / P) if staggered else f["walltime"]
+            self.pool_manager.provision(walltime=w, force=True)
+            self.fac["submitted"] += 1
+        self._fac_note(self.pool_manager.tick())    # its pilots run: they join the pool
+        got = self.fac["capacity"][-1][1]
+        if got != self.capacity:                    # pragma: no cover - a scenario bug
+            raise RuntimeError(f"the facility provided {got} {self.dim}, not {self.capacity}")
+        self.binding.start_delay = f["start_delay"]   # later pilots wait in the queue
+
+    def _fac_note(self, rep: Any) -> None:
+        fac = self.fac
+        fac["ticks"] += 1
+        fac["submitted"] += len(rep.submitted)
+        fac["joined"] += len(rep.joined)
+        fac["left"] += len(rep.left)
+        fac["drained"] += len(rep.drained)
+        fac["cancelled"] += len(rep.cancelled)
+        fac["revoked"].update(rep.revoked)
+        fac["killed"].update(rep.killed)
+        for pid in rep.ended:
+            st = self.pool_manager.pilots[pid].state
+            fac["ended"][st] = fac["ended"].get(st, 0) + 1
+        cap = sum(p.slots for p in self.pool_manager.pilots.values() if p.in_pool)
+        if cap != fac["capacity"][-1][1]:
+            fac["capacity"].append((self.now, cap))
+
+    def _pool_round(self, t: float, periodic: bool = False) -> None:
+        """One pool manager round (pilot states, pool membership, drains, enforcement,
+        replacements); then the next one is scheduled at the manager's next event."""
+        if not periodic:
+            self._pool_times.discard(t)
+        self._fac_note(self.pool_manager.tick())
+        if periodic:
+            # the manager does not read the broker's whole state (a fixed-size pool needs
+            # none): the simulator knows the live leases, and lets the binding forget the
+            # handles of the others
+            self.binding.forget(list(self.ledger.leases) + list(self.ledger.starting))
+        if periodic and t + self.facility["tick"] <= self.duration:
+            self.at(t + self.facility["tick"], self._pool_round, True)
+        self._schedule_pool()
+
+    def _schedule_pool(self) -> None:
+        nxt = self.pool_manager.next_event(kills=False)
+        if nxt is not None and nxt <= self.duration and nxt not in self._pool_times:
+            self._pool_times.add(nxt)
+            self.at(nxt, self._pool_round)
+        self._schedule_enforce()
+
+    def _schedule_enforce(self) -> None:
+        nxt = self.binding.next_deadline()
+        if nxt is not None and nxt <= self.duration and nxt not in self._enforce_times:
+            self._enforce_times.add(nxt)
+            self.at(nxt, self._enforce)
+
+    def _enforce(self, t: float) -> None:
+        """Kills the binding owes (an expired lease's grace ran out)."""
+        self._enforce_times.discard(t)
+        self.fac["killed"].update(self.binding.enforce())
+        self._schedule_enforce()
+
+    def _fail(self, t: float, n: int) -> None:
+        """A node failure takes the ``n`` busiest pilots (most units leased; the first
+        submitted on ties): they end at once and the manager's next round removes them."""
+        pm = self.pool_manager
+        busy: dict[str, int] = {}
+        for lease in self.broker.leases():
+            for node, k in lease.placement or ():
+                pid = node.partition("/")[0]
+                busy[pid] = busy.get(pid, 0) + int(k)
+        live = [p for p in pm.pilots.values() if p.in_pool]
+        live.sort(key=lambda p: -busy.get(p.id, 0))
+        for p in live[:n]:
+            self.binding.fail(p.id)
+            self.fac["failed"] += 1
+        self._pool_round(t)
+
+    def launch(self, lid: int, c: int, lease: Any = None) -> None:
+        """Launch an active lease's (simulated) work on its placement, through the binding
+        (``lease``: the broker's snapshot of it, when the caller has one)."""
+        if not self.facility["launch"] or (c >= len(self.named_agents)
+                                           and not self.facility["launch_populations"]):
+            return
+        if lease is None or lease.state != "active":
+            lease = self._b_lease(lid)
+        if lease.dim != self.dim:
+            return
+        self.work[lid] = self.binding.launch(lease, ["sim-work", self.names[c]])
+
+    def work_done(self, lid: int) -> None:
+        """The agent released the lease: its work ended by itself."""
+        if lid in self.work:
+            self.binding.finish(lid)
+
+    def facility_summary(self) -> dict:
+        fac, f = self.fac, self.facility
+        parts = [h for lh in self.work.values() for h in lh.parts]
+        status: dict[str, int] = {}
+        for lh in self.work.values():
+            status[lh.status] = status.get(lh.status, 0) + 1
+        caps = [c for _, c in fac["capacity"]]
+        return {
+            "binding": "local", "execution": "simulated",
+            "pilots": f["pilots"], "nodes_per_pilot": f["nodes_per_pilot"],
+            "slots_per_node": f["slots_per_node"], "walltime": f["walltime"],
+            "start_delay": f["start_delay"], "failures": list(f["failures"]),
+            "pilots_submitted": fac["submitted"], "pilots_joined": fac["joined"],
+            "pilots_left": fac["left"], "pilots_drained": fac["drained"],
+            "pilots_failed": fac["failed"], "pilots_ended": dict(sorted(fac["ended"].items())),
+            "leases_revoked_by_pool": len(fac["revoked"]),
+            "work_launched": len(self.work), "work_parts": len(parts),
+            "work_signalled": sum(any(h.signalled for h in lh.parts)
+                                  for lh in self.work.values()),
+            "work_killed": len(fac["killed"]),
+            "work_status": dict(sorted(status.items())),
+            "capacity_min": min(caps[1:]) if len(caps) > 1 else 0,
+            "capacity_changes": [[t, c] for t, c in fac["capacity"]],
+            "manager_rounds": fac["ticks"],
+        }
 
     # -- broker calls (timed; the journal sees every one) ---------------------------------------
     def _instrument(self) -> None:
@@ -403,6 +578,7 @@ class Simulation:
             inbox.clear()
             for e in batch:
                 self.ledger.on_event(e)
+            self._schedule_enforce()      # an expiry's kill is due after its grace
 
     def _sample(self, t: float) -> None:
         """Pool signals every ``sample_every`` s (from the first campaign's supply); the
@@ -441,6 +617,11 @@ class Simulation:
 
         wall0 = time.perf_counter()
         self.at(0.0, self._sample)
+        if self.facility["tick"] <= self.duration:
+            self.at(self.facility["tick"], self._pool_round, True)
+        self._schedule_pool()
+        for fl in self.facility["failures"]:
+            self.at(fl["at"], self._fail, fl["pilots"])
         for a in self.named_agents:
             a.start()
         for g in self.groups:

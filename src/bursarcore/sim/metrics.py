@@ -218,6 +218,7 @@ def collect(sim: Any) -> SimResult:
         "campaigns": per, "populations": groups,
         "journal": {"records": jcount, "ops": jops} if sim.journal is not None else None,
         "decisions": decisions,
+        "facility": sim.facility_summary(),
     }
     timing = {"wall_seconds": sim.timing.wall, "engine_seconds": sim.timing.engine,
               "agents_seconds": sim.timing.agents, "broker_calls": sim.timing.calls}
@@ -330,12 +331,14 @@ def _claims(sim: Any, summary: dict, per: dict, named: dict) -> list[dict]:
     if j:
         ops = j["ops"]
         calls = sum(ops.get(k, 0) for k in ("acquire", "release", "renew", "cancel", "consume"))
+        pool = sum(ops.get(k, 0) for k in ("add_nodes", "remove_nodes"))
         n_calls = sim_decision_calls(sim)
         ok = calls == n_calls
         add(6, f"{j['records']:,} journal records: {calls:,} decisions asked for "
-               f"(acquire/release/renew/cancel/consume; the agents made {n_calls:,}) and "
-               f"{j['records'] - calls:,} records of what followed (grants, expiries, "
-               f"preemptions, ...)", "reproduced" if ok else "differs", ok)
+               f"(acquire/release/renew/cancel/consume; the agents made {n_calls:,}), "
+               f"{j['records'] - calls - pool:,} records of what followed (grants, expiries, "
+               f"preemptions, ...) and {pool:,} pool changes (pilots joining and leaving)",
+            "reproduced" if ok else "differs", ok)
     else:
         add(6, "journal off in this run", "n/a", None)
     return out

@@ -430,6 +430,29 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
                      f"<td class='num'>{_f(d['latency_p50'])} / {_f(d['latency_p95'])}</td>"
                      f"<td>{e(ref)}</td><td class='num'>{d['preempted']}</td></tr>")
     parts.append("</table>")
+    fac = summ.get("facility")
+    if fac:
+        ended = ", ".join(f"{k} {v}" for k, v in fac["pilots_ended"].items()) or "none"
+        fails = "; ".join(f"{x['pilots']} at {x['at']:g} s" for x in fac["failures"])
+        ws = ", ".join(f"{k} {v:,}" for k, v in fac["work_status"].items())
+        parts.append(
+            f"<h2>Facility (SPEC §12)</h2><p>The pool is {fac['pilots']} pilots of "
+            f"{fac['nodes_per_pilot']} × {fac['slots_per_node']} GPUs of the local binding "
+            f"(simulated execution), kept by the pool manager; walltime "
+            f"{fac['walltime']:,.0f} s, queue wait {fac['start_delay']:g} s"
+            f"{'; node failures: ' + e(fails) if fails else ''}.</p><table>"
+            f"<tr><th>pilots submitted / joined / drained / left / ended</th>"
+            f"<th class='num'>leases revoked by the pool shrinking</th>"
+            f"<th class='num'>pool low</th><th class='num'>work launched (parts)</th>"
+            f"<th class='num'>signalled</th><th class='num'>killed after grace</th>"
+            f"<th>work at the end</th></tr>"
+            f"<tr><td>{fac['pilots_submitted']} / {fac['pilots_joined']} / "
+            f"{fac['pilots_drained']} / {fac['pilots_left']} / {e(ended)}</td>"
+            f"<td class='num'>{fac['leases_revoked_by_pool']:,}</td>"
+            f"<td class='num'>{fac['capacity_min']:,}</td>"
+            f"<td class='num'>{fac['work_launched']:,} ({fac['work_parts']:,})</td>"
+            f"<td class='num'>{fac['work_signalled']:,}</td>"
+            f"<td class='num'>{fac['work_killed']:,}</td><td>{e(ws)}</td></tr></table>")
     j = summ.get("journal")
     if j:
         ops = ", ".join(f"{k} {v:,}" for k, v in sorted(j["ops"].items(), key=lambda kv: -kv[1]))

@@ -15,12 +15,16 @@ The format (see ``sim/scenarios/default.toml`` and docs/simulator.md)::
     [tasksets.NAME]   the task distribution shared by the science agents that name it
     [[campaigns]]     name, agent, class, credits, [campaigns.envelope], [campaigns.behaviour]
     [[populations]]   count campaigns of the vectorised population agent (large runs)
+    [facility]  how pilots of the local binding provide the pool's first dimension (SPEC §12):
+                slots_per_node, nodes_per_pilot, walltime, start_delay, tick, launch,
+                on_notice, drain_lead, drain_margin, [[facility.failures]] at, pilots
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from math import gcd
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -33,7 +37,7 @@ from ..errors import InvalidArgument
 
 __all__ = ["Scenario", "CampaignSpec", "PopulationSpec", "TaskSetSpec", "ScenarioError",
            "load_scenario", "parse_scenario", "scenario_path", "builtin_scenarios",
-           "AGENTS", "AGENT_DEFAULTS"]
+           "AGENTS", "AGENT_DEFAULTS", "FACILITY_DEFAULTS"]
 
 
 class ScenarioError(InvalidArgument):
@@ -82,6 +86,23 @@ POPULATION_DEFAULTS: dict[str, Any] = {
     "lease": 300.0,
     "step": 10.0,
     "greedy_fraction": 0.5,      # share of campaigns that ignore supply (the rest read it)
+}
+
+# -- the facility: pilots of the local binding (simulated execution) feed the pool --------
+FACILITY_DEFAULTS: dict[str, Any] = {
+    "slots_per_node": 0,     # units of the pool's first dimension per node; 0: 8, or the
+                             # largest divisor of the capacity below 8
+    "nodes_per_pilot": 0,    # 0: at most 64 pilots of whole nodes
+    "walltime": 0.0,         # s; 0: the pilots outlive the run (duration + 3600 s); given,
+                             # the first pilots' walltimes are staggered over [w/2, w]
+    "start_delay": 0.0,      # s a pilot submitted during the run waits in the queue
+    "tick": 300.0,           # s between pool manager rounds (it also runs at its own events)
+    "submit_rate": 1.0,      # pilot submissions per second at most (replacements)
+    "launch": True,          # every active lease's work is launched (simulated) on its slots
+    "launch_populations": False,   # ... population campaigns' too (arrays: ~5x slower)
+    "on_notice": "ignore",   # simulated work at the notice signal: "ignore" or "exit"
+    "drain_lead": -1.0,      # s before its walltime a pilot is drained; < 0: the manager's
+    "drain_margin": 5.0,     # the drained leases' deadline, s before the walltime
 }
 
 TASKSET_DEFAULTS: dict[str, Any] = {
@@ -137,6 +158,7 @@ class Scenario:
     tasksets: dict[str, TaskSetSpec]
     campaigns: list[CampaignSpec]
     populations: list[PopulationSpec] = field(default_factory=list)
+    facility: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     source: str = "<string>"
 
@@ -281,7 +303,7 @@ def _envelope(ctx: _Ctx, doc: Any, path: str, credits: float, cls: str,
 
 # -- the loader ----------------------------------------------------------------------------
 
-_TOP = ("scenario", "pool", "broker", "tasksets", "campaigns", "populations")
+_TOP = ("scenario", "pool", "broker", "tasksets", "campaigns", "populations", "facility")
 _BROKER = ("enforcement", "grace", "ttl", "half_life", "journal", "backend", "price",
            "warm_headroom")
 
@@ -360,6 +382,8 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
         broker["price"][d] = _num(ctx, p, f"broker.price.{d}")
     if "warm_headroom" in bd:
         raise ctx.err("broker.warm_headroom", "belongs in [pool] (pool.warm_headroom)")
+
+    facility = _facility(ctx, doc.get("facility"), held[first], duration)
 
     # task sets
     tasksets = {}
@@ -486,7 +510,48 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
                     sample_every=sample_every, pool=pool,
                     pool_spec={"held": held, "flow": flow, "warm_headroom": headroom},
                     broker=broker, tasksets=tasksets, campaigns=campaigns,
-                    populations=populations, raw=raw, source=source)
+                    populations=populations, facility=facility, raw=raw, source=source)
+
+
+def _facility(ctx: _Ctx, doc: Any, capacity: int, duration: float) -> dict[str, Any]:
+    """``[facility]``: the pilot shape and the pool manager's settings, resolved (pilot
+    count, nodes per pilot, walltime) so that the pilots sum to the pool's capacity."""
+    doc = dict(_table(ctx, doc, "facility", tuple(FACILITY_DEFAULTS) + ("failures",)))
+    failures_doc = doc.pop("failures", [])
+    f = _params(ctx, doc, "facility", FACILITY_DEFAULTS)
+    if f["on_notice"] not in ("ignore", "exit"):
+        raise ctx.err("facility.on_notice", "must be one of ignore, exit", f["on_notice"])
+    spn = f["slots_per_node"] or gcd(capacity, 8)
+    if capacity % spn:
+        raise ctx.err("facility.slots_per_node", f"must divide the pool's capacity {capacity}",
+                      spn)
+    nodes = capacity // spn
+    npp = f["nodes_per_pilot"]
+    if npp == 0:
+        pilots = max(p for p in range(1, min(64, nodes) + 1) if nodes % p == 0)
+        npp = nodes // pilots
+    elif nodes % npp:
+        raise ctx.err("facility.nodes_per_pilot", f"must divide the pool's {nodes} nodes of "
+                      f"{spn}", npp)
+    for k in ("tick", "submit_rate"):
+        if f[k] <= 0:
+            raise ctx.err(f"facility.{k}", "must be > 0", f[k])
+    # walltime 0 stays 0: the simulator resolves it to its run's duration + 3600 s
+    f.update(slots_per_node=spn, nodes_per_pilot=npp, pilots=nodes // npp)
+    if not isinstance(failures_doc, list):
+        raise ctx.err("facility.failures", "must be an array of tables ([[facility.failures]])",
+                      failures_doc)
+    failures = []
+    for i, fd in enumerate(failures_doc):
+        p = f"facility.failures[{i}]"
+        fd = _table(ctx, fd, p, ("at", "pilots"))
+        if "at" not in fd:
+            raise ctx.err(f"{p}.at", "is required (simulated seconds)")
+        at = _num(ctx, fd["at"], f"{p}.at", hi=duration)
+        n = _num(ctx, fd.get("pilots", 1), f"{p}.pilots", lo=1, integer=True, hi=f["pilots"])
+        failures.append({"at": at, "pilots": n})
+    f["failures"] = sorted(failures, key=lambda x: x["at"])
+    return f
 
 
 def builtin_scenarios() -> list[str]:
