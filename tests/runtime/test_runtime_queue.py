@@ -183,6 +183,45 @@ def test_periodic_scan_while_work_remains(qdir, clock):
     assert q.check() == []
 
 
+def test_claim_scans_when_nothing_is_pending(qdir, clock):
+    """RESULTS_runtime.md §4.2: with nothing pending, claim() scans claimed/ at once (not
+    only every scan_every s), so a worker about to exit takes back a dead peer's task."""
+    q = make(qdir, clock, stale_after=10, scan_every=300)
+    a, b = peer(q, clock, "A"), peer(q, clock, "B")
+    a.put_many([("t1", None), ("t2", None)])
+    assert a.claim().task_id == "t1"  # A takes t1 and dies
+    assert b.complete(b.claim()) is True  # B's first claim scans; t1 is fresh
+    clock.advance(60)  # t1 is 60 s stale, B scanned 60 s ago (< scan_every), nothing pending
+    c = b.claim()
+    assert c is not None and c.task_id == "t1" and c.failures == 1 and c.worker == "B"
+    assert b.complete(c) is True
+    assert b.claim() is None  # and nothing is left behind
+    assert q.counts() == {"pending": 0, "claimed": 0, "done": 2, "failed": 0}
+    assert q.check() == []
+
+
+def test_claim_scans_at_most_once_per_call(qdir, clock, monkeypatch):
+    """The periodic scan and the nothing-eligible scan are one scan when both are due; a
+    stale task the scan sends to a tier this worker cannot run is still moved on."""
+    q = make(qdir, clock, stale_after=10, scan_every=30, tiers=2)
+    q.put("big", None, tier=1)
+    assert q.claim(1).task_id == "big"  # then abandoned
+    w = peer(q, clock, "w1")
+    scans = []
+    real = w._reclaim_locked
+    monkeypatch.setattr(w, "_reclaim_locked", lambda now: scans.append(now) or real(now))
+    assert w.claim(0) is None  # first claim: periodic scan due; nothing eligible: not again
+    assert len(scans) == 1
+    clock.advance(11)
+    assert w.claim(0) is None  # not due, nothing eligible for tier 0: scans once
+    assert len(scans) == 2
+    state, rec = q.get("big")
+    assert state == "pending" and rec["failures"] == 1 and rec["tier"] == 1
+    q.put("small", None)
+    assert w.claim(0).task_id == "small" and len(scans) == 2  # work found: no scan
+    assert q.check() == []
+
+
 def test_worker_prefers_fresh_after_a_reclaim(qdir, clock):
     q = make(qdir, clock, stale_after=10, scan_every=30)
     q.put_many([("a", 1), ("b", 2)])
@@ -315,6 +354,85 @@ def test_requeue_failed_keeps_the_tier_reached(qdir, clock):
     assert q.check() == []
 
 
+# ---------------------------------------------------------------------- claim cost and order
+def _reference_pick(q, worker_tier):
+    """The choice rule, written plainly (the code before names were cached): the smallest
+    (w - t, failures, seq) among eligible, well-formed pending names; first listed on ties."""
+    best = best_key = None
+    for name in os.listdir(q._dirs["pending"]):
+        p = queue_mod._parse_pending(name)
+        if p is None or not q.policy.eligible(worker_tier, p[0]):
+            continue
+        key = q.policy.preference(worker_tier, p[0], p[1], p[2])
+        if best_key is None or key < best_key:
+            best, best_key = (name, p[3]), key
+    return best
+
+
+def test_claim_parses_each_pending_name_once(qdir, clock, monkeypatch):
+    """RESULTS_runtime.md §4.3: a claim no longer parses the whole backlog; names are parsed
+    once per queue object and worker tier (one listdir per claim remains)."""
+    q = make(qdir, clock, durable=False)
+    q.put_many([(f"t{i:04d}", None) for i in range(500)])
+    parsed = []
+    real = queue_mod._parse_pending
+    monkeypatch.setattr(queue_mod, "_parse_pending", lambda name: parsed.append(name) or real(name))
+    assert q.claim().task_id == "t0000"
+    assert len(parsed) == 500
+    for k in range(1, 21):
+        c = q.claim()
+        assert c.task_id == f"t{k:04d}"
+        q.complete(c)
+    assert len(parsed) == 500  # 20 more claims: nothing re-parsed
+    q.put("late", None)  # (put_many parses the names itself, to find known ids)
+    parsed.clear()
+    c = q.claim()
+    assert c.task_id == "t0021" and parsed == ["0.0.000000000500.late.json"]  # only the new name
+    q.release(c, "x")  # t0021 back under its old name: still known
+    assert q.claim().task_id == "t0021" and len(parsed) == 1
+    assert q.check() == []
+
+
+def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
+    """The cached choice equals the plain rule through puts, claims, releases, failures,
+    promotions, peers' changes, odd names in pending/ and cache pruning."""
+    import random
+
+    rng = random.Random(5)
+    q = make(qdir, clock, tiers=3, promote_after=1, max_failures=12, durable=False)
+    other = peer(q, clock, "w1")
+    pend = qdir / "pending"
+    (pend / ".0.0.000000000000.hidden.json.abc.tmp").write_text("{}")  # a temp file
+    (pend / "README").write_text("")
+    (pend / "0.0.x.bad.json").write_text("{}")  # not a record name: never chosen
+    held = []
+    n = 0
+    for step in range(600):
+        r = rng.random()
+        who = q if rng.random() < 0.7 else other
+        if r < 0.3:
+            batch = [(f"t{n + i}", None, rng.randrange(3)) for i in range(rng.randint(1, 5))]
+            n += len(batch)
+            who.put_many(batch)
+        elif r < 0.7:
+            w = rng.randrange(3)
+            want = _reference_pick(q, w)
+            assert q._pick(w) == want
+            c = who.claim(w)  # (the clock stands still: no scan frees anything)
+            assert (c and c.task_id) == (want and want[1])
+            if c is not None:
+                held.append((who, c))
+        elif held:
+            who, c = held.pop(rng.randrange(len(held)))
+            [lambda: who.complete(c), lambda: who.fail(c, "x"), lambda: who.release(c)][rng.randrange(3)]()
+        if step == 300:  # force the cache to drop names it no longer sees
+            for keys in q._pick_keys.values():
+                keys.update({f"gone{i}": (0, 0, i) for i in range(3000)})
+    for w in range(3):
+        assert q._pick(w) == _reference_pick(q, w)
+    assert all(len(k) < 3000 for k in q._pick_keys.values())
+
+
 # ---------------------------------------------------------------------- crash consistency
 class Crash(Exception):
     pass
@@ -403,6 +521,84 @@ def test_damaged_records_are_quarantined_not_fatal(qdir, clock, caplog):
     assert q.claim().task_id == "c"  # the scan moved b aside and carried on
     assert sorted(os.listdir(qdir / "corrupt")) == sorted([name_a, "b.json"])
     assert q.check() == []
+
+
+# ---------------------------------------------------------------------- durability
+def _record_fs_ops(monkeypatch, qdir):
+    """Record renames and directory fsyncs as (op, directory name) events."""
+    import stat as stat_mod
+
+    names = {os.stat(qdir).st_ino: "root"}
+    names.update({os.stat(qdir / s).st_ino: s for s in queue_mod.STATES})
+    events = []
+    real_fsync, real_rename, real_replace = os.fsync, os.rename, os.replace
+    where = lambda p: names.get(os.stat(os.path.dirname(os.path.abspath(p))).st_ino, "?")  # noqa: E731
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        if stat_mod.S_ISDIR(st.st_mode):
+            events.append(("dirsync", names.get(st.st_ino, "?")))
+        return real_fsync(fd)
+
+    def rename(a, b):
+        real_rename(a, b)
+        events.append(("move", where(a), where(b)))
+
+    def replace(a, b):
+        real_replace(a, b)
+        events.append(("write", where(b)))
+
+    monkeypatch.setattr(queue_mod.os, "fsync", fsync)
+    monkeypatch.setattr(queue_mod.os, "rename", rename)
+    monkeypatch.setattr(queue_mod.os, "replace", replace)
+    return events
+
+
+def _synced_after_last_change(events, directory):
+    """Was ``directory`` fsynced after the last move or write that touched it?"""
+    last = max((i for i, e in enumerate(events) if e[0] != "dirsync" and directory in e[1:]), default=-1)
+    return any(e == ("dirsync", directory) for e in events[last + 1:])
+
+
+def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
+    """RESULTS_runtime.md §4.4: with durable=True every create or move that changes a task's
+    state is followed by an fsync of the directories it changed before the call returns."""
+    q = make(qdir, clock, max_failures=2)
+    events = _record_fs_ops(monkeypatch, qdir)
+
+    def check(*dirs):
+        for d in dirs:
+            assert _synced_after_last_change(events, d), (d, events)
+        events.clear()
+
+    q.put_many([("a", 1), ("b", 2)])
+    check("pending", "root")  # the records, and seq
+    c = q.claim()
+    check("pending", "claimed")
+    assert q.fail(c, "x") == "retry"
+    check("claimed", "pending")
+    c = q.claim()
+    assert c.task_id == "b" and q.complete(c) is True
+    check("pending", "claimed", "done")
+    c = q.claim()
+    assert c.task_id == "a" and q.release(c) is True
+    check("claimed", "pending")
+    assert q.fail(q.claim(), "y") == "failed"
+    check("pending", "claimed", "failed")
+    assert q.requeue_failed() == ["a"]
+    check("failed", "pending")
+    q.claim()
+    clock.advance(q.config.stale_after + 1)
+    assert q.reclaim_stale() == ["a"]
+    check("claimed", "pending")
+
+
+def test_not_durable_never_fsyncs(qdir, clock, monkeypatch):
+    q = make(qdir, clock, durable=False)
+    events = _record_fs_ops(monkeypatch, qdir)
+    q.put("a", None)
+    q.complete(q.claim())
+    assert [e for e in events if e[0] == "dirsync"] == []
 
 
 # ---------------------------------------------------------------------- lock-file fallback

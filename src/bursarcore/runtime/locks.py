@@ -11,11 +11,18 @@ has the on-disk protocol).
     keeps one descriptor per lock file, and a :class:`threading.Lock` serialises its threads.
 
 :class:`FileLock`
-    For filesystems without working ``fcntl`` locks. The holder creates ``<queue>/.lock.excl``
-    with ``O_CREAT | O_EXCL`` and writes ``{"owner", "token", "at"}`` into it; others poll.
-    A lock older than ``stale_after`` seconds (by the injected clock) is broken: the breaker
-    renames it aside, checks that the file it moved is the one it judged stale (else puts it
-    back with ``link``), and deletes it. Release deletes the file only if it still holds the
+    For filesystems without working ``fcntl`` locks. The holder writes
+    ``{"owner", "token", "at"}`` to a private temp file beside the lock and hard-links it
+    (``link(2)``) to ``<queue>/.lock.excl``: the link is an atomic create-with-content (it fails with
+    ``EEXIST`` while the lock is held), so the lock file is never seen empty or partial, and an
+    unreadable lock file can only be damage (or a holder on a filesystem without hard links,
+    which falls back to ``O_CREAT | O_EXCL`` and then writes). Others poll. A lock older than
+    ``stale_after`` seconds (by the injected clock) is broken: the breaker renames it aside,
+    checks that the file it moved is the one it judged stale (else puts it back with
+    ``link``), and deletes it. An unreadable lock counts as stale once the *same* file
+    (device, inode, mtime, ctime, size) has stayed unreadable for ``stale_after``; that
+    memory is dropped whenever the lock is seen absent or readable, so a new lock that reuses
+    the inode number starts afresh. Release deletes the file only if it still holds the
     holder's token. The residual risk — two breakers racing on the same stale lock while a
     third process takes it — needs a holder that stalled for ``stale_after`` seconds *and*
     two simultaneous breakers; keep ``stale_after`` far above the longest critical section
@@ -60,6 +67,29 @@ UNSUPPORTED_ERRNOS = frozenset(
 )
 """errno values meaning "this filesystem does not do fcntl locks" (NFS without lockd,
 some FUSE and object-store mounts)."""
+
+NO_LINK_ERRNOS = frozenset(
+    e for e in (getattr(errno, n, None) for n in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "ENOSYS"))
+    if e is not None
+)
+"""errno values of ``link(2)`` meaning "this filesystem has no hard links" (vfat, some FUSE
+and object-store mounts): :class:`FileLock` then creates its lock with ``O_EXCL``."""
+
+_Identity = tuple[int, int, int, int, int]
+"""``(st_dev, st_ino, st_mtime_ns, st_ctime_ns, st_size)``: one version of one file."""
+
+
+def _identity(st: os.stat_result) -> _Identity:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+def _parse_lock(data: bytes) -> dict[str, Any] | None:
+    """A lock file's content, or None if it is not a complete lock record."""
+    try:
+        info = json.loads(data.decode() or "null")
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) and "token" in info else None
 
 
 class LockError(BursarError):
@@ -191,7 +221,7 @@ class FcntlLock:
 
 
 class FileLock:
-    """Lock-file protocol (``O_CREAT | O_EXCL``) with stale-lock breaking; see module doc.
+    """Lock-file protocol (temp file + ``link``) with stale-lock breaking; see module doc.
 
     ``clock`` supplies the timestamps written into the lock and compared against
     ``stale_after``; ``timeout`` bounds the wait in real time; ``sleep`` is the poll pause.
@@ -217,43 +247,119 @@ class FileLock:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self._token: str | None = None
         self._tlock = threading.Lock()
-        # inode -> clock time we first saw it unreadable (a holder between create and write)
-        self._unreadable_since: dict[int, float] = {}
+        # At most one entry: identity of the lock file last seen unreadable -> clock time it
+        # was first seen so. Cleared whenever the lock is seen absent or readable.
+        self._unreadable_since: dict[_Identity, float] = {}
+        self._use_link = True  # False once link(2) proved unsupported here
         self.broken = 0  # stale locks this object broke (for tests and logs)
 
     def _try_create(self) -> bool:
+        """Take the lock if it is free: ``True`` if this object now holds it."""
+        if self._use_link and os.path.lexists(self.path):
+            return False  # held: skip writing a temp file only to fail the link (link decides)
         token = uuid.uuid4().hex
+        data = json.dumps({"owner": self.owner, "token": token, "at": self.clock()}).encode()
+        if self._use_link:
+            held = self._create_by_link(data, token)
+            if held is not None:
+                self._token = token if held else None
+                return held
+        # No hard links on this filesystem: O_EXCL create, then write. A waiter may see the
+        # file empty in between; _stale() gives such a file stale_after seconds.
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
         try:
-            os.write(fd, json.dumps({"owner": self.owner, "token": token, "at": self.clock()}).encode())
+            os.write(fd, data)
         finally:
             os.close(fd)
         self._token = token
         return True
 
-    def _read(self, path: str) -> dict[str, Any] | None:
+    def _create_by_link(self, data: bytes, token: str) -> bool | None:
+        """Write ``data`` to a temp file and link it to the lock name: ``True`` if we hold
+        the lock, ``False`` if someone else does, ``None`` if ``link`` is not supported."""
+        d, base = os.path.split(self.path)
+        tmp = os.path.join(d, f"{base if base.startswith('.') else '.' + base}.{token[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read().decode() or "null")
-            return data if isinstance(data, dict) and "token" in data else None
-        except (OSError, ValueError):
-            return None
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, self.path)
+                return True
+            except FileExistsError:
+                # NFS: a retransmitted LINK can report EEXIST although the first one
+                # succeeded; the temp file's link count tells (open(2), O_EXCL notes).
+                return os.stat(tmp).st_nlink == 2
+            except OSError as exc:
+                if exc.errno not in NO_LINK_ERRNOS:
+                    raise
+                self._use_link = False
+                log.warning("lock %s: link(2) not supported here (%s); creating the lock with "
+                            "O_EXCL, which a waiter can see empty until it is written", self.path, exc)
+                return None
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def _inspect(self, path: str) -> tuple[dict[str, Any] | None, _Identity | None]:
+        """``(content, identity)`` of the file at ``path``; identity ``None`` if absent.
+
+        Content and identity come from one open descriptor, so a file released (deleted)
+        between the two cannot be mistaken for an unreadable one.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None, None
+        except OSError:  # present but unreadable to us (permissions, I/O error)
+            try:
+                return None, _identity(os.stat(path))
+            except FileNotFoundError:
+                return None, None
+        try:
+            st = os.fstat(fd)
+            chunks = []
+            try:
+                while chunk := os.read(fd, 65536):
+                    chunks.append(chunk)
+            except OSError:  # I/O error: present, unreadable
+                return None, _identity(st)
+        finally:
+            os.close(fd)
+        return _parse_lock(b"".join(chunks)), _identity(st)
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        return self._inspect(path)[0]
 
     def _stale(self) -> dict[str, Any] | None:
-        """The lock's content if it is stale, else None."""
-        try:
-            ino = os.stat(self.path).st_ino
-        except FileNotFoundError:
+        """The lock's content if it is stale, else None.
+
+        An unreadable lock (``token`` None in the result) is stale once this very file —
+        same device, inode, mtime, ctime and size — has been seen unreadable for longer than
+        ``stale_after``. Seeing the lock absent or readable forgets it: a later lock file
+        that reuses the inode number is a new lock.
+        """
+        info, ident = self._inspect(self.path)
+        if ident is None:
+            self._unreadable_since.clear()
             return None
         now = self.clock()
-        info = self._read(self.path)
         if info is None:
-            first = self._unreadable_since.setdefault(ino, now)
-            return {"token": None, "owner": "?", "at": first} if now - first > self.stale_after else None
-        self._unreadable_since.pop(ino, None)
+            first = self._unreadable_since.get(ident)
+            if first is None:
+                self._unreadable_since.clear()
+                self._unreadable_since[ident] = first = now
+            if now - first > self.stale_after:
+                return {"token": None, "owner": "?", "at": first, "identity": ident}
+            return None
+        self._unreadable_since.clear()
         at = info.get("at")
         if not isinstance(at, (int, float)) or now - at > self.stale_after:
             return info
@@ -265,11 +371,18 @@ class FileLock:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return  # someone else broke or released it
-        moved = self._read(aside)
-        if (moved or {}).get("token") != info.get("token"):
+        moved, ident = self._inspect(aside)
+        same = (moved or {}).get("token") == info.get("token")
+        judged = info.get("identity")
+        if same and moved is None and judged is not None and ident is not None:
+            # unreadable: the same file? (rename changes ctime, so compare the rest)
+            same = (ident[0], ident[1], ident[2], ident[4]) == (judged[0], judged[1], judged[2], judged[4])
+        if not same:
             # We moved a newer, live lock: put it back unless a newer one exists already.
             try:
                 os.link(aside, self.path)
+                log.warning("lock %s: moved a live lock of %s aside while breaking a stale one, "
+                            "and put it back", self.path, (moved or {}).get("owner"))
             except OSError:
                 log.error("lock %s: moved a live lock aside and could not restore it; "
                           "its holder %s may overlap with the next", self.path,
@@ -277,6 +390,7 @@ class FileLock:
             os.unlink(aside)
             return
         os.unlink(aside)
+        self._unreadable_since.clear()
         self.broken += 1
         log.warning("lock %s: broke a stale lock held by %s since %s (stale after %s s)",
                     self.path, info.get("owner"), info.get("at"), self.stale_after)

@@ -25,7 +25,8 @@ Guarantees (checked by ``tests/runtime``):
 * Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
   moves it, and a record's ``state`` says where it is going; a worker that dies between
   the two leaves a record that the next stale scan moves on without counting anything
-  twice.
+  twice. With ``durable=True`` (default) the record is fsynced before it is published and
+  the changed directories after, so a transition that returned survives power loss.
 
 Time comes only from ``clock`` (float seconds, wall time shared by all hosts), so tests
 drive it by hand. Heartbeat and stale decisions compare clock readings of different hosts:
@@ -34,6 +35,7 @@ keep clocks within a small fraction of ``stale_after``.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -86,10 +88,11 @@ class QueueConfig:
     ``tiers``, ``promote_after``, ``steal_down``: see :mod:`bursarcore.runtime.tiers`.
     ``stale_is_failure``: a stale reclaim counts as a failure (the worker probably died
     with the task, e.g. out of memory). ``scan_every``: a worker that claims also scans
-    ``claimed/`` for stale claims at least this often (and whenever nothing is pending).
-    ``lock``: ``"fcntl"`` or ``"file"``, decided at create time for every worker.
+    ``claimed/`` for stale claims at least this often, and whenever it finds nothing it may
+    claim. ``lock``: ``"fcntl"`` or ``"file"``, decided at create time for every worker.
     ``lock_stale_after``: a lock file older than this is broken (file protocol only).
-    ``durable``: fsync each record before the rename that publishes it.
+    ``durable``: fsync each record before the rename that publishes it, and the directories
+    a create or move changed after it, so a transition survives power loss.
     """
 
     stale_after: float = 180.0
@@ -178,6 +181,29 @@ def _parse_pending(name: str) -> tuple[int, int, int, str] | None:
         return None
 
 
+_NOT_ELIGIBLE = (float("inf"),)
+"""Preference key of a pending name a worker may not claim: above every real key."""
+
+
+class _PickKeys(dict[str, tuple[float, ...]]):
+    """Pending file name -> preference key for one worker tier, parsed on first lookup."""
+
+    def __init__(self, policy: TierPolicy, worker_tier: int) -> None:
+        super().__init__()
+        self.policy = policy
+        self.worker_tier = worker_tier
+
+    def __missing__(self, name: str) -> tuple[float, ...]:
+        p = _parse_pending(name)
+        pol, w = self.policy, self.worker_tier
+        if p is None or not pol.eligible(w, p[0]):
+            key: tuple[float, ...] = _NOT_ELIGIBLE
+        else:
+            key = pol.preference(w, p[0], p[1], p[2])
+        self[name] = key
+        return key
+
+
 def _entries(directory: str) -> list[str]:
     try:
         return [n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")]
@@ -229,8 +255,10 @@ class TaskQueue:
             self._lock = FileLock(os.path.join(self.root, ".lock.excl"), clock=clock,
                                   stale_after=self.config.lock_stale_after, timeout=lock_timeout,
                                   sleep=sleep, owner=self.worker)
-            log.info("queue %s: using the lock-file protocol (.lock.excl, O_CREAT|O_EXCL)", self.root)
+            log.info("queue %s: using the lock-file protocol (.lock.excl, temp file + link)", self.root)
         self._last_scan = float("-inf")
+        # worker tier -> pending file name -> preference key (see _pick)
+        self._pick_keys: dict[int, _PickKeys] = {}
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -289,8 +317,19 @@ class TaskQueue:
     def _path(self, state: str, name: str) -> str:
         return os.path.join(self._dirs[state], name)
 
-    def _write(self, path: str, record: Record) -> None:
-        _write_json(path, record, durable=self.config.durable)
+    def _write(self, path: str, record: Record, *, sync_dir: bool = True) -> None:
+        """Atomically (re)write ``record`` at ``path``. ``sync_dir=False`` when a
+        :meth:`_move` of ``path`` follows at once and syncs its directory anyway."""
+        _write_json(path, record, durable=self.config.durable, sync_dir=sync_dir)
+
+    def _move(self, src: str, dst: str) -> None:
+        """``rename(src, dst)``; if durable, then fsync both directories (the new name and
+        the removed one), so the move survives power loss once this returns."""
+        os.rename(src, dst)
+        if self.config.durable:
+            _fsync_dir(os.path.dirname(dst))
+            if os.path.dirname(src) != os.path.dirname(dst):
+                _fsync_dir(os.path.dirname(src))
 
     def _history(self, rec: Record, now: float, event: str, **extra: Any) -> None:
         h = rec.setdefault("history", [])
@@ -302,15 +341,15 @@ class TaskQueue:
         rec["state"] = "pending"
         rec["claim"] = None
         rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
-        self._write(src, rec)
-        os.rename(src, self._path("pending", _pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"])))
+        self._write(src, rec, sync_dir=False)
+        self._move(src, self._path("pending", _pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"])))
 
     def _route_failure(self, src: str, rec: Record, now: float, reason: str) -> str:
         """After ``failures`` was incremented: retry (pending) or give up (failed)."""
         if rec["failures"] >= self.config.max_failures:
             rec.update(state="failed", claim=None, reason=reason, failed_at=now)
-            self._write(src, rec)
-            os.rename(src, self._path("failed", rec["id"] + ".json"))
+            self._write(src, rec, sync_dir=False)
+            self._move(src, self._path("failed", rec["id"] + ".json"))
             return "failed"
         self._to_pending(src, rec)
         return "retry"
@@ -376,7 +415,10 @@ class TaskQueue:
                        "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
                        "state": "pending", "submitted_at": now, "claim": None, "resume": None,
                        "history": []}
-                self._write(self._path("pending", _pending_name(tier, 0, seq + k, task_id)), rec)
+                self._write(self._path("pending", _pending_name(tier, 0, seq + k, task_id)), rec,
+                            sync_dir=False)
+            if self.config.durable:
+                _fsync_dir(self._dirs["pending"])  # one directory fsync for the whole batch
             return len(fresh)
 
     def _all_ids(self) -> set[str]:
@@ -389,18 +431,26 @@ class TaskQueue:
     def claim(self, worker_tier: int = 0) -> Claim | None:
         """Claim the pending task this tier's worker prefers, or ``None`` if none is eligible.
 
-        First reclaims stale claims (see :meth:`reclaim_stale`) if ``scan_every`` seconds
+        Reclaims stale claims (see :meth:`reclaim_stale`) first if ``scan_every`` seconds
         passed since this object last scanned, so a dead worker's task returns to pending
-        within ``stale_after + scan_every`` while any worker keeps claiming. The scan reads
-        every claimed record under the lock; rate-limiting it keeps idle polling cheap.
+        within ``stale_after + scan_every`` while any worker keeps claiming; and, if that did
+        not happen in this call, whenever no pending task is eligible, so a worker never
+        returns ``None`` (and exits) while a stale claim it could take back sits in
+        ``claimed/``. The scan reads every claimed record under the lock: there are at most
+        as many as workers, and the periodic limit keeps busy claiming cheap.
         """
         self.policy.check_tier(worker_tier, "worker_tier")
         with self._lock:
             now = self.clock()
-            if now - self._last_scan >= self.config.scan_every:
+            scanned = now - self._last_scan >= self.config.scan_every
+            if scanned:
                 self._reclaim_locked(now)
             while True:
                 pick = self._pick(worker_tier)
+                if pick is None and not scanned:
+                    scanned = True
+                    self._reclaim_locked(now)
+                    pick = self._pick(worker_tier)
                 if pick is None:
                     return None
                 name, task_id = pick
@@ -416,8 +466,8 @@ class TaskQueue:
             rec["claim"] = {"worker": self.worker, "token": token, "worker_tier": worker_tier,
                             "claimed_at": now, "heartbeat": now}
             self._history(rec, now, "claim", worker_tier=worker_tier)
-            self._write(src, rec)
-            os.rename(src, self._path("claimed", task_id + ".json"))
+            self._write(src, rec, sync_dir=False)
+            self._move(src, self._path("claimed", task_id + ".json"))
             return Claim(task_id, token, self.worker, worker_tier, rec["tier"], rec["payload"],
                          rec["failures"], rec["attempts"], rec.get("resume"), now)
 
@@ -428,19 +478,30 @@ class TaskQueue:
         log.error("queue %s: unreadable record %s (%s); moved to corrupt/", self.root, path, exc)
 
     def _pick(self, worker_tier: int) -> tuple[str, str] | None:
-        best, best_key = None, None
-        pol = self.policy
-        for name in _entries(self._dirs["pending"]):
-            p = _parse_pending(name)
-            if p is None:
-                continue
-            tier, failures, seq, task_id = p
-            if not pol.eligible(worker_tier, tier):
-                continue
-            key = pol.preference(worker_tier, tier, failures, seq)
-            if best_key is None or key < best_key:
-                best, best_key = (name, task_id), key
-        return best
+        """``(name, task_id)`` of the eligible pending file with the smallest
+        :meth:`TierPolicy.preference <bursarcore.runtime.tiers.TierPolicy.preference>` key,
+        or ``None``. Called under the lock.
+
+        One ``listdir`` of ``pending/`` per call (the directory is the truth), but each name
+        is parsed once per object and worker tier (:class:`_PickKeys` keeps its key), so the
+        choice is one ``min`` over the listing whose loop and lookups run in C. Names that
+        are not pending records, or that this tier may not run, get a key above every real
+        one; ties go to the first name listed, as before. Keys of names no longer listed are
+        dropped once they outnumber the listing.
+        """
+        try:
+            names = os.listdir(self._dirs["pending"])
+        except FileNotFoundError:
+            return None
+        if not names:
+            return None
+        keys = self._pick_keys.get(worker_tier)
+        if keys is None or len(keys) > 2 * len(names) + 1024:
+            keys = self._pick_keys[worker_tier] = _PickKeys(self.policy, worker_tier)
+        best = min(names, key=keys.__getitem__)
+        if keys[best] is _NOT_ELIGIBLE:
+            return None
+        return best, best[:-5].split(".")[3]
 
     def heartbeat(self, claim: Claim, *, resume: Any = _UNSET) -> bool:
         """Refresh the claim's heartbeat (and optionally its ``resume`` data, e.g. the path
@@ -468,8 +529,8 @@ class TaskQueue:
             now = self.clock()
             rec.update(state="done", result=result, completed_at=now, completed_by=self.worker)
             self._history(rec, now, "done")
-            self._write(path, rec)
-            os.rename(path, self._path("done", claim.task_id + ".json"))
+            self._write(path, rec, sync_dir=False)
+            self._move(path, self._path("done", claim.task_id + ".json"))
             return True
 
     def fail(self, claim: Claim, reason: str) -> str:
@@ -522,9 +583,9 @@ class TaskQueue:
                 continue
             state = rec.get("state")
             if state == "done":  # completer died between rewrite and rename
-                os.rename(path, self._path("done", name))
+                self._move(path, self._path("done", name))
             elif state == "failed":
-                os.rename(path, self._path("failed", name))
+                self._move(path, self._path("failed", name))
             elif state == "pending" or not rec.get("claim"):
                 self._to_pending(path, rec)
             else:
@@ -649,8 +710,12 @@ def _read_json(path: str) -> Record:
     return rec
 
 
-def _write_text(path: str, text: str, *, durable: bool) -> None:
-    """Atomic replace: write a hidden temp file beside ``path``, then rename over it."""
+def _write_text(path: str, text: str, *, durable: bool, sync_dir: bool = True) -> None:
+    """Atomic replace: write a hidden temp file beside ``path``, then rename over it.
+
+    ``durable``: fsync the file before the rename and (with ``sync_dir``) its directory
+    after it, so the new content survives power loss once this returns.
+    """
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
     with open(tmp, "xb") as f:
@@ -659,7 +724,31 @@ def _write_text(path: str, text: str, *, durable: bool) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable and sync_dir:
+        _fsync_dir(d)
 
 
-def _write_json(path: str, obj: Any, *, durable: bool) -> None:
-    _write_text(path, json.dumps(obj, separators=(",", ":")), durable=durable)
+def _write_json(path: str, obj: Any, *, durable: bool, sync_dir: bool = True) -> None:
+    _write_text(path, json.dumps(obj, separators=(",", ":")), durable=durable, sync_dir=sync_dir)
+
+
+_DIR_FSYNC_UNSUPPORTED = frozenset(
+    e for e in (getattr(errno, n, None) for n in ("EINVAL", "EOPNOTSUPP", "ENOTSUP", "EBADF"))
+    if e is not None
+)
+
+
+def _fsync_dir(directory: str) -> None:
+    """fsync a directory, making the creates, renames and deletes in it durable.
+
+    A filesystem that cannot fsync a directory (``EINVAL`` and kin: some FUSE and network
+    mounts, which persist metadata on their own terms) is skipped silently.
+    """
+    fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _DIR_FSYNC_UNSUPPORTED:
+            raise
+    finally:
+        os.close(fd)
