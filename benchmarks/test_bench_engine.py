@@ -19,6 +19,12 @@ Benchmarks:
 - ``single``: ``Broker.acquire(Intent)`` one at a time (a ``Decision`` object per call,
   Intent objects built beforehand), the ManualClock advanced 20 s / campaigns before each
   call; 1,000 calls per round.
+- ``summary`` (the workload of the issue's targets, RESULTS.md): ``Pool(gpu=1_000_000)``,
+  campaigns with unlimited credits and tokens, s = b = 1,000; every intent asks 2 GPUs for
+  5 s. ``acquire``: 10,000 calls per round, the clock advanced 10 ms per 100 calls (so
+  leases expire in the steady state, and at 100 campaigns some reach their ceiling and
+  wait); ``batch``: ``admit_batch`` of 10,000 at 10,000 campaigns, 10 ms apart, all granted
+  (the pool fills: no expiry within the run).
 - ``kernel``: the engine without the broker: per round ``ring_advance`` + ``advance`` (the
   expiries) + ``admit_batch`` over an :class:`EngineState`, SLOW items skipped (the policy
   layer's share), so the figure is the kernel's ceiling.
@@ -57,9 +63,15 @@ ROUNDS_KERNEL = {("compiled", 100): 2000, ("compiled", 10_000): 40,
 # ratios for the session summary (benchmarks/conftest.py prints RATIOS)
 _RATIOS = []
 for _n in SIZES:
-    for _what in ("batch", "single", "kernel"):
+    for _what in ("batch", "single", "kernel", "summary-single"):
         _RATIOS.append((f"{_what}, {_n:,} campaigns: compiled / reference",
                         f"engine/{_what}/compiled/{_n}", f"engine/{_what}/reference/{_n}"))
+for _n in SIZES:
+    _RATIOS.append((f"summary-single, {_n:,} campaigns: fast path / general path (compiled)",
+                    f"engine/summary-single/compiled/{_n}",
+                    f"engine/summary-single/compiled-general/{_n}"))
+_RATIOS.append(("summary-batch, 10,000 campaigns: compiled / reference",
+                "engine/summary-batch/compiled/10000", "engine/summary-batch/reference/10000"))
 _conf = sys.modules.get("conftest")
 if _conf is not None and str(getattr(_conf, "__file__", "")).endswith("benchmarks/conftest.py"):
     _conf.RATIOS.extend(r for r in _RATIOS if r not in _conf.RATIOS)
@@ -153,6 +165,81 @@ def test_acquire(benchmark, record, backend, n):
     benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
     record(f"engine/single/{backend}/{n}", f"acquire x {CALLS_SINGLE:,}, {backend}",
            CALLS_SINGLE, admitted=it["granted"] / CALLS_SINGLE, leases=b.st.nleases)
+
+
+# -- the issue's summary workload ---------------------------------------------------------------
+SUMMARY_CALLS = 10_000
+SUMMARY_ROUNDS = {"compiled": 10, "compiled-general": 3, "reference": 3}
+
+
+def summary_broker(backend: str, n: int) -> Broker:
+    b = Broker(Pool(gpu=1_000_000), clock=ManualClock(0.0), backend=backend)
+    for i in range(n):
+        b.register(f"c{i}", Envelope(credits=float("inf"), service_class="agent-burst",
+                                     sustained={"gpu": 1000}, ceiling={"gpu": 1000},
+                                     burst={"gpu": float("inf")}))
+    return b
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("backend", BACKENDS + (["compiled-general"] if "compiled" in ENGINES
+                                                else []))
+def test_summary_acquire(benchmark, record, backend, n):
+    """``compiled-general``: the compiled engine without ``FastAcquire`` (the broker's
+    general path, as before the fast path existed)."""
+    benchmark.group = f"engine: summary workload, Broker.acquire, {n:,} campaigns"
+    b = summary_broker(backend.split("-")[0], n)
+    if backend == "compiled-general":
+        b._fast = None
+    rng = np.random.default_rng(1)
+    rounds = SUMMARY_ROUNDS[backend]
+    names = b.campaigns
+    total = SUMMARY_CALLS * (rounds + 2)
+    work = [Intent(names[c], {"gpu": 2}, duration=5.0)
+            for c in rng.integers(0, n, total).tolist()]
+    clock, acquire = b.clock, b.acquire
+    it = {"i": 0, "granted": 0}
+
+    def one_round():
+        i = it["i"]
+        it["i"] += SUMMARY_CALLS
+        granted = 0
+        for j, intent in enumerate(work[i:i + SUMMARY_CALLS]):
+            if j % 100 == 0:
+                clock.advance(0.01)
+            granted += acquire(intent).outcome == "granted"
+        b.poll()
+        it["granted"] = granted
+
+    for _ in range(2):      # 2 s of traffic before measuring (leases live 5 s)
+        one_round()
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
+    record(f"engine/summary-single/{backend}/{n}", f"summary acquire x {SUMMARY_CALLS:,}, {backend}",
+           SUMMARY_CALLS, admitted=it["granted"] / SUMMARY_CALLS, leases=b.st.nleases)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_summary_batch(benchmark, record, backend):
+    n = 10_000
+    benchmark.group = "engine: summary workload, Broker.admit_batch, 10,000 campaigns"
+    b = summary_broker(backend, n)
+    rng = np.random.default_rng(2)
+    rounds = 20 if backend == "compiled" else 2
+    work = [rng.integers(0, n, n) for _ in range(rounds + 2)]
+    u = np.full(n, 2, dtype=np.int64)
+    it = {"i": 0, "t": 0.0, "granted": 0}
+
+    def one_round():
+        it["t"] += 0.01
+        res = b.admit_batch(work[it["i"]], u, 5.0, now=it["t"])
+        it["i"] += 1
+        it["granted"] = int((res.outcome == 0).sum())
+
+    for _ in range(2):
+        one_round()
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
+    record(f"engine/summary-batch/{backend}/{n}", f"summary admit_batch of {n:,}, {backend}", n,
+           admitted=it["granted"] / n, leases=b.st.nleases)
 
 
 # -- the kernel alone -------------------------------------------------------------------------

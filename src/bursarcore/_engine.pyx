@@ -38,6 +38,15 @@ Design
   raise IndexError here, where numpy would wrap negative ones; ``g`` is set only by
   ``EngineState.add_campaign`` (its column sums are cached with the view).
 * Not thread-safe, like the reference: one caller at a time per state (the broker).
+* **``FastAcquire``** is not a kernel of the state but ``Broker.acquire``'s common case
+  (validate a plain ``Intent``, read the clock, expire, admit, build the ``Decision``, its
+  ``Lease`` and the ``expired`` events) in one C call; it hands everything else back to
+  the broker's general path (returns None before changing anything) or calls the broker's
+  own methods (``_serve_pending``, ``_slow``, ``_retry_after``, ``_reserve``) where the
+  general path would. Its reference is :mod:`bursarcore.reference.fastpath`; the
+  decisions, events and state are checked against the general path by
+  ``tests/test_fastpath_diff.py``. The result objects are the broker's frozen, slotted
+  dataclasses, filled slot by slot (``_Maker``) instead of through their ``__init__``.
 """
 
 import numpy as np
@@ -1376,3 +1385,345 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
         if err:
             _raise(err, f"item {j}")
         return j
+
+
+# -- Broker.acquire's common case in one call (see bursarcore.reference.fastpath) -----------
+from cpython.list cimport PyList_Append
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
+from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
+from libc.math cimport rint, isfinite, fabs
+
+DEF ADV_CHUNK = 256
+DEF PLACE_MAX = 64
+
+cdef double _MAX_S = <double>(1 << 62) / 1e9
+cdef double _MAX_FIXED_S = <double>(1 << 62) / 1e6
+cdef object _NONE = None
+cdef tuple _REASON_NAMES = tuple(_state.REASONS)
+cdef tuple _STATE_NAMES = tuple(_state.LEASE_STATES)
+
+
+cdef inline bint _sec_ns(object x, int64_t* out):
+    """units.to_ns for a plain float or a small int (False: anything else, or out of range,
+    which the general path reports)."""
+    cdef double v
+    if type(x) is float:
+        v = <double>x
+    elif type(x) is int and -(1 << 52) < x < (1 << 52):
+        v = <double><int64_t>x
+    else:
+        return False
+    if not isfinite(v) or fabs(v) > _MAX_S:
+        return False
+    out[0] = <int64_t>rint(v * 1e9)
+    return True
+
+
+cdef inline object _div(int64_t v, int64_t by):
+    """v / by as Python's int true division (correctly rounded): exact in doubles below 2**53."""
+    if -(1LL << 53) <= v <= (1LL << 53):
+        return (<double>v) / (<double>by)
+    return (<object>v) / (<object>by)
+
+
+cdef extern from *:
+    """
+    static CYTHON_INLINE PyObject* bc_alloc(PyObject* cls) {
+        PyTypeObject* tp = (PyTypeObject*)cls;
+        return tp->tp_alloc(tp, 0);
+    }
+    static CYTHON_INLINE int bc_set_slot(PyObject* descr, PyObject* o, PyObject* v) {
+        return Py_TYPE(descr)->tp_descr_set(descr, o, v);
+    }
+    """
+    object bc_alloc(object cls)
+    int bc_set_slot(object descr, object o, object v) except -1
+    void PyObject_GC_UnTrack(object o)
+
+
+cdef class _Maker:
+    """Builds instances of a frozen, slotted dataclass without its ``__init__`` (one
+    ``object.__setattr__`` per field): the object is allocated and each field's slot
+    descriptor sets its value, in field order. Only for values that cannot form cycles
+    (the object is untracked by the cycle collector)."""
+
+    cdef object cls
+    cdef tuple descrs
+    cdef Py_ssize_t n
+
+    def __init__(self, cls):
+        import dataclasses
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in names:
+            if type(cls.__dict__.get(name)).__name__ != "member_descriptor":
+                raise TypeError(f"{cls.__name__}.{name} is not a slot")
+        self.cls = cls
+        self.descrs = tuple(cls.__dict__[name] for name in names)
+        self.n = len(names)
+
+    cdef inline object make(self, tuple values):
+        cdef object o = bc_alloc(self.cls)
+        cdef Py_ssize_t i
+        if len(values) != self.n:
+            raise TypeError("wrong number of fields")
+        for i in range(self.n):
+            bc_set_slot(self.descrs[i], o, values[i])
+        # frozen, and holding only atoms and tuples of atoms (a Decision: its Lease): it
+        # can never be part of a reference cycle, so the cycle collector need not scan it
+        PyObject_GC_UnTrack(o)
+        return o
+
+
+cdef class FastAcquire:
+    """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
+    values, no journal, no policy event due (the pending queue is served through
+    ``Broker._serve_pending`` when the broker would serve it), a warm grant, a
+    refusal or a decision that needs the policy layer (``Broker._slow``). Returns the
+    :class:`Decision`, or None with nothing changed: the broker then takes its general path
+    (which also raises every error). The specification is the broker's general path;
+    :mod:`bursarcore.reference.fastpath` is the same algorithm in Python."""
+
+    cdef object b, st, Intent
+    cdef _Maker Decision, Lease, Event
+    cdef dict cindex, dim_index, cls_index, envelopes, pending
+    cdef list names, dims, cls_names, pyev, opp, revoking, subscribers, draining
+    cdef list node_of_slot, node_names
+    cdef int64_t adv[ADV_CHUNK]
+
+    def __init__(self, broker, Decision, Lease, Event, Intent):
+        b = broker
+        self.b = b
+        self.st = b.st
+        self.Decision, self.Lease, self.Event = _Maker(Decision), _Maker(Lease), _Maker(Event)
+        self.Intent = Intent
+        self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
+        self.envelopes, self.pending = b.envelopes, b._pending
+        self.names, self.dims = b._names, list(b.dims)
+        self.cls_names = [c.name for c in b.classes]
+        self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
+        self.subscribers, self.draining = b._subscribers, b._draining
+        self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
+
+    def __call__(self, intent):
+        return self.acquire(intent)
+
+    cpdef object acquire(self, object intent):
+        cdef object b = self.b, v, key, sc, x
+        cdef Py_ssize_t c, d, k, pos = 0
+        cdef int64_t nmin, nmax, dur, spend, dl = 0, ttl, t, told, iid, lid, te
+        cdef bint has_dl = False, moved, due
+        cdef Py_ssize_t freed
+        cdef dict um
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef int err = 0, r
+        cdef Py_ssize_t m, j
+        cdef double fv
+        cdef int64_t buf[4]
+        if type(intent) is not self.Intent:
+            return None
+        if b.journal is not None or b._t_force is not None:
+            return None
+        # -- the intent, as Broker.acquire reads it (anything unusual: the general path)
+        cname = intent.campaign
+        x = self.cindex.get(cname)
+        if x is None:
+            return None
+        c = <Py_ssize_t>x
+        um = intent.units if type(intent.units) is dict else None
+        if um is None or len(um) != 1:
+            return None
+        for key, v in um.items():
+            break
+        x = self.dim_index.get(key)
+        if x is None:
+            return None
+        d = <Py_ssize_t>x
+        sc = intent.service_class
+        if sc is None:
+            sc = self.envelopes[cname].service_class
+        x = self.cls_index.get(sc)
+        if x is None:
+            return None
+        k = <Py_ssize_t>x
+        if type(v) is int:
+            if not (0 <= v < (1 << 62)):
+                return None
+            nmin = nmax = v
+        elif (type(v) is tuple or type(v) is list) and len(v) == 2 \
+                and type(v[0]) is int and type(v[1]) is int:
+            if not (0 <= v[0] < (1 << 62) and 0 <= v[1] < (1 << 62)):
+                return None
+            nmin, nmax = v[0], v[1]
+        else:
+            return None
+        if not _sec_ns(intent.duration, &dur):
+            return None
+        x = intent.max_spend
+        if x is None:
+            spend = -1
+        elif type(x) is float and isfinite(<double>x) and fabs(<double>x) < _MAX_FIXED_S:
+            spend = <int64_t>rint(<double>x * 1e6)
+        else:
+            return None
+        x = intent.deadline
+        if x is not None:
+            if not _sec_ns(x, &dl):
+                return None
+            has_dl = True
+        x = intent.ttl
+        if not _sec_ns(b.ttl if x is None else x, &ttl):
+            return None
+        # -- the clock, as Broker._now reads it
+        x = b.clock.now()
+        if type(x) is not float:
+            return None
+        fv = <double>x
+        if not isfinite(fv) or fabs(fv) > _MAX_S:
+            return None
+        t = <int64_t>rint(fv * 1e9)
+        told = b._t
+        if t < told:
+            return None
+        # -- Broker._advance(t) when no python event is due and no subscriber would be
+        # called back from inside the expiry loop
+        if self.pyev and self.pyev[0][0] <= t:
+            return None
+        for x in self.draining:
+            if x:
+                return None
+        moved = t > told
+        cx = _ctx(self.st)
+        e = &cx.e
+        due = e.scal[3] > 0 and e.heap_t[0] <= t
+        if due and self.subscribers:
+            return None
+        k_ring_advance(e, t)
+        freed = 0
+        if due:
+            freed = self._expire(e, t)
+        if self.pending and (moved or freed):
+            b._serve_pending(t)
+        cx = _ctx(self.st)
+        e = &cx.e
+        if moved and t > b._t:        # max(): a subscriber may have moved it meanwhile
+            b._t = t
+        # -- Broker._acquire_ns / _decide_one
+        iid = b._next_intent
+        b._next_intent = iid + 1
+        name = self.names[c]
+        if has_dl and dl < t:
+            return self.Decision.make(("refused", iid, name, 0, None, None, "deadline", None,
+                                       0.0, 0.0, -1))
+        if c >= e.calloc or k >= e.K:
+            raise IndexError(f"campaign {c} / class {k} out of range")
+        if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
+            b._reserve(1, nmax)
+            cx = _ctx(self.st)
+            e = &cx.e
+        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r == E_HEAPFULL:
+            cx = _grow_heap(self.st)
+            e = &cx.e
+            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r < 0:
+            _raise(r, nmax)
+        if r == O_GRANTED:
+            lid = buf[2]
+            if e.firm[lid] == 0:
+                PySet_Add(self.opp[d], lid)
+            return self.Decision.make(("granted", iid, name, buf[0], self._lease(e, lid),
+                                       "warm", None, None, _div(buf[3], 1000000), 0.0, -1))
+        if r == O_REFUSED:
+            retry = None
+            if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
+                retry = b._retry_after(c, d, nmin, dur, buf[1])
+            return self.Decision.make(("refused", iid, name, 0, None, None,
+                                       _REASON_NAMES[buf[1]], retry, 0.0, 0.0, -1))
+        return b._slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
+                       intent)
+
+    cpdef Py_ssize_t expire(self, int64_t t) except -1:
+        """Broker._expire_until(t) when it has no journal, no subscriber and no retired
+        slot draining (the broker checks): returns how many leases expired."""
+        cdef _Ctx cx = _ctx(self.st)
+        if cx.e.scal[3] > 0 and cx.e.heap_t[0] <= t:
+            return self._expire(&cx.e, t)
+        return 0
+
+    cdef Py_ssize_t _expire(self, Eng* e, int64_t t) except -1:
+        """Broker._expire_until without a journal: expire, drop from the victim sets, and
+        queue an ``expired`` event per lease (no subscriber: checked by the caller).
+        Returns how many expired."""
+        cdef int err = 0
+        cdef Py_ssize_t m, j
+        cdef int64_t lid, d
+        cdef list events = self.b._events
+        cdef object opp, rv
+        cdef Py_ssize_t total = 0
+        while True:
+            m = k_advance(e, t, self.adv, ADV_CHUNK, &err)
+            total += m
+            for j in range(m):
+                lid = self.adv[j]
+                d = e.dim[lid]
+                if e.firm[lid] == 0:
+                    opp = self.opp[d]
+                    if PySet_GET_SIZE(opp):
+                        PySet_Discard(opp, lid)
+                rv = self.revoking[d]
+                if PySet_GET_SIZE(rv):
+                    PySet_Discard(rv, lid)
+                PyList_Append(events, self.Event.make((
+                    "expired", _div(e.t_end[lid], 1000000000), self.names[e.camp[lid]], lid,
+                    None, None, None, e.units[lid])))
+            if err:
+                _raise(err, "a lease id in the expiry heap")
+            if m < ADV_CHUNK:
+                return total
+
+    cdef object _lease(self, Eng* e, int64_t lid):
+        """Broker.lease(lid) for an active lease just granted (placement from the slots)."""
+        cdef int64_t d = e.dim[lid], n = e.units[lid], off = e.slot_off[lid], j, q, nd = 0
+        cdef int64_t nodes[PLACE_MAX]
+        cdef int64_t counts[PLACE_MAX]
+        cdef cnp.ndarray owner_arr
+        cdef const int64_t* owner
+        cdef int64_t no, nslots
+        cdef Py_ssize_t m
+        cdef tuple slots, placement
+        cdef list nn
+        if n > PLACE_MAX or off < 0:
+            return self.b.lease(lid)
+        owner_arr = <cnp.ndarray>self.node_of_slot[d]
+        owner = <const int64_t*>cnp.PyArray_DATA(owner_arr)
+        nslots = cnp.PyArray_DIM(owner_arr, 0)
+        slots = PyTuple_New(n)
+        for j in range(n):
+            q = e.arena[off + j]
+            if q < 0 or q >= nslots:
+                raise IndexError(f"slot {q} out of range")
+            s_obj = <object>q
+            Py_INCREF(s_obj)
+            PyTuple_SET_ITEM(slots, j, s_obj)
+            no = owner[q]
+            for m in range(nd):
+                if nodes[m] == no:
+                    counts[m] += 1
+                    break
+            else:
+                nodes[nd] = no
+                counts[nd] = 1
+                nd += 1
+        nn = self.node_names[d]
+        placement = PyTuple_New(nd)
+        for j in range(nd):
+            p_obj = (nn[nodes[j]], <object>counts[j])
+            Py_INCREF(p_obj)
+            PyTuple_SET_ITEM(placement, j, p_obj)
+        return self.Lease.make((
+            lid, self.names[e.camp[lid]], self.dims[d], n, _STATE_NAMES[e.state[lid]],
+            e.firm[lid] != 0, self.cls_names[e.lcls[lid]], _div(e.t_grant[lid], 1000000000),
+            _div(e.t_start[lid], 1000000000), _div(e.t_end[lid], 1000000000),
+            _div(e.cost[lid], 1000000), None, e.intent[lid], placement, slots))

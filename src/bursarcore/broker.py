@@ -6,6 +6,11 @@ order, reclaim victims, events, supply and quotes — and asks a kernel backend 
 per-decision arithmetic on an :class:`~bursarcore.admission.state.EngineState`. Both
 backends reach the same decisions bit for bit; ``backend=`` picks one.
 
+With the compiled backend, ``acquire`` and the expiries first try ``_engine.FastAcquire``
+(reference: :mod:`bursarcore.reference.fastpath`): the common case — no journal, plain
+intent values, no policy event due — in one C call, building the same :class:`Decision`,
+:class:`Lease` and :class:`Event` objects; anything else takes the general path.
+
 A denial is a :class:`Decision` with ``outcome="refused"`` and a reason code; only bad input
 raises (:class:`~bursarcore.errors.InvalidArgument`, naming the field and rule, before any
 state changes).
@@ -67,7 +72,7 @@ def _op(method):
 _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lease:
     """A snapshot of a lease. ``placement`` lists ``(node, units)``; ``slots`` the slot ids."""
 
@@ -94,7 +99,7 @@ class Lease:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """The answer to an intent: ``outcome`` is ``granted``, ``pending`` or ``refused``.
 
@@ -125,7 +130,7 @@ class Decision:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """Something that happened between calls: ``expired``, ``preempt_notice``,
     ``revoked``, ``activated``, ``granted`` (a pending intent), ``refused`` (a pending
@@ -331,6 +336,8 @@ class Broker:
         self._acc_seen = np.zeros(0, dtype=np.int64)
         self._fs_t = self._t
         self._pending: dict[int, _Pending] = {}
+        # per key (campaign, dim, class, duration, max_spend): {nmin: pending intents}
+        self._plow: dict[tuple, dict[int, int]] = {}
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
         self._next_intent = 0
@@ -359,6 +366,9 @@ class Broker:
                                   "Broker.replay(journal)", len(journal))
         self.journal = journal
         self.durable = bool(durable)   # sync the journal at the end of every operation
+        self._fast = None
+        if backend == "compiled" and hasattr(self._k, "FastAcquire"):
+            self._fast = self._k.FastAcquire(self, Decision, Lease, Event, Intent)
         if journal is not None:
             row = {}
             row["op"] = J.OP["config"]
@@ -488,6 +498,10 @@ class Broker:
     def _expire_until(self, t: int) -> int:
         """Expire leases due by t. With a journal, one at a time, so each record's "state
         after" is the state right after that expiry, however the calls were spaced."""
+        fast = self._fast
+        if (fast is not None and self.journal is None and not self._subscribers
+                and not any(self._draining)):
+            return fast.expire(t)          # the same, compiled (events built in C)
         k, st = self._k, self.st
         buf = self._one_buf if self.journal is not None else self._expired_buf
         total = 0
@@ -633,9 +647,19 @@ class Broker:
             raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                   cname) from None
 
-    @_op
     def acquire(self, intent: Intent) -> Decision:
         """Decide an intent now (SPEC §4): granted, pending, or refused with a reason."""
+        fast = self._fast
+        if fast is not None:
+            # the compiled common case (no journal, nothing pending to serve); None when
+            # it does not apply, with nothing changed
+            dec = fast.acquire(intent)
+            if dec is not None:
+                return dec
+        return self._acquire(intent)
+
+    @_op
+    def _acquire(self, intent: Intent) -> Decision:
         if not isinstance(intent, Intent):
             raise InvalidArgument("intent", "must be an Intent", intent)
         c = self.campaign_index(intent.campaign)
@@ -735,6 +759,8 @@ class Broker:
             expires = min(expires, deadline)
         p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason, request)
         self._pending[iid] = p
+        low = self._plow.setdefault((c, d, k, dur, spend), {})
+        low[nmin] = low.get(nmin, 0) + 1
         if self.st.cls[k, 2]:
             self.st.pend[d] += nmax
         self._push(expires, _EV_PENDING, iid)
@@ -813,6 +839,14 @@ class Broker:
     # ------------------------------------------------------------------ pending queue (§4.5)
     def _drop_pending(self, iid: int) -> _Pending:
         p = self._pending.pop(iid)
+        key = (p.campaign, p.dim, p.cls, p.dur, p.max_spend)
+        low = self._plow[key]
+        if low[p.nmin] == 1:
+            del low[p.nmin]
+            if not low:
+                del self._plow[key]
+        else:
+            low[p.nmin] -= 1
         if self.st.cls[p.cls, 2]:
             self.st.pend[p.dim] -= p.nmax
         return p
@@ -824,10 +858,12 @@ class Broker:
         order = list(self._pending.values())
         if len(order) > 1:
             deficit = self._deficit_array(t)
+            for c, d in {(key[0], key[1]) for key in self._plow}:   # each pending (c, d)
+                self._k.settle(st, c, d, t)
+            if self._nothing_grantable(order, t):
+                return
             camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
             dim = np.fromiter((p.dim for p in order), np.int64, len(order))
-            for c, d in set(zip(camp.tolist(), dim.tolist())):
-                self._k.settle(st, c, d, t)
             rank = st.cls[np.fromiter((p.cls for p in order), np.int64, len(order)), 0]
             arrival = np.fromiter((p.arrival for p in order), np.int64, len(order))
             # class rank, then deficit (largest first), tokens (largest first), arrival
@@ -867,6 +903,30 @@ class Broker:
             else:
                 lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
             self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
+
+    def _nothing_grantable(self, order: list[_Pending], t: int) -> bool:
+        """The pass below when it grants nothing, without its sort: True (and every
+        intent's reason set as that pass sets it) if no pending intent can be granted now.
+
+        While nothing is granted the state does not move (buckets are settled at t), so
+        an intent of key K = (campaign, dim, class, duration, max_spend) fails exactly when
+        its nmin exceeds L_K, the smallest of K's limits, and every failure of K reports
+        the same reason (the first limit equal to max(0, L_K)). So one ``decide`` per key,
+        at the key's smallest nmin, tells whether the pass would grant anything."""
+        # (the smallest nmin per key is kept up to date as intents come and go; it counts
+        # intents past their deadline too, which can only send us to the full pass)
+        why: dict[tuple, int] = {}
+        decide, st = self._k.decide, self.st
+        for key, low in self._plow.items():
+            m = min(low)
+            n, reason, _, _, _ = decide(st, key[0], key[1], key[2], m, m, key[3], key[4], t)
+            if n >= m:
+                return False
+            why[key] = reason
+        for p in order:
+            if p.deadline is None or p.deadline >= t:
+                p.reason = why[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
+        return True
 
     @_op
     def cancel(self, intent_id: int) -> bool:
@@ -1151,11 +1211,6 @@ class Broker:
         if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
             self.clock.set(t / NS)
         self._advance(t)
-        dims = np.full(n, d, dtype=np.int64)
-        out_n = np.zeros(n, dtype=np.int64)
-        out_r = np.zeros(n, dtype=np.int64)
-        out_l = np.full(n, -1, dtype=np.int64)
-        out_o = np.zeros(n, dtype=np.int64)
         return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t)
 
     def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
@@ -1170,7 +1225,7 @@ class Broker:
         out_r = np.zeros(n, dtype=np.int64)
         out_l = np.full(n, -1, dtype=np.int64)
         out_o = np.zeros(n, dtype=np.int64)
-        rec = np.zeros((n, 11), dtype=np.int64) if self.journal is not None else None
+        rec = np.empty((n, 11), dtype=np.int64) if self.journal is not None else None
         dims = np.full(n, d, dtype=np.int64)
         iid0 = self._next_intent
         self._next_intent += n
@@ -1203,30 +1258,14 @@ class Broker:
 
     def _journal_batch(self, j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl, out_n, out_r,
                        out_l, rec) -> None:
-        sl = slice(j0, j)
-        rows = J.new_rows(j - j0)
-        lid = out_l[sl]
-        granted = lid >= 0
-        rows["op"], rows["t"], rows["dim"] = J.OP["acquire"], t, d
-        rows["campaign"], rows["cls"] = ci[sl], ks[sl]
-        rows["batch"] = 2
-        if j0 == 0:
-            rows["batch"][0] = 1
-        rows["nmin"], rows["nmax"], rows["dur"] = nmin[sl], nmax[sl], dur[sl]
-        rows["ttl"], rows["intent"] = ttl, iid0 + np.arange(j0, j)
-        rows["rank"] = self.st.cls[ks[sl], 0]
-        rows["deficit"] = self._deficit_last[ci[sl]]
-        for i, f in enumerate(("tokens_before", "credits_before", "free", "unmet", "lim_ceiling",
-                               "lim_capacity", "lim_tokens", "lim_credits", "tokens_after",
-                               "credits_after", "held_after")):
-            rows[f] = rec[sl, i]
-        rows["outcome"] = np.where(granted, 1, 3)
-        rows["reason"] = np.where(granted, 0, out_r[sl])
-        rows["path"] = granted.astype(np.int8)
-        rows["units"] = np.where(granted, out_n[sl], 0)
-        rows["lease"] = lid
-        rows["cost"] = np.where(granted, self.st.cost[np.maximum(lid, 0)], 0)
-        self.journal.append(rows)
+        """Items j0..j of the compiled loop as ``acquire`` records, written in one pass
+        from the loop's outputs straight into the journal's storage (journal/fill.py)."""
+        from .journal.fill import fill_acquire
+        jn = self.journal
+        rows = jn.reserve(j - j0)
+        fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
+                     out_r, out_l, rec, self.st.cls[:, 0], self._deficit_last, self.st.cost)
+        jn.append_reserved(rows)
 
     # ------------------------------------------------------------------ flow dimensions (§5)
     @_op

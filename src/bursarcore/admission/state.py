@@ -145,6 +145,26 @@ class EngineState:
         self.C += 1
         return c
 
+    def _resize(self, name: str, new: int, keep: int) -> None:
+        """Grow array ``name`` to ``new`` items, keeping its first ``keep`` and zeroing the
+        rest (what a fresh ``np.zeros`` plus a copy gives). In place when nothing else
+        holds the array (``ndarray.resize``: a realloc, which moves large blocks by
+        remapping their pages instead of copying them); else by copying."""
+        d = self.__dict__
+        d.pop("_cctx", None)               # the compiled view holds a reference
+        a = d.pop(name)
+        old = a.shape[0]
+        try:
+            a.resize(new, refcheck=True)
+        except ValueError:                 # a view or another reference: copy instead
+            b2 = np.zeros(new, dtype=a.dtype)
+            b2[:keep] = a[:keep]
+            a = b2
+        else:
+            if keep < old:
+                a[keep:old] = 0
+        setattr(self, name, a)             # bumps version
+
     def grow_leases(self, min_free: int = 1, min_arena: int = 0) -> None:
         """Make room for ``min_free`` more leases and ``min_arena`` more slot ids."""
         n = int(self.scal[2])
@@ -152,24 +172,22 @@ class EngineState:
         if n + min_free > L:
             new = max(2 * L, n + min_free, 1024)
             for f in _L_FIELDS:
-                a = getattr(self, f)
-                b2 = np.zeros(new, dtype=np.int64)
-                b2[:n] = a[:n]
-                setattr(self, f, b2)
+                self._resize(f, new, n)
             for f in ("heap_t", "heap_id"):
                 a = getattr(self, f)
                 if a.shape[0] < new + 1:  # grow_heap may already have made it larger
-                    b2 = np.zeros(new + 1, dtype=np.int64)
-                    b2[: a.shape[0]] = a
-                    setattr(self, f, b2)
+                    self._resize(f, new + 1, a.shape[0])
         used = int(self.arena_top[0])
-        if used + min_arena > self.arena.shape[0]:
-            self._compact_arena()
-            used = int(self.arena_top[0])
-        if used + min_arena > self.arena.shape[0]:
-            b2 = np.zeros(max(2 * self.arena.shape[0], used + min_arena, 8192), dtype=np.int32)
-            b2[:used] = self.arena[:used]
-            self.arena = b2
+        size = self.arena.shape[0]
+        if used + min_arena > size:
+            # compact only when it frees a good share: ended leases' slot ids (used minus
+            # the slots live leases hold, Σ occ) -- otherwise growing is cheaper than a
+            # scan of every lease
+            if used - int(self.occ.sum()) >= max(min_arena, size // 4):
+                self._compact_arena()
+                used = int(self.arena_top[0])
+        if used + min_arena > size:
+            self._resize("arena", max(2 * size, used + min_arena, 8192), used)
 
     def _compact_arena(self) -> None:
         """Drop the slot ids of ended leases: live leases' ranges are packed to the front."""
@@ -189,9 +207,7 @@ class EngineState:
     def grow_heap(self) -> None:
         for f in ("heap_t", "heap_id"):
             a = getattr(self, f)
-            b2 = np.zeros(2 * a.shape[0] + 16, dtype=np.int64)
-            b2[: a.shape[0]] = a
-            setattr(self, f, b2)
+            self._resize(f, 2 * a.shape[0] + 16, a.shape[0])
 
     @property
     def nleases(self) -> int:

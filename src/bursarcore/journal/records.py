@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -60,10 +61,13 @@ DEFAULTS.update({f: -1 for f in ("campaign", "dim", "cls", "lease", "intent", "m
 DEFAULTS["deficit"] = math.nan
 
 
+_IN_ORDER = itemgetter(*FIELDS)
+
+
 def as_tuple(fields: dict) -> tuple:
-    """One record, from a dict of the fields that differ from :data:`DEFAULTS`."""
-    get = fields.get
-    return tuple([get(f, d) for f, d in DEFAULTS.items()])
+    """One record, from a dict of the fields that differ from :data:`DEFAULTS` (other
+    keys are ignored)."""
+    return _IN_ORDER({**DEFAULTS, **fields})
 
 
 def new_rows(n: int) -> np.ndarray:

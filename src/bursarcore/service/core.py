@@ -78,72 +78,16 @@ class WallClock:
 
 
 class GroupCommitJournal(SQLiteJournal):
-    """The SQLite journal with its commit split in two, for group commit: :meth:`take`
-    (under the broker lock, between operations) removes the buffered records, and
-    :meth:`write` commits them (outside the lock, in a worker thread). Operations never
-    commit on their own. ``rows()`` is a view of one growable array, O(1) however often
-    it is read (the service reads it for events, tickets and journal queries)."""
+    """The SQLite journal for group commit: operations never commit on their own; the
+    service calls :meth:`~SQLiteJournal.take` under the broker lock, between operations,
+    and :meth:`~SQLiteJournal.commit` outside it, in its writer thread."""
 
     def __init__(self, path: str | os.PathLike, synchronous: str = "FULL") -> None:
-        self._arr = np.empty(1024, dtype=J.RECORD_DTYPE)
-        self._n = 0
         super().__init__(path, batch=1 << 62, synchronous=synchronous)
-        base = self._rows_cache if self._rows_cache is not None else np.empty(0, J.RECORD_DTYPE)
-        self._n = 0
-        self._keep(base)
-
-    def _keep(self, rows: np.ndarray) -> None:
-        self._pending_rows = []           # the parent's concatenation cache is not used
-        n = rows.shape[0]
-        if self._n + n > self._arr.shape[0]:
-            bigger = np.empty(max(2 * self._arr.shape[0], self._n + n), dtype=J.RECORD_DTYPE)
-            bigger[: self._n] = self._arr[: self._n]
-            self._arr = bigger
-        self._arr[self._n: self._n + n] = rows
-        self._n += n
-
-    if hasattr(SQLiteJournal, "_store_rows"):      # single records are buffered, then settled
-        def _store_rows(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
-            super()._store_rows(rows, payloads)
-            self._keep(rows)
-    else:
-        def _store(self, rows: np.ndarray, payloads: dict[int, str]) -> None:
-            super()._store(rows, payloads)
-            self._keep(rows)
-
-    def _settled(self) -> None:
-        settle = getattr(self, "_settle", None)
-        if settle is not None:
-            settle()
-
-    def rows(self) -> np.ndarray:
-        self._settled()
-        return self._arr[: self._n]
 
     def end_op(self, sync: bool = False) -> None:
         if sync:
             self.flush()
-
-    def take(self) -> list[tuple]:
-        self._settled()
-        buf, self._buf = self._buf, []
-        return buf
-
-    def write(self, buf: list[tuple]) -> int:
-        if buf:
-            db = self._db
-            db.execute("BEGIN")
-            try:
-                db.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?)", buf)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            self.durable_seq = buf[-1][0]
-        return self.durable_seq
-
-    def flush(self) -> int:
-        return self.write(self.take())
 
 
 # ---------------------------------------------------------------------------- config
@@ -431,7 +375,7 @@ class BrokerService:
                 buf = self.journal.take()
             if buf:
                 try:
-                    await asyncio.to_thread(self.journal.write, buf)
+                    await asyncio.to_thread(self.journal.commit, buf)
                 except Exception as e:  # noqa: BLE001 - disk full, I/O error: stop acknowledging
                     log.error("journal write failed; the service stops acknowledging: %s", e)
                     self.failed = e

@@ -1,0 +1,248 @@
+"""Reference for the compiled ``_engine.FastAcquire``: ``Broker.acquire``'s common case in
+one call, in plain Python.
+
+The specification of an acquire is the broker's general path (``Broker._acquire``:
+validate, read the clock, ``_advance``, ``_acquire_ns``). ``FastAcquire.acquire(intent)``
+takes a shortcut through the same steps when none of the policy layer's work is due:
+
+* the intent holds plain values (a ``str`` campaign that is registered, a ``dict`` with one
+  held dimension mapped to an ``int`` or an ``(int, int)`` pair, float or int seconds, a
+  float ``max_spend``) — anything else, including every invalid input, goes the general
+  way, which raises the errors;
+* the broker has no journal and is not replaying;
+* no policy event (revocation, activation, pending TTL) is due, no retired slot is
+  draining, and no lease comes due while a subscriber listens (its callbacks run inside
+  the expiry loop of the general path).
+
+It then runs ``ring_advance``, the expiries (an ``expired`` event each, the victim sets
+kept), the pending queue when the broker would serve it (``Broker._serve_pending``: the
+clock moved or a lease expired), and one ``admit``; a decision that needs the policy
+layer goes to ``Broker._slow``. It returns the :class:`~bursarcore.broker.Decision`, or ``None`` — with
+nothing changed — when the shortcut does not apply. The compiled twin returns equal
+decisions and leaves equal state (``tests/test_fastpath_diff.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..admission.state import CAPACITY, GRANTED, LEASE_STATES, REASONS, REFUSED, TOKENS
+
+__all__ = ["FastAcquire"]
+
+_NS = 1_000_000_000
+_CREDIT = 1_000_000
+_MAX_S = (1 << 62) / 1e9
+_MAX_FIXED_S = (1 << 62) / 1e6
+_PLACE_MAX = 64
+_ADV_CHUNK = 256
+
+
+def _sec_ns(x) -> int | None:
+    """units.to_ns for a plain float or a small int; None for anything else."""
+    if type(x) is float:
+        v = x
+    elif type(x) is int and -(1 << 52) < x < (1 << 52):
+        v = float(x)
+    else:
+        return None
+    if not math.isfinite(v) or abs(v) > _MAX_S:
+        return None
+    return int(round(v * 1e9))
+
+
+def _mk(cls, fields: dict):
+    """A frozen (slotted) dataclass instance with these fields, as its ``__init__`` would
+    build it."""
+    o = cls.__new__(cls)
+    for k, v in fields.items():
+        object.__setattr__(o, k, v)
+    return o
+
+
+class FastAcquire:
+    """See the module docstring. Built once per broker (it keeps the broker's tables)."""
+
+    def __init__(self, broker, Decision, Lease, Event, Intent) -> None:
+        b = broker
+        self.b, self.st, self.k = b, b.st, b._k
+        self.Decision, self.Lease, self.Event, self.Intent = Decision, Lease, Event, Intent
+        self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
+        self.envelopes, self.pending = b.envelopes, b._pending
+        self.names, self.dims = b._names, list(b.dims)
+        self.cls_names = [c.name for c in b.classes]
+        self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
+        self.subscribers, self.draining = b._subscribers, b._draining
+        self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
+        self.buf = [0, 0, 0, 0]
+        self.adv = [0] * _ADV_CHUNK
+
+    __call__ = None  # set below
+
+    def acquire(self, intent):
+        b, st, k = self.b, self.st, self.k
+        if type(intent) is not self.Intent:
+            return None
+        if b.journal is not None or b._t_force is not None:
+            return None
+        # the intent, as Broker._acquire reads it
+        c = self.cindex.get(intent.campaign)
+        if c is None:
+            return None
+        um = intent.units
+        if type(um) is not dict or len(um) != 1:
+            return None
+        key, v = next(iter(um.items()))
+        d = self.dim_index.get(key)
+        if d is None:
+            return None
+        sc = intent.service_class
+        if sc is None:
+            sc = self.envelopes[intent.campaign].service_class
+        kc = self.cls_index.get(sc)
+        if kc is None:
+            return None
+        if type(v) is int:
+            if not 0 <= v < (1 << 62):
+                return None
+            nmin = nmax = v
+        elif (type(v) is tuple or type(v) is list) and len(v) == 2 \
+                and type(v[0]) is int and type(v[1]) is int:
+            if not (0 <= v[0] < (1 << 62) and 0 <= v[1] < (1 << 62)):
+                return None
+            nmin, nmax = v[0], v[1]
+        else:
+            return None
+        dur = _sec_ns(intent.duration)
+        if dur is None:
+            return None
+        x = intent.max_spend
+        if x is None:
+            spend = -1
+        elif type(x) is float and math.isfinite(x) and abs(x) < _MAX_FIXED_S:
+            spend = int(round(x * 1e6))
+        else:
+            return None
+        deadline = None
+        if intent.deadline is not None:
+            deadline = _sec_ns(intent.deadline)
+            if deadline is None:
+                return None
+        ttl = _sec_ns(b.ttl if intent.ttl is None else intent.ttl)
+        if ttl is None:
+            return None
+        # the clock, as Broker._now reads it
+        x = b.clock.now()
+        if type(x) is not float or not math.isfinite(x) or abs(x) > _MAX_S:
+            return None
+        t = int(round(x * 1e9))
+        told = b._t
+        if t < told:
+            return None
+        # Broker._advance(t) when it has no policy work to do
+        if self.pyev and self.pyev[0][0] <= t:
+            return None
+        if any(self.draining):
+            return None
+        moved = t > told
+        due = int(st.scal[3]) > 0 and int(st.heap_t[0]) <= t
+        if due and self.subscribers:
+            return None
+        k.ring_advance(st, t)
+        freed = self._expire(t) if due else 0
+        if self.pending and (moved or freed):
+            b._serve_pending(t)
+        if moved and t > b._t:        # max(): a subscriber may have moved it meanwhile
+            b._t = t
+        # Broker._acquire_ns / _decide_one
+        iid = b._next_intent
+        b._next_intent = iid + 1
+        name = self.names[c]
+        if deadline is not None and deadline < t:
+            return _mk(self.Decision, {"outcome": "refused", "intent_id": iid,
+                                       "campaign": name, "units": 0, "lease": None,
+                                       "path": None, "reason": "deadline",
+                                       "retry_after": None, "cost": 0.0, "wait": 0.0,
+                                       "seq": -1})
+        if (int(st.scal[2]) + 1 > st.camp.shape[0]
+                or int(st.arena_top[0]) + nmax > st.arena.shape[0]
+                or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
+            b._reserve(1, nmax)
+        buf = self.buf
+        r = k.admit(st, c, d, kc, nmin, nmax, dur, spend, t, iid, buf)
+        if r == GRANTED:
+            lid = int(buf[2])
+            if not st.firm[lid]:
+                self.opp[d].add(lid)
+            return _mk(self.Decision, {"outcome": "granted", "intent_id": iid,
+                                       "campaign": name, "units": int(buf[0]),
+                                       "lease": self._lease(lid), "path": "warm",
+                                       "reason": None, "retry_after": None,
+                                       "cost": int(buf[3]) / _CREDIT, "wait": 0.0,
+                                       "seq": -1})
+        if r == REFUSED:
+            reason = int(buf[1])
+            retry = None
+            if reason == TOKENS or reason == CAPACITY:
+                retry = b._retry_after(c, d, nmin, dur, reason)
+            return _mk(self.Decision, {"outcome": "refused", "intent_id": iid,
+                                       "campaign": name, "units": 0, "lease": None,
+                                       "path": None, "reason": REASONS[reason],
+                                       "retry_after": retry, "cost": 0.0, "wait": 0.0,
+                                       "seq": -1})
+        return b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+
+    def expire(self, t: int) -> int:
+        """Broker._expire_until(t) when it has no journal, no subscriber and no retired
+        slot draining (the broker checks): returns how many leases expired."""
+        st = self.st
+        if int(st.scal[3]) > 0 and int(st.heap_t[0]) <= t:
+            return self._expire(t)
+        return 0
+
+    def _expire(self, t: int) -> int:
+        """Broker._expire_until without a journal (no subscriber: checked by the caller);
+        returns how many leases expired."""
+        st, k, adv = self.st, self.k, self.adv
+        events = self.b._events
+        total = 0
+        while True:
+            m = k.advance(st, t, adv)
+            total += m
+            for lid in adv[:m]:
+                d = int(st.dim[lid])
+                if not st.firm[lid]:
+                    self.opp[d].discard(lid)
+                self.revoking[d].discard(lid)
+                events.append(_mk(self.Event, {
+                    "kind": "expired", "time": int(st.t_end[lid]) / _NS,
+                    "campaign": self.names[int(st.camp[lid])], "lease_id": lid,
+                    "intent_id": None, "deadline": None, "reason": None,
+                    "units": int(st.units[lid])}))
+            if m < _ADV_CHUNK:
+                return total
+
+    def _lease(self, lid: int):
+        """Broker.lease(lid) for an active lease just granted."""
+        st = self.st
+        d, n, off = int(st.dim[lid]), int(st.units[lid]), int(st.slot_off[lid])
+        if n > _PLACE_MAX or off < 0:
+            return self.b.lease(lid)
+        slots = tuple(st.arena[off:off + n].tolist())
+        owner = self.node_of_slot[d]
+        count: dict[int, int] = {}
+        for q in slots:
+            j = int(owner[q])
+            count[j] = count.get(j, 0) + 1
+        names = self.node_names[d]
+        return _mk(self.Lease, {
+            "id": lid, "campaign": self.names[int(st.camp[lid])], "dim": self.dims[d],
+            "units": n, "state": LEASE_STATES[int(st.state[lid])], "firm": bool(st.firm[lid]),
+            "service_class": self.cls_names[int(st.lcls[lid])],
+            "granted_at": int(st.t_grant[lid]) / _NS, "start": int(st.t_start[lid]) / _NS,
+            "expiry": int(st.t_end[lid]) / _NS, "cost": int(st.cost[lid]) / _CREDIT,
+            "revoke_at": None, "intent": int(st.intent[lid]),
+            "placement": tuple((names[j], cnt) for j, cnt in count.items()), "slots": slots})
+
+
+FastAcquire.__call__ = FastAcquire.acquire
