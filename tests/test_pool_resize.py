@@ -69,6 +69,23 @@ def test_remove_nodes_revokes_leases_with_notice(eb):
     assert b.acquire(Intent("a", units={"gpu": 1}, duration=10)).outcome == "pending"
 
 
+def test_pool_capacity_follows_the_engine_through_drains_and_joins(eb):
+    # nodes removed while their slots are held leave the pool as the leases end; the
+    # Pool's capacity (which register() checks guarantees against) must follow the engine
+    b = broker(eb)
+    b.acquire(Intent("a", units={"gpu": 8}, duration=1000))
+    b.remove_nodes("gpu", ["n2"], grace=0)                 # n2's slots held: revoked now
+    assert b.pool.capacity["gpu"] == b.state()["pool"]["gpu"]["capacity"] == 4
+    b.add_nodes("gpu", [("n3", 8)])
+    assert b.pool.capacity["gpu"] == b.state()["pool"]["gpu"]["capacity"] == 12
+    with pytest.raises(InvalidArgument, match="capacity"):
+        b.register("g", Envelope(credits=1, guaranteed={"gpu": 13}, sustained={"gpu": 13},
+                                 ceiling={"gpu": 13}))
+    b.register("g", Envelope(credits=1, guaranteed={"gpu": 12}, sustained={"gpu": 12},
+                             ceiling={"gpu": 12}))
+    check_invariants(b)
+
+
 def test_remove_free_node_at_once_and_replay(eb):
     j = MemoryJournal()
     b = broker(eb, j)

@@ -1403,7 +1403,7 @@ class Broker:
             owner.extend([len(self._node_names[d]) - 1] * k)
         self._node_of_slot[d] = np.concatenate([self._node_of_slot[d], np.array(owner, np.int64)])
         self._slot_alive[d] = np.concatenate([self._slot_alive[d], np.ones(total, bool)])
-        self.pool.capacity[self.dims[d]] += total
+        self.pool.capacity[self.dims[d]] = int(st.cap[d])
         self.pool.slot_map[self.dims[d]].extend(nodes)
         self._journal_nodes("add_nodes", t, d, {"dim": self.dims[d], "nodes": nodes})
         self._serve_pending(t)
@@ -1482,6 +1482,7 @@ class Broker:
                 st.top[d] = kept.shape[0]
                 st.cap[d] -= r
                 self._draining[d] -= r
+                self.pool.capacity[self.dims[d]] = int(st.cap[d])
 
     def _dim_arg(self, dim: str) -> int:
         d = self._dim_index.get(dim) if isinstance(dim, str) else None
