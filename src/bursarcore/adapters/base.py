@@ -53,7 +53,7 @@ __all__ = [
     "NODE_BUSY", "NODE_DOWN", "NODE_UNKNOWN", "NODE_STATES", "CommandError", "map_state",
     "PilotStatus", "Pilot", "SchedulerSupply", "Handle", "ProcessHandle", "LeaseHandle",
     "Binding", "PoolManager", "Provision", "TickReport", "node_name", "split_node",
-    "exit_code_of", "COLD_WAIT_MODES",
+    "exit_code_of", "COLD_WAIT_MODES", "run_command",
 ]
 
 log = logging.getLogger("bursarcore.adapters")
@@ -119,6 +119,30 @@ def split_node(name: str) -> tuple[str, str]:
     if not sep or not pilot or not host:
         raise InvalidArgument("node", "is not a pilot node '<pilot>/<host>'", name)
     return pilot, host
+
+
+# --------------------------------------------------------------------------- commands
+def run_command(argv: Sequence[str], *, input: str | None = None,
+                env: Mapping[str, str] | None = None,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run one command (text in and out) and return its ``CompletedProcess``. ``env`` adds
+    to the current environment. Raises :class:`CommandError` with the command and its
+    stderr when it exits non-zero, times out or cannot start."""
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        cp = subprocess.run(list(argv), input=input, capture_output=True, text=True,
+                            env=full_env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise CommandError(argv, None, f"timed out after {e.timeout} s; {err}") from None
+    except OSError as e:
+        raise CommandError(argv, None, str(e)) from None
+    if cp.returncode != 0:
+        raise CommandError(argv, cp.returncode, cp.stderr, cp.stdout)
+    return cp
 
 
 # --------------------------------------------------------------------------- records
@@ -373,21 +397,7 @@ class Binding(abc.ABC):
         :class:`CommandError` with the command and its stderr when it exits non-zero,
         times out or cannot start. Override to feed recorded output."""
         self.commands_run += 1
-        full_env = None
-        if env:
-            full_env = dict(os.environ)
-            full_env.update(env)
-        try:
-            cp = subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                                env=full_env, timeout=timeout or self.command_timeout)
-        except subprocess.TimeoutExpired as e:
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            raise CommandError(argv, None, f"timed out after {e.timeout} s; {err}") from None
-        except OSError as e:
-            raise CommandError(argv, None, str(e)) from None
-        if cp.returncode != 0:
-            raise CommandError(argv, cp.returncode, cp.stderr, cp.stdout)
-        return cp
+        return run_command(argv, input=input, env=env, timeout=timeout or self.command_timeout)
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
               stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL) -> Any:

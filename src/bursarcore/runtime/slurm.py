@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..adapters.base import CommandError
-from ..errors import InvalidArgument
+from ..adapters.base import run_command
+from ..errors import CommandError, InvalidArgument
 from .wrapper import BOOTSTRAP
 
 __all__ = ["ArraySpec", "SlurmArrays", "CommandError", "parse_tiers", "parse_time",
@@ -292,16 +292,7 @@ class SlurmArrays:
     def execute(self, argv: Sequence[str], *, input: str | None = None) -> subprocess.CompletedProcess:
         """Run one command; :class:`CommandError` (argv, exit code, stderr) on failure."""
         self.commands.append(list(argv))
-        try:
-            cp = subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                                timeout=self.command_timeout)
-        except subprocess.TimeoutExpired as e:
-            raise CommandError(argv, None, f"timed out after {e.timeout} s") from None
-        except OSError as e:
-            raise CommandError(argv, None, str(e)) from None
-        if cp.returncode != 0:
-            raise CommandError(argv, cp.returncode, cp.stderr, cp.stdout)
-        return cp
+        return run_command(argv, input=input, timeout=self.command_timeout)
 
     def submit(self, spec: ArraySpec) -> str:
         """Submit ``spec``'s array; returns its job id."""
