@@ -1,19 +1,55 @@
 """bursarcore: the policy core of an agent resource broker above Slurm or PBS Pro.
 
 See README.md and docs/ for the model; SPEC.md sections are cited in the docstrings.
+
+The public names below are loaded on first use (PEP 562), so a process that needs only a
+light part — a runtime worker or an agent (``bursarcore.runtime``), which start by the
+thousand — does not import numpy and the compiled engine.
 """
 
-from . import errors, units
-from ._backend import available as available_backends
-from .buckets import TokenBuckets
+from __future__ import annotations
 
-__all__ = ["TokenBuckets", "errors", "units", "available_backends", "__version__"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+
 __version__ = "0.1.0"
 
-from .admission import DEFAULT_CLASSES, Congestion, Envelope, Intent, Pool, ServiceClass  # noqa: E402
-from .broker import BatchResult, Broker, Decision, Event, Lease, Quote, Supply  # noqa: E402
-from .clock import ManualClock, MonotonicClock  # noqa: E402
+# public name -> (submodule, attribute; None: the submodule itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "units": ("units", None),
+    "available_backends": ("_backend", "available"),
+    "TokenBuckets": ("buckets", "TokenBuckets"),
+    **{n: ("admission", n) for n in ("DEFAULT_CLASSES", "Congestion", "Envelope", "Intent",
+                                     "Pool", "ServiceClass")},
+    **{n: ("broker", n) for n in ("BatchResult", "Broker", "Decision", "Event", "Lease",
+                                  "Quote", "Supply")},
+    **{n: ("clock", n) for n in ("ManualClock", "MonotonicClock")},
+}
 
-__all__ += ["Broker", "Pool", "Envelope", "Intent", "ManualClock", "MonotonicClock",
-            "ServiceClass", "Congestion", "DEFAULT_CLASSES", "Decision", "Event", "Lease",
-            "Quote", "Supply", "BatchResult"]
+__all__ = ["errors", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'bursarcore' has no attribute {name!r}") from None
+    mod = importlib.import_module(f".{module}", __name__)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value            # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from . import units
+    from ._backend import available as available_backends
+    from .admission import DEFAULT_CLASSES, Congestion, Envelope, Intent, Pool, ServiceClass
+    from .broker import BatchResult, Broker, Decision, Event, Lease, Quote, Supply
+    from .buckets import TokenBuckets
+    from .clock import ManualClock, MonotonicClock

@@ -409,3 +409,13 @@ def test_all_checkpoints_broken_starts_afresh_and_says_so(tmp_path, caplog):
     assert rec["result"]["resumed_from"] is None
     assert rec["result"]["output"] == {"n": 1}  # only its own listing: the workspace was emptied
     assert "names checkpoint 1 but no checkpoint verifies" in caplog.text
+
+
+def test_worker_and_agent_start_without_numpy_or_the_engine():
+    # workers and agents start by the thousand: the top-level package loads its public
+    # names lazily, so the runtime imports neither numpy nor the compiled engine
+    code = ("import sys, bursarcore.runtime.worker, bursarcore.runtime.examples.counter; "
+            "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('bursarcore.broker')"
+            " or m.startswith('bursarcore._engine')); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
