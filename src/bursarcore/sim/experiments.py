@@ -183,7 +183,10 @@ def _run_all(tasks: list, jobs: int, desc: str, progress: bool) -> list[dict]:
                 rows.append(run_point(t))
                 bar.update()
         else:
-            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            # not fork: a caller with threads (a test runner, a service) can hold a lock at
+            # the fork and deadlock the child; forkserver children start from a clean process
+            methods = mp.get_all_start_methods()
+            ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
             with ctx.Pool(min(jobs, len(tasks))) as pool:
                 for r in pool.imap_unordered(run_point, tasks):
                     rows.append(r)
