@@ -1396,12 +1396,19 @@ from libc.math cimport rint, isfinite, fabs
 
 DEF ADV_CHUNK = 256
 DEF PLACE_MAX = 64
+DEF J_ACQUIRE = 2
+DEF J_EXPIRE = 7
+DEF J_ADVANCE = 12
 
 cdef double _MAX_S = <double>(1 << 62) / 1e9
 cdef double _MAX_FIXED_S = <double>(1 << 62) / 1e6
 cdef object _NONE = None
 cdef tuple _REASON_NAMES = tuple(_state.REASONS)
 cdef tuple _STATE_NAMES = tuple(_state.LEASE_STATES)
+cdef int64_t _R_DEADLINE = _state.REASONS.index("deadline")
+cdef object _NAN = float("nan")
+cdef dict _OUTCOME_CODE = {"granted": 1, "pending": 2, "refused": 3}
+cdef dict _PATH_CODE = {"warm": 1, "reclaim": 2}
 
 
 cdef inline bint _sec_ns(object x, int64_t* out):
@@ -1477,11 +1484,14 @@ cdef class _Maker:
 
 cdef class FastAcquire:
     """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
-    values, no journal, no policy event due (the pending queue is served through
+    values, no policy event due (the pending queue is served through
     ``Broker._serve_pending`` when the broker would serve it), a warm grant, a
-    refusal or a decision that needs the policy layer (``Broker._slow``). Returns the
-    :class:`Decision`, or None with nothing changed: the broker then takes its general path
-    (which also raises every error). The specification is the broker's general path;
+    refusal or a decision that needs the policy layer (``Broker._slow``). With a journal
+    (one whose ``Journal.add`` is not overridden) it writes the general path's records —
+    ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
+    ``journal.end_op(durable)`` as ``@_op`` does. Returns the :class:`Decision`, or None
+    with nothing changed: the broker then takes its general path (which also raises every
+    error). The specification is the broker's general path;
     :mod:`bursarcore.reference.fastpath` is the same algorithm in Python."""
 
     cdef object b, st, Intent
@@ -1490,6 +1500,12 @@ cdef class FastAcquire:
     cdef list names, dims, cls_names, pyev, opp, revoking, subscribers, draining
     cdef list node_of_slot, node_names
     cdef int64_t adv[ADV_CHUNK]
+    # the journal the broker had at the last call, and how to add to it: 0 not at all
+    # (Journal.add is overridden: the general path), 1 through its _store_one, 2 straight
+    # onto a MemoryJournal's buffered tuples
+    cdef object jobj, Journal, MemoryJournal, replace
+    cdef int jmode
+    cdef bint jend
 
     def __init__(self, broker, Decision, Lease, Event, Intent):
         b = broker
@@ -1504,9 +1520,58 @@ cdef class FastAcquire:
         self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
         self.subscribers, self.draining = b._subscribers, b._draining
         self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
+        import dataclasses
+        from .journal import records as _jr
+        from .journal.base import Journal
+        from .journal.memory import MemoryJournal
+        if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
+                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33:
+            raise RuntimeError("FastAcquire: journal record codes moved")
+        self.Journal, self.MemoryJournal, self.replace = Journal, MemoryJournal, dataclasses.replace
+        self.jobj = None
+        self.jmode = 0
+        self.jend = False
 
     def __call__(self, intent):
         return self.acquire(intent)
+
+    cdef int _journal_mode(self, object j) except -1:
+        """How records reach ``j`` (see ``jmode``), cached per journal object."""
+        cdef type tp
+        if j is not self.jobj:
+            tp = type(j)
+            self.jobj = j
+            if tp.add is not self.Journal.add:
+                self.jmode = 0
+            elif (tp._store_one is self.MemoryJournal._store_one
+                  and tp._settle is self.MemoryJournal._settle):
+                self.jmode = 2
+            else:
+                self.jmode = 1
+            self.jend = tp.end_op is not self.Journal.end_op
+        return self.jmode
+
+    cdef int64_t _jadd(self, object j, tuple rec) except? -1:
+        """Journal.add of a record already in field order (its seq is rec[0], read from
+        ``j.next_seq`` by the caller)."""
+        cdef int64_t seq = rec[0]
+        cdef list lst
+        if self.jmode == 2:
+            lst = j._tuples
+            PyList_Append(lst, rec)
+            if len(lst) >= 4096:
+                j._settle()
+        else:
+            j._store_one(rec, None, seq)
+        j.next_seq = seq + 1
+        return seq
+
+    cdef int _jend(self, object j) except -1:
+        """The end of an operation (what ``@_op`` does)."""
+        cdef bint durable = self.b.durable
+        if durable or self.jend:
+            j.end_op(durable)
+        return 0
 
     cpdef object acquire(self, object intent):
         cdef object b = self.b, v, key, sc, x
@@ -1521,9 +1586,13 @@ cdef class FastAcquire:
         cdef Py_ssize_t m, j
         cdef double fv
         cdef int64_t buf[4]
+        cdef object jn
         if type(intent) is not self.Intent:
             return None
-        if b.journal is not None or b._t_force is not None:
+        jn = b.journal
+        if jn is not None and self._journal_mode(jn) == 0:
+            return None
+        if b._t_force is not None:
             return None
         # -- the intent, as Broker.acquire reads it (anything unusual: the general path)
         cname = intent.campaign
@@ -1599,10 +1668,13 @@ cdef class FastAcquire:
         due = e.scal[3] > 0 and e.heap_t[0] <= t
         if due and self.subscribers:
             return None
+        if jn is not None:
+            return self._acquire_j(jn, c, d, k, nmin, nmax, dur, spend, has_dl, dl, ttl, t,
+                                   moved, due, intent)
         k_ring_advance(e, t)
         freed = 0
         if due:
-            freed = self._expire(e, t)
+            freed = self._expire(e, t, None)
         if self.pending and (moved or freed):
             b._serve_pending(t)
         cx = _ctx(self.st)
@@ -1644,26 +1716,153 @@ cdef class FastAcquire:
         return b._slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
                        intent)
 
-    cpdef Py_ssize_t expire(self, int64_t t) except -1:
-        """Broker._expire_until(t) when it has no journal, no subscriber and no retired
-        slot draining (the broker checks): returns how many leases expired."""
+    cdef object _acquire_j(self, object jn, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k,
+                           int64_t nmin, int64_t nmax, int64_t dur, int64_t spend, bint has_dl,
+                           int64_t dl, int64_t ttl, int64_t t, bint moved, bint due,
+                           object intent):
+        """The rest of ``acquire`` with a journal (validated, nothing changed yet): the
+        records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
+        does at the end of an operation (``journal.end_op``)."""
+        cdef object b = self.b, dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
+        cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
+        retry = None
+        lease_obj = None
+        cdef Py_ssize_t freed = 0, i
+        cdef int64_t iid, seq, lid, tb, cb, fr, un, rank, units = 0, cost = 0, lease = -1
+        cdef int64_t outcome = 0, reason = 0, path = 0
+        cdef int r, err
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef Dec dc
+        cdef int64_t buf[4]
+        try:
+            cx = _ctx(self.st)
+            e = &cx.e
+            k_ring_advance(e, t)
+            if due:
+                freed = self._expire(e, t, jn)
+            if self.pending and (moved or freed):
+                b._serve_pending(t)
+            if moved and t > b._t:
+                b._t = t
+            if note:
+                seq = jn.next_seq
+                self._jadd(jn, (seq, t, J_ADVANCE, 4, 0, 0, 0, 0, -1, -1, -1, 0, 0, 0, -1, -1,
+                                -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+            # -- Broker._acquire_ns: the request row (rule inputs before the decision)
+            iid = b._next_intent
+            b._next_intent = iid + 1
+            cx = _ctx(self.st)
+            e = &cx.e
+            if c >= e.calloc or k >= e.K or d >= e.D:
+                raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
+            rank = e.cls[k * NCOL + RANK]
+            deficit = b._deficit_last[c]
+            err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc)
+            if err:
+                _raise(err)
+            i = c * e.D + d
+            tb, cb, fr, un = e.T[i], e.left[c], k_free(e, d), e.U[d]
+            l0 = imin(dc.lim_ceil, MAXV)
+            l1 = imin(dc.lim_cap, MAXV)
+            l2 = imin(dc.lim_tok, MAXV)
+            l3 = _pyint(dc.lim_cred if dc.lim_cred < MAXV else MAXV)
+            # -- Broker._decide_one
+            name = self.names[c]
+            if has_dl and dl < t:
+                outcome, reason = 3, _R_DEADLINE
+                dec = None
+            else:
+                if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
+                    b._reserve(1, nmax)
+                    cx = _ctx(self.st)
+                    e = &cx.e
+                r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+                if r == E_HEAPFULL:
+                    cx = _grow_heap(self.st)
+                    e = &cx.e
+                    r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+                if r < 0:
+                    _raise(r, nmax)
+                if r == O_GRANTED:
+                    lid = buf[2]
+                    if e.firm[lid] == 0:
+                        PySet_Add(self.opp[d], lid)
+                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.cost[lid]
+                    lease_obj = self._lease(e, lid)
+                    cx = _ctx(self.st)
+                    e = &cx.e
+                    dec = None
+                elif r == O_REFUSED:
+                    outcome, reason = 3, buf[1]
+                    retry = None
+                    if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
+                        retry = b._retry_after(c, d, nmin, dur, buf[1])
+                        cx = _ctx(self.st)
+                        e = &cx.e
+                    dec = None
+                else:
+                    dec = b._slow(iid, c, d, k, nmin, nmax, dur, spend,
+                                  dl if has_dl else None, ttl, t, intent)
+                    cx = _ctx(self.st)
+                    e = &cx.e
+                    outcome = _OUTCOME_CODE.get(dec.outcome, 4)
+                    x = dec.reason
+                    reason = _state.REASONS.index(x) if x else 0
+                    x = dec.path
+                    path = _PATH_CODE.get(x or "", 0)
+                    units = dec.units
+                    x = dec.lease
+                    if x is not None:
+                        lease = x.id
+                        if lease < 0 or lease >= e.L:
+                            raise IndexError(f"lease {lease} out of range")
+                        cost = e.cost[lease]
+            # -- Broker._record_decision, journal.add
+            i = c * e.D + d
+            seq = jn.next_seq
+            self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
+                            nmax, dur, spend, dl if has_dl else -1, ttl, units, lease, iid,
+                            cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.T[i], e.left[c],
+                            e.H[i]))
+            if dec is not None:
+                return self.replace(dec, seq=seq)
+            if outcome == 1:
+                return self.Decision.make(("granted", iid, name, units, lease_obj, "warm", None,
+                                           None, _div(buf[3], 1000000), 0.0, seq))
+            if reason == _R_DEADLINE and has_dl and dl < t:
+                return self.Decision.make(("refused", iid, name, 0, None, None, "deadline",
+                                           None, 0.0, 0.0, seq))
+            return self.Decision.make(("refused", iid, name, 0, None, None,
+                                       _REASON_NAMES[reason], retry, 0.0, 0.0, seq))
+        finally:
+            self._jend(jn)
+
+    cpdef Py_ssize_t expire(self, int64_t t) except? -2:
+        """Broker._expire_until(t) when it has no subscriber and no retired slot draining
+        (the broker checks): returns how many leases expired, or -1 (nothing done) when its
+        journal takes records only through an overridden ``add``."""
+        cdef object jn = self.b.journal
+        if jn is not None and self._journal_mode(jn) == 0:
+            return -1
         cdef _Ctx cx = _ctx(self.st)
         if cx.e.scal[3] > 0 and cx.e.heap_t[0] <= t:
-            return self._expire(&cx.e, t)
+            return self._expire(&cx.e, t, jn)
         return 0
 
-    cdef Py_ssize_t _expire(self, Eng* e, int64_t t) except -1:
-        """Broker._expire_until without a journal: expire, drop from the victim sets, and
-        queue an ``expired`` event per lease (no subscriber: checked by the caller).
+    cdef Py_ssize_t _expire(self, Eng* e, int64_t t, object jn) except -1:
+        """Broker._expire_until: expire, drop from the victim sets, and queue an
+        ``expired`` event per lease (no subscriber: checked by the caller). With a journal,
+        one lease at a time, each with its ``expire`` record (state right after it).
         Returns how many expired."""
         cdef int err = 0
-        cdef Py_ssize_t m, j
-        cdef int64_t lid, d
+        cdef Py_ssize_t m, j, chunk = ADV_CHUNK if jn is None else 1
+        cdef int64_t lid, d, c, i, seq
         cdef list events = self.b._events
         cdef object opp, rv
         cdef Py_ssize_t total = 0
         while True:
-            m = k_advance(e, t, self.adv, ADV_CHUNK, &err)
+            m = k_advance(e, t, self.adv, chunk, &err)
             total += m
             for j in range(m):
                 lid = self.adv[j]
@@ -1678,9 +1877,17 @@ cdef class FastAcquire:
                 PyList_Append(events, self.Event.make((
                     "expired", _div(e.t_end[lid], 1000000000), self.names[e.camp[lid]], lid,
                     None, None, None, e.units[lid])))
+                if jn is not None:
+                    c = e.camp[lid]
+                    i = c * e.D + d
+                    seq = jn.next_seq
+                    self._jadd(jn, (seq, e.t_end[lid], J_EXPIRE, 0, 0, 0, 0, 0, d, e.lcls[lid],
+                                    c, 0, 0, 0, -1, -1, -1, e.units[lid], lid, e.intent[lid],
+                                    e.cost[lid], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.T[i],
+                                    e.left[c], e.H[i]))
             if err:
                 _raise(err, "a lease id in the expiry heap")
-            if m < ADV_CHUNK:
+            if m < chunk:
                 return total
 
     cdef object _lease(self, Eng* e, int64_t lid):

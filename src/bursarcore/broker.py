@@ -7,9 +7,10 @@ per-decision arithmetic on an :class:`~bursarcore.admission.state.EngineState`. 
 backends reach the same decisions bit for bit; ``backend=`` picks one.
 
 With the compiled backend, ``acquire`` and the expiries first try ``_engine.FastAcquire``
-(reference: :mod:`bursarcore.reference.fastpath`): the common case — no journal, plain
-intent values, no policy event due — in one C call, building the same :class:`Decision`,
-:class:`Lease` and :class:`Event` objects; anything else takes the general path.
+(reference: :mod:`bursarcore.reference.fastpath`): the common case — plain intent values,
+no policy event due — in one C call, building the same :class:`Decision`, :class:`Lease`
+and :class:`Event` objects and, with a journal, the same records (then ``end_op``, as
+``@_op`` does); anything else takes the general path.
 
 A denial is a :class:`Decision` with ``outcome="refused"`` and a reason code; only bad input
 raises (:class:`~bursarcore.errors.InvalidArgument`, naming the field and rule, before any
@@ -499,9 +500,10 @@ class Broker:
         """Expire leases due by t. With a journal, one at a time, so each record's "state
         after" is the state right after that expiry, however the calls were spaced."""
         fast = self._fast
-        if (fast is not None and self.journal is None and not self._subscribers
-                and not any(self._draining)):
-            return fast.expire(t)          # the same, compiled (events built in C)
+        if fast is not None and not self._subscribers and not any(self._draining):
+            n = fast.expire(t)             # the same, compiled (events and records built in C)
+            if n >= 0:                     # -1: a journal it does not write to (nothing done)
+                return n
         k, st = self._k, self.st
         buf = self._one_buf if self.journal is not None else self._expired_buf
         total = 0
@@ -651,8 +653,9 @@ class Broker:
         """Decide an intent now (SPEC §4): granted, pending, or refused with a reason."""
         fast = self._fast
         if fast is not None:
-            # the compiled common case (no journal, nothing pending to serve); None when
-            # it does not apply, with nothing changed
+            # the compiled common case (nothing unusual to do; with a journal it writes the
+            # same records and ends the operation as @_op does); None when it does not
+            # apply, with nothing changed
             dec = fast.acquire(intent)
             if dec is not None:
                 return dec

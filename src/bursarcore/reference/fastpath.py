@@ -9,7 +9,8 @@ takes a shortcut through the same steps when none of the policy layer's work is 
   held dimension mapped to an ``int`` or an ``(int, int)`` pair, float or int seconds, a
   float ``max_spend``) — anything else, including every invalid input, goes the general
   way, which raises the errors;
-* the broker has no journal and is not replaying;
+* the broker is not replaying, and its journal (if any) takes records through
+  ``Journal.add`` as defined by the base class (not overridden);
 * no policy event (revocation, activation, pending TTL) is due, no retired slot is
   draining, and no lease comes due while a subscriber listens (its callbacks run inside
   the expiry loop of the general path).
@@ -17,16 +18,24 @@ takes a shortcut through the same steps when none of the policy layer's work is 
 It then runs ``ring_advance``, the expiries (an ``expired`` event each, the victim sets
 kept), the pending queue when the broker would serve it (``Broker._serve_pending``: the
 clock moved or a lease expired), and one ``admit``; a decision that needs the policy
-layer goes to ``Broker._slow``. It returns the :class:`~bursarcore.broker.Decision`, or ``None`` — with
-nothing changed — when the shortcut does not apply. The compiled twin returns equal
-decisions and leaves equal state (``tests/test_fastpath_diff.py``).
+layer goes to ``Broker._slow``. With a journal it writes the records the general path
+writes — an ``expire`` record after each expiry (the state right after it), the
+``advance`` record when a moved clock served a non-empty queue, and the ``acquire`` record
+(request, rule inputs before, outcome, state after; its seq in the decision) — and then
+calls ``journal.end_op(durable)`` as ``@_op`` does. It returns the
+:class:`~bursarcore.broker.Decision`, or ``None`` — with nothing changed — when the shortcut
+does not apply. The compiled twin returns equal decisions, writes equal records and leaves
+equal state (``tests/test_fastpath_diff.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from ..admission.state import CAPACITY, GRANTED, LEASE_STATES, REASONS, REFUSED, TOKENS
+from ..admission.state import CAPACITY, GRANTED, LEASE_STATES, MAXV, REASONS, REFUSED, TOKENS
+from ..journal.base import Journal
+from ..journal.records import OP
 
 __all__ = ["FastAcquire"]
 
@@ -76,14 +85,23 @@ class FastAcquire:
         self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
         self.buf = [0, 0, 0, 0]
         self.adv = [0] * _ADV_CHUNK
+        self.adv1 = [0]       # with a journal: one expiry at a time
 
     __call__ = None  # set below
+
+    @staticmethod
+    def _journal_ok(jn) -> bool:
+        """Records reach ``jn`` through ``Journal.add`` itself (not an override)."""
+        return type(jn).add is Journal.add
 
     def acquire(self, intent):
         b, st, k = self.b, self.st, self.k
         if type(intent) is not self.Intent:
             return None
-        if b.journal is not None or b._t_force is not None:
+        jn = b.journal
+        if jn is not None and not self._journal_ok(jn):
+            return None
+        if b._t_force is not None:
             return None
         # the intent, as Broker._acquire reads it
         c = self.cindex.get(intent.campaign)
@@ -148,6 +166,13 @@ class FastAcquire:
         due = int(st.scal[3]) > 0 and int(st.heap_t[0]) <= t
         if due and self.subscribers:
             return None
+        if jn is not None:
+            try:
+                return self._acquire_j(jn, c, d, kc, nmin, nmax, dur, spend, deadline, ttl,
+                                       t, moved, due, intent)
+            finally:
+                if b.durable or type(jn).end_op is not Journal.end_op:
+                    jn.end_op(b.durable)
         k.ring_advance(st, t)
         freed = self._expire(t) if due else 0
         if self.pending and (moved or freed):
@@ -192,18 +217,102 @@ class FastAcquire:
                                        "seq": -1})
         return b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
 
+    def _acquire_j(self, jn, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, moved, due,
+                   intent):
+        """The rest of ``acquire`` with a journal (validated, nothing changed yet): what
+        ``Broker._advance`` and ``Broker._acquire_ns`` do and write (the caller ends the
+        operation)."""
+        b, st, k = self.b, self.st, self.k
+        note = moved and bool(self.pending)          # Broker._advance's, up front
+        k.ring_advance(st, t)
+        freed = self._expire(t, jn) if due else 0
+        if self.pending and (moved or freed):
+            b._serve_pending(t)
+        if moved and t > b._t:
+            b._t = t
+        if note:
+            jn.add({"op": OP["advance"], "t": t, "outcome": 4})
+        # Broker._acquire_ns: the request row, with the rule inputs before the decision
+        iid = b._next_intent
+        b._next_intent = iid + 1
+        row = {"op": OP["acquire"], "t": t, "campaign": c, "dim": d, "cls": kc, "batch": 0,
+               "nmin": nmin, "nmax": nmax, "dur": dur, "max_spend": spend,
+               "deadline": -1 if deadline is None else deadline, "ttl": ttl, "intent": iid,
+               "rank": int(st.cls[kc, 0]), "deficit": b._deficit_last[c]}
+        _, _, _, _, lims = k.decide(st, c, d, kc, nmin, nmax, dur, spend, t)
+        row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])
+        row["free"], row["unmet"] = k.free_now(st, d), int(st.U[d])
+        row["lim_ceiling"], row["lim_capacity"], row["lim_tokens"], row["lim_credits"] = \
+            (min(x, MAXV) for x in lims)
+        # Broker._decide_one
+        name = self.names[c]
+        if deadline is not None and deadline < t:
+            dec = _mk(self.Decision, {"outcome": "refused", "intent_id": iid, "campaign": name,
+                                      "units": 0, "lease": None, "path": None,
+                                      "reason": "deadline", "retry_after": None, "cost": 0.0,
+                                      "wait": 0.0, "seq": -1})
+            row["outcome"], row["reason"] = 3, REASONS.index("deadline")
+        else:
+            if (int(st.scal[2]) + 1 > st.camp.shape[0]
+                    or int(st.arena_top[0]) + nmax > st.arena.shape[0]
+                    or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
+                b._reserve(1, nmax)
+            buf = self.buf
+            r = k.admit(st, c, d, kc, nmin, nmax, dur, spend, t, iid, buf)
+            if r == GRANTED:
+                lid = int(buf[2])
+                if not st.firm[lid]:
+                    self.opp[d].add(lid)
+                dec = _mk(self.Decision, {"outcome": "granted", "intent_id": iid,
+                                          "campaign": name, "units": int(buf[0]),
+                                          "lease": self._lease(lid), "path": "warm",
+                                          "reason": None, "retry_after": None,
+                                          "cost": int(buf[3]) / _CREDIT, "wait": 0.0,
+                                          "seq": -1})
+                row["outcome"], row["path"], row["units"] = 1, 1, int(buf[0])
+                row["lease"], row["cost"] = lid, int(st.cost[lid])
+            elif r == REFUSED:
+                reason = int(buf[1])
+                retry = None
+                if reason == TOKENS or reason == CAPACITY:
+                    retry = b._retry_after(c, d, nmin, dur, reason)
+                dec = _mk(self.Decision, {"outcome": "refused", "intent_id": iid,
+                                          "campaign": name, "units": 0, "lease": None,
+                                          "path": None, "reason": REASONS[reason],
+                                          "retry_after": retry, "cost": 0.0, "wait": 0.0,
+                                          "seq": -1})
+                row["outcome"], row["reason"] = 3, reason
+            else:
+                dec = b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+                row["outcome"] = {"granted": 1, "pending": 2, "refused": 3}.get(dec.outcome, 4)
+                row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
+                row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
+                row["units"] = dec.units
+                if dec.lease is not None:
+                    row["lease"] = dec.lease.id
+                    row["cost"] = int(st.cost[dec.lease.id])
+        # Broker._record_decision's state after, journal.add
+        row["tokens_after"], row["credits_after"] = int(st.T[c, d]), int(st.left[c])
+        row["held_after"] = int(st.H[c, d])
+        return dataclasses.replace(dec, seq=jn.add(row))
+
     def expire(self, t: int) -> int:
-        """Broker._expire_until(t) when it has no journal, no subscriber and no retired
-        slot draining (the broker checks): returns how many leases expired."""
-        st = self.st
+        """Broker._expire_until(t) when it has no subscriber and no retired slot draining
+        (the broker checks): returns how many leases expired, or -1 (nothing done) when its
+        journal takes records only through an overridden ``add``."""
+        st, jn = self.st, self.b.journal
+        if jn is not None and not self._journal_ok(jn):
+            return -1
         if int(st.scal[3]) > 0 and int(st.heap_t[0]) <= t:
-            return self._expire(t)
+            return self._expire(t, jn)
         return 0
 
-    def _expire(self, t: int) -> int:
-        """Broker._expire_until without a journal (no subscriber: checked by the caller);
-        returns how many leases expired."""
-        st, k, adv = self.st, self.k, self.adv
+    def _expire(self, t: int, jn=None) -> int:
+        """Broker._expire_until (no subscriber: checked by the caller); with a journal one
+        lease at a time, each with its ``expire`` record (the state right after it).
+        Returns how many leases expired."""
+        st, k = self.st, self.k
+        adv = self.adv if jn is None else self.adv1
         events = self.b._events
         total = 0
         while True:
@@ -219,7 +328,14 @@ class FastAcquire:
                     "campaign": self.names[int(st.camp[lid])], "lease_id": lid,
                     "intent_id": None, "deadline": None, "reason": None,
                     "units": int(st.units[lid])}))
-            if m < _ADV_CHUNK:
+                if jn is not None:
+                    c = int(st.camp[lid])
+                    jn.add({"op": OP["expire"], "t": int(st.t_end[lid]), "campaign": c,
+                            "reason": 0, "lease": lid, "units": int(st.units[lid]), "dim": d,
+                            "cls": int(st.lcls[lid]), "intent": int(st.intent[lid]),
+                            "cost": int(st.cost[lid]), "tokens_after": int(st.T[c, d]),
+                            "credits_after": int(st.left[c]), "held_after": int(st.H[c, d])})
+            if m < len(adv):
                 return total
 
     def _lease(self, lid: int):
