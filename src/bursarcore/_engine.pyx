@@ -1573,6 +1573,28 @@ cdef class FastAcquire:
             j.end_op(durable)
         return 0
 
+    cdef int _admit(self, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
+                    int64_t nmax, int64_t dur, int64_t spend, int64_t t, int64_t iid,
+                    int64_t* buf) except -1:
+        """``k_admit`` with room made first (the broker's ``_reserve``) and the expiry heap
+        grown if it fills; raises on an engine error. Callers re-read the context after:
+        growing moves the arrays."""
+        cdef _Ctx cx = _ctx(self.st)
+        cdef Eng* e = &cx.e
+        cdef int r
+        if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
+            self.b._reserve(1, nmax)
+            cx = _ctx(self.st)
+            e = &cx.e
+        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r == E_HEAPFULL:
+            cx = _grow_heap(self.st)
+            e = &cx.e
+            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r < 0:
+            _raise(r, nmax)
+        return r
+
     cpdef object acquire(self, object intent):
         cdef object b = self.b, v, key, sc, x
         cdef Py_ssize_t c, d, k, pos = 0
@@ -1690,17 +1712,9 @@ cdef class FastAcquire:
                                        0.0, 0.0, -1))
         if c >= e.calloc or k >= e.K:
             raise IndexError(f"campaign {c} / class {k} out of range")
-        if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
-            b._reserve(1, nmax)
-            cx = _ctx(self.st)
-            e = &cx.e
-        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-        if r == E_HEAPFULL:
-            cx = _grow_heap(self.st)
-            e = &cx.e
-            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-        if r < 0:
-            _raise(r, nmax)
+        r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        cx = _ctx(self.st)                # the state may have grown
+        e = &cx.e
         if r == O_GRANTED:
             lid = buf[2]
             if e.firm[lid] == 0:
@@ -1773,17 +1787,9 @@ cdef class FastAcquire:
                 outcome, reason = 3, _R_DEADLINE
                 dec = None
             else:
-                if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
-                    b._reserve(1, nmax)
-                    cx = _ctx(self.st)
-                    e = &cx.e
-                r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-                if r == E_HEAPFULL:
-                    cx = _grow_heap(self.st)
-                    e = &cx.e
-                    r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-                if r < 0:
-                    _raise(r, nmax)
+                r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+                cx = _ctx(self.st)        # the state may have grown
+                e = &cx.e
                 if r == O_GRANTED:
                     lid = buf[2]
                     if e.firm[lid] == 0:
