@@ -94,6 +94,15 @@ class FastAcquire:
         """Records reach ``jn`` through ``Journal.add`` itself (not an override)."""
         return type(jn).add is Journal.add
 
+    def _admit(self, c, d, kc, nmin, nmax, dur, spend, t, iid):
+        """``admit`` with room made first (the broker's ``_reserve``); fills ``self.buf``."""
+        st = self.st
+        if (int(st.scal[2]) + 1 > st.camp.shape[0]
+                or int(st.arena_top[0]) + nmax > st.arena.shape[0]
+                or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
+            self.b._reserve(1, nmax)
+        return self.k.admit(st, c, d, kc, nmin, nmax, dur, spend, t, iid, self.buf)
+
     def acquire(self, intent):
         b, st, k = self.b, self.st, self.k
         if type(intent) is not self.Intent:
@@ -189,12 +198,8 @@ class FastAcquire:
                                        "path": None, "reason": "deadline",
                                        "retry_after": None, "cost": 0.0, "wait": 0.0,
                                        "seq": -1})
-        if (int(st.scal[2]) + 1 > st.camp.shape[0]
-                or int(st.arena_top[0]) + nmax > st.arena.shape[0]
-                or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
-            b._reserve(1, nmax)
         buf = self.buf
-        r = k.admit(st, c, d, kc, nmin, nmax, dur, spend, t, iid, buf)
+        r = self._admit(c, d, kc, nmin, nmax, dur, spend, t, iid)
         if r == GRANTED:
             lid = int(buf[2])
             if not st.firm[lid]:
@@ -253,12 +258,8 @@ class FastAcquire:
                                       "wait": 0.0, "seq": -1})
             row["outcome"], row["reason"] = 3, REASONS.index("deadline")
         else:
-            if (int(st.scal[2]) + 1 > st.camp.shape[0]
-                    or int(st.arena_top[0]) + nmax > st.arena.shape[0]
-                    or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
-                b._reserve(1, nmax)
             buf = self.buf
-            r = k.admit(st, c, d, kc, nmin, nmax, dur, spend, t, iid, buf)
+            r = self._admit(c, d, kc, nmin, nmax, dur, spend, t, iid)
             if r == GRANTED:
                 lid = int(buf[2])
                 if not st.firm[lid]:
