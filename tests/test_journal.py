@@ -55,6 +55,10 @@ OP = st.one_of(
     st.tuples(st.just("advance"), st.sampled_from([0.5, 1.0, 30.0, 61.0, 200.0])),
     st.tuples(st.just("batch"), st.lists(st.tuples(st.integers(0, 2), st.integers(1, 20)),
                                          min_size=1, max_size=5)),
+    # reads: state() brings every bucket up to now and serves what is due; replay must
+    # not depend on whether anyone looked
+    st.tuples(st.just("state"), st.sampled_from([0.0, 0.5, 30.0])),
+    st.tuples(st.just("supply"), st.sampled_from(NAMES)),
 )
 
 
@@ -80,6 +84,11 @@ def run(b: Broker, op) -> object:
     if kind == "batch":
         r = b.admit_batch([i[0] for i in op[1]], [i[1] for i in op[1]], 60.0)
         return [x.tolist() for x in r]
+    if kind == "state":
+        b.clock.advance(op[1])
+        return b.state()
+    if kind == "supply":
+        return b.supply(op[1]).to_dict()
     raise AssertionError(kind)
 
 
