@@ -353,13 +353,6 @@ class Broker:
         self._subscribers: list[Any] = []
         self._deficit_last = np.zeros(0)
         self._default_cls = np.zeros(0, dtype=np.int64)
-        self._config = {"pool": pool.to_dict(), "classes": [vars(c) for c in self.classes],
-                        "congestion": {"window": self.congestion.window,
-                                       "bins": self.congestion.bins,
-                                       "thresholds": list(self.congestion.thresholds),
-                                       "multipliers": list(self.congestion.multipliers)},
-                        "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
-                        "enforcement": enforcement}
         if journal is not None and not isinstance(journal, Journal):
             raise InvalidArgument("journal", "must be a bursarcore.journal.Journal", journal)
         if journal is not None and len(journal):
@@ -371,10 +364,20 @@ class Broker:
         if backend == "compiled" and hasattr(self._k, "FastAcquire"):
             self._fast = self._k.FastAcquire(self, Decision, Lease, Event, Intent)
         if journal is not None:
+            # built only here: the slot map as JSON lists is one list object per node (125k
+            # for a 1M-GPU pool), and long-lived container objects make every full
+            # collection of the cycle GC traverse them (it was a third of admit_batch's time)
+            config = {"pool": pool.to_dict(), "classes": [vars(c) for c in self.classes],
+                      "congestion": {"window": self.congestion.window,
+                                     "bins": self.congestion.bins,
+                                     "thresholds": list(self.congestion.thresholds),
+                                     "multipliers": list(self.congestion.multipliers)},
+                      "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
+                      "enforcement": enforcement}
             row = {}
             row["op"] = J.OP["config"]
             row["t"] = self._t
-            journal.add(row, json.dumps(self._config, sort_keys=True))
+            journal.add(row, json.dumps(config, sort_keys=True))
 
     # ------------------------------------------------------------------ registration
     @_op
