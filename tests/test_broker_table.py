@@ -413,6 +413,18 @@ def test_supply_and_quote(eb):
     assert d.cost == q.cost[2, 0]
 
 
+def test_supply_of_an_unbounded_bucket_is_unlimited_tokens(eb):
+    """An unbounded bucket's tokens are unlimited in supply(), also after debits (the
+    engine keeps a large sentinel count; state() says None for it)."""
+    b = mk(eb)
+    b.register("u", Envelope(credits=INF, sustained={"gpu": 4}, ceiling={"gpu": 64},
+                             burst={"gpu": INF}))
+    b.acquire(Intent("u", units={"gpu": 64}, duration=600))
+    g = b.supply("u").dims["gpu"]
+    assert (g.tokens, g.bucket, g.held) == (math.inf, math.inf, 64)
+    assert b.state()["campaigns"]["u"]["tokens"]["gpu"] is None
+
+
 # ---------------------------------------------------------------- batch ≡ sequence of acquires
 def test_admit_batch_equals_acquire_sequence(eb):
     def fresh():

@@ -1110,7 +1110,10 @@ class Broker:
                 free=max(0, free), capacity=int(st.cap[d]),
                 reclaimable=int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])),
                 congestion=kappa, multiplier=mult,
-                tokens=int(st.T[c, d]) / NS, bucket=math.inf if Bc >= MAXV else Bc / NS,
+                # an unbounded bucket holds "unlimited" tokens, whatever the sentinel's
+                # count after debits (as state() says None for it)
+                tokens=math.inf if Bc >= MAXV else int(st.T[c, d]) / NS,
+                bucket=math.inf if Bc >= MAXV else Bc / NS,
                 held=int(st.H[c, d]), ceiling=int(st.b[c, d]), price=prices,
                 wait={"warm": 0.0, "reclaim": grace, "cold": cold})
         left = int(st.left[c])

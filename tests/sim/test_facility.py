@@ -127,3 +127,16 @@ def test_facility_validation_names_the_field(change, field):
     with pytest.raises(ScenarioError) as e:
         short_default(**change)
     assert e.value.field == field
+
+
+def test_adaptive_agent_with_an_unbounded_bucket(short):
+    """supply() reports an unbounded bucket's tokens as inf; the adaptive agent sizes its
+    pipeline from them and must take that as "tokens never limit me"."""
+    sc = short(**{"scenario.duration": 600.0, "tasksets.science.count": 200,
+                  "tasksets.science.arrival_window": 500.0,
+                  "campaigns.storm.behaviour.start": 100.0,
+                  "campaigns.storm.behaviour.end": 300.0,
+                  "campaigns.adaptive-sci.envelope.burst.gpu": "unlimited"})
+    res = Simulation(sc).run()
+    a = next(d for d in res.summary["campaigns"].values() if d["agent"] == "adaptive")
+    assert a["plans"] > 0 and a["completed"] > 0

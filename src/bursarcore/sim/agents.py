@@ -606,7 +606,9 @@ class Adaptive(ScienceAgent):
             score = ts.value[cand] / ts.gpu_seconds[cand]
         order = cand[np.argsort(-score, kind="stable")]
         prefetch = self.p["prefetch"]
-        gpu_target = min(self.b, self.s + int(tokens / max(self.p["lease"], 1.0)))
+        # an unbounded bucket (tokens inf) never limits the target
+        burst = tokens / max(self.p["lease"], 1.0)
+        gpu_target = self.b if not math.isfinite(burst) else min(self.b, self.s + int(burst))
         gpu_room = max(0, int(1.25 * gpu_target) - self.busy - self.pipe_gpus)
         if self.io is not None:
             rate = max(self.io_floor, self.io.rate(t))
