@@ -18,9 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES
+from bursarcore.broker import ENGINES, Decision, Event, Lease
 from bursarcore.errors import InvalidArgument, JournalCorrupt
 from bursarcore.journal import MemoryJournal, SQLiteJournal, export_jsonl, import_jsonl
+from bursarcore.journal.records import deadline_of
+from bursarcore.reference.fastpath import FastAcquire as RefFast
 
 INF = math.inf
 CAMPAIGNS = {
@@ -193,6 +195,58 @@ def test_journal_must_start_empty(eb):
     with pytest.raises(InvalidArgument) as e:
         Broker(Pool(gpu=1), journal=j)
     assert e.value.field == "journal"
+
+
+@pytest.mark.parametrize("sink", ["memory", "sqlite"])
+@pytest.mark.parametrize("path", ["general", "fast"])
+def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
+    """A deadline before time 0, and one of exactly -1 ns (the field's "none"), are
+    journaled so that replay reads them back as those deadlines, not as none: the
+    replayed journal is byte-identical (every backend, general and fast acquire, both
+    sinks, and through a JSON lines export)."""
+    j = MemoryJournal() if sink == "memory" else SQLiteJournal(tmp_path / "j.db", batch=3)
+    b = Broker(Pool(gpu=8), clock=ManualClock(-5.0), backend=eb, ttl=50.0, journal=j)
+    if path == "general":
+        b._fast = None
+    elif b._fast is None:
+        b._fast = RefFast(b, Decision, Lease, Event, Intent)
+    env = Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8}, burst={"gpu": INF})
+    b.register("a", env)
+    b.register("big", env)
+    seqs = {}
+
+    def ask(c, n, dl):
+        d = b.acquire(Intent(c, units={"gpu": n}, duration=100, deadline=dl))
+        seqs[d.seq] = None if dl is None else round(dl * 1e9)
+        return d.outcome
+
+    # at t = -5 s: a warm grant with a deadline of -1 ns, then the pool is full and three
+    # intents pend, until -1 ns, -2 s and their TTL
+    assert ask("a", 1, -1e-9) == "granted" and ask("big", 7, None) == "granted"
+    assert [ask("a", 1, dl) for dl in (-1e-9, -2.0, None)] == ["pending"] * 3
+    b.clock.advance(5.0)
+    ev = [(e.kind, e.time, e.reason) for e in b.poll()]
+    assert ev == [("refused", -2.0, "deadline"), ("refused", -1e-9, "deadline")]
+    # at t = 0: deadlines before 0 are refused at once
+    assert [ask("a", 1, dl) for dl in (-1.0, -1e-9)] == ["refused"] * 2
+    b.clock.advance(60.0)
+    assert [(e.kind, e.reason) for e in b.poll()] == [("refused", "ttl")]
+    rows = j.rows()
+    assert {s: deadline_of(int(rows[s]["deadline"])) for s in seqs} == seqs
+    assert all(int(rows[s]["deadline"]) == -1 for s, dl in seqs.items() if dl is None)
+    if sink == "sqlite":
+        b.sync()
+        j.close()
+        j = SQLiteJournal(tmp_path / "j.db")
+    want = j.rows().tobytes()
+    for be in ENGINES:
+        assert Broker.replay(j, backend=be, resume=False).journal.rows().tobytes() == want, be
+    export_jsonl(j, tmp_path / "j.jsonl")
+    back = import_jsonl(tmp_path / "j.jsonl")
+    assert back.rows().tobytes() == want
+    assert Broker.replay(back, backend=eb, resume=False).journal.rows().tobytes() == want
+    if sink == "sqlite":
+        j.close()
 
 
 # ------------------------------------------------------------------ sinks

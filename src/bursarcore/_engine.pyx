@@ -1427,6 +1427,15 @@ cdef inline bint _sec_ns(object x, int64_t* out):
     return True
 
 
+from libc.stdint cimport INT64_MIN
+
+cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
+    """journal.records.deadline_field: -1 for none, INT64_MIN for a deadline of -1 ns."""
+    if not has_dl:
+        return -1
+    return INT64_MIN if dl == -1 else dl
+
+
 cdef inline object _div(int64_t v, int64_t by):
     """v / by as Python's int true division (correctly rounded): exact in doubles below 2**53."""
     if -(1LL << 53) <= v <= (1LL << 53):
@@ -1525,7 +1534,8 @@ cdef class FastAcquire:
         from .journal.base import Journal
         from .journal.memory import MemoryJournal
         if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
-                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33:
+                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33 \
+                or (_jr.deadline_field(None), _jr.deadline_field(-1)) != (-1, _dl_field(1, -1)):
             raise RuntimeError("FastAcquire: journal record codes moved")
         self.Journal, self.MemoryJournal, self.replace = Journal, MemoryJournal, dataclasses.replace
         self.jobj = None
@@ -1828,7 +1838,7 @@ cdef class FastAcquire:
             i = c * e.D + d
             seq = jn.next_seq
             self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
-                            nmax, dur, spend, dl if has_dl else -1, ttl, units, lease, iid,
+                            nmax, dur, spend, _dl_field(has_dl, dl), ttl, units, lease, iid,
                             cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.T[i], e.left[c],
                             e.H[i]))
             if dec is not None:

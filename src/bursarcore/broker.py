@@ -706,7 +706,7 @@ class Broker:
         row["op"], row["t"], row["campaign"], row["dim"], row["cls"] = J.OP["acquire"], t, c, d, k
         row["batch"] = batch
         row["nmin"], row["nmax"], row["dur"], row["max_spend"] = nmin, nmax, dur, spend
-        row["deadline"] = -1 if deadline is None else deadline
+        row["deadline"] = J.deadline_field(deadline)
         row["ttl"], row["intent"] = ttl, iid
         row["rank"] = int(st.cls[k, 0])
         row["deficit"] = self._deficit_last[c]
@@ -1608,7 +1608,7 @@ class Broker:
             self.register(p["name"], Envelope.from_dict(env))
         elif op == J.OP["acquire"]:
             self._advance(t)
-            deadline = None if int(r["deadline"]) < 0 else int(r["deadline"])
+            deadline = J.deadline_of(int(r["deadline"]))
             self._acquire_ns(int(r["campaign"]), int(r["dim"]), int(r["cls"]), int(r["nmin"]),
                              int(r["nmax"]), int(r["dur"]), int(r["max_spend"]), deadline,
                              int(r["ttl"]), t, None, batch=int(r["batch"]))

@@ -9,6 +9,14 @@ Input records (``config``, ``register``, ``acquire``, ``release``, ``renew``, ``
 ``advance``, ``consume``) drive :meth:`bursarcore.Broker.replay`; derived records
 (``grant`` of a pending intent, ``refuse`` at TTL or deadline, ``preempt``, ``revoke``,
 ``expire``, ``activate``) are what the engine did on its own and are checked on replay.
+
+The ``deadline`` of an ``acquire`` record is -1 when the intent has none; every deadline
+is stored as is, negative ones included, except a deadline of exactly -1 ns, which is
+stored as INT64_MIN (outside the +/-2**62 ns every time is validated to, so no real
+deadline collides with it or with -1). Write it with :func:`deadline_field`, read it with
+:func:`deadline_of`. (Journals written before this escape hold -1 for "none" too, and
+read the same; there the -1 ns deadline was indistinguishable from none.) A ``preempt``
+record's ``deadline`` is the revocation instant, always present, stored as is.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "to_dict", "from_dict",
-           "new_rows"]
+           "new_rows", "deadline_field", "deadline_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
        "activate", "release", "renew", "cancel", "advance", "consume", "add_nodes",
@@ -59,6 +67,23 @@ DEFAULTS = {f: 0 for f in FIELDS}
 DEFAULTS.update({f: -1 for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend",
                                  "deadline", "ttl")})
 DEFAULTS["deficit"] = math.nan
+
+NO_DEADLINE = -1
+DEADLINE_MINUS_1NS = -(1 << 63)   # INT64_MIN: how a deadline of exactly -1 ns is stored
+
+
+def deadline_field(deadline: int | None) -> int:
+    """An acquire record's ``deadline`` for a deadline in ns, or None (see the module doc)."""
+    if deadline is None:
+        return NO_DEADLINE
+    return DEADLINE_MINUS_1NS if deadline == -1 else deadline
+
+
+def deadline_of(field: int) -> int | None:
+    """Inverse of :func:`deadline_field`."""
+    if field == NO_DEADLINE:
+        return None
+    return -1 if field == DEADLINE_MINUS_1NS else field
 
 
 _IN_ORDER = itemgetter(*FIELDS)

@@ -35,7 +35,7 @@ import math
 
 from ..admission.state import CAPACITY, GRANTED, LEASE_STATES, MAXV, REASONS, REFUSED, TOKENS
 from ..journal.base import Journal
-from ..journal.records import OP
+from ..journal.records import OP, deadline_field
 
 __all__ = ["FastAcquire"]
 
@@ -242,7 +242,7 @@ class FastAcquire:
         b._next_intent = iid + 1
         row = {"op": OP["acquire"], "t": t, "campaign": c, "dim": d, "cls": kc, "batch": 0,
                "nmin": nmin, "nmax": nmax, "dur": dur, "max_spend": spend,
-               "deadline": -1 if deadline is None else deadline, "ttl": ttl, "intent": iid,
+               "deadline": deadline_field(deadline), "ttl": ttl, "intent": iid,
                "rank": int(st.cls[kc, 0]), "deficit": b._deficit_last[c]}
         _, _, _, _, lims = k.decide(st, c, d, kc, nmin, nmax, dur, spend, t)
         row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])

@@ -186,7 +186,7 @@ def _event_from_row(r: np.void, names: list[str]) -> dict[str, Any]:
             "campaign": names[c] if 0 <= c < len(names) else str(c),
             "lease_id": lease if lease >= 0 else None,
             "intent_id": int(r["intent"]) if kind in ("granted", "refused") else None,
-            "deadline": deadline / 1e9 if kind == "preempt_notice" and deadline >= 0 else None,
+            "deadline": deadline / 1e9 if kind == "preempt_notice" else None,
             "reason": J.REASONS[reason] if 0 < reason < len(J.REASONS) else None,
             "units": int(r["units"])}
 
