@@ -426,6 +426,25 @@ def test_supply_of_an_unbounded_bucket_is_unlimited_tokens(eb):
 
 
 # ---------------------------------------------------------------- batch ≡ sequence of acquires
+def test_admit_batch_ttl_applies_to_its_pending_items(eb):
+    """``admit_batch(..., ttl=)`` is each item's ``Intent.ttl``: an item that goes pending
+    is refused with ``ttl`` after that long, not after the broker's default; a bad ttl is
+    refused before anything changes."""
+    b = mk(eb, gpu=8)
+    b.register("a", Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8}))
+    with pytest.raises(InvalidArgument, match="ttl"):
+        b.admit_batch([0, 0], [8, 8], 100.0, now=0.0, ttl=0)
+    assert b.state()["leases"] == [] and b.pending() == []
+    res = b.admit_batch([0, 0], [8, 8], 100.0, now=0.0, ttl=30.0)
+    assert res.outcome.tolist() == [0, 2]
+    b.clock.advance(29)
+    assert [e.kind for e in b.poll()] == []
+    b.clock.advance(1)
+    ev = b.poll()
+    assert [(e.kind, e.reason) for e in ev] == [("refused", "ttl")]
+
+
+
 def test_admit_batch_equals_acquire_sequence(eb):
     def fresh():
         b = mk(eb, gpu=64)

@@ -24,6 +24,7 @@ import functools
 import heapq
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -1175,13 +1176,16 @@ class Broker:
     # ------------------------------------------------------------------ batch
     @_op
     def admit_batch(self, campaign_idx: Any, units_: Any, durations: Any, now: float | None = None,
-                    *, service_class: str | int | None = None, dim: str | None = None) -> BatchResult:
+                    *, service_class: str | int | None = None, dim: str | None = None,
+                    ttl: float | None = None) -> BatchResult:
         """Decide many intents at one instant, exactly as the same sequence of
         :meth:`acquire` calls would: warm grants and certain refusals run in the compiled
         loop; reclaim and pending items drop to the policy layer one at a time.
 
         ``units_`` is shape (n,) (min = max) or (n, 2) (min, max); ``durations`` seconds
-        (scalar or (n,)); ``service_class`` a class name (default: each campaign's).
+        (scalar or (n,)); ``service_class`` a class name (default: each campaign's);
+        ``ttl`` the longest wait in the pending queue for the batch's items that go
+        pending (default: the broker's, as ``Intent.ttl``).
         """
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
@@ -1214,15 +1218,19 @@ class Broker:
                 raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                       service_class)
             ks = np.full(n, kk, dtype=np.int64)
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, numbers.Real)
+                                or not math.isfinite(ttl) or ttl <= 0):
+            raise InvalidArgument("ttl", "must be a finite number of seconds > 0", ttl)
+        ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
         t = self._now() if now is None else units.to_ns(now)
         if t < self._t:
             raise TimeWentBackwards("now", f"must be >= the broker time {self._t / NS}", t / NS)
         if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
             self.clock.set(t / NS)
         self._advance(t)
-        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t)
+        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns)
 
-    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t) -> BatchResult:
+    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t, ttl) -> BatchResult:
         """Warm grants and certain refusals in the compiled loop; a slow item (reclaim or
         pending) goes through the single path, flagged as part of the batch. With a
         journal, the loop also returns each item's rule inputs and state after, and its
@@ -1238,7 +1246,6 @@ class Broker:
         dims = np.full(n, d, dtype=np.int64)
         iid0 = self._next_intent
         self._next_intent += n
-        ttl = units.to_ns(self.ttl)
         self._reserve(n, int(nmax.sum()) if n else 0)
         j = 0
         while j < n:
