@@ -9,7 +9,7 @@ The map from every rule to its covering test is docs/spec-coverage.md; rules the
 table tests (``test_broker_table.py``, ``test_flow_table.py``, ``test_broker_flow.py``) and
 state machines (``test_broker_invariants.py``) already pin are not repeated here.
 
-The last section holds strict xfails that demonstrate a known deviation from SPEC.
+The last section holds the test of a rule the audit found broken (since fixed).
 """
 
 from __future__ import annotations
@@ -470,23 +470,19 @@ def test_supply_counts_revoking_units_not_yet_promised_as_reclaimable(eb):
     assert kinds(b.poll(), "preempt_notice") == []
 
 
-# ================================================================ product bugs
-# Tests below demonstrate a violation of SPEC by the current code: strict xfails, so they
-# turn into failures the day the code is fixed (then drop the mark). Do not "fix" them by
-# changing the numbers.
+# ================================================================ found by the audit
+# The audit found the product violating the rule below (usage decayed per tick, evenly
+# within a tick's interval); fixed by folding usage at every change of holdings.
 
-@pytest.mark.xfail(strict=True, reason="SPEC §6 decay is applied per tick, usage within a "
-                   "tick interval weighted evenly (docs/policy.md, 'Known deviation')")
 def test_fair_share_usage_decays_with_age(eb):
     """§6: usage decays exponentially (half-life default 600 s). a held 10 GPUs over [0, 600),
     b held 10 over [600, 1200). At t = 1200 a's usage is 10·∫ e^(−λ(1200−t)) dt over
     [0, 600) = (10/λ)(1/2 − 1/4) and b's (10/λ)(1 − 1/2): a has half b's usage, so with
     equal shares deficit_a = 1/2 − 1/3 = 1/6 and deficit_b = 1/2 − 2/3 = −1/6.
 
-    BUG (src/bursarcore/broker.py, ``Broker._fair_share``): every unit-second held since
-    the last committed fair-share tick is folded in with one average decay factor
-    (1 − e^−x)/x, whatever its age, and ticks commit only when the queue is sorted or
-    victims are chosen, so both get 0.0 here."""
+    The engine once folded every unit-second held since the last fair-share tick with one
+    average decay factor whatever its age (ticks came only with queue sorts and victim
+    choices), so both got 0.0 here."""
     b = mk(eb, gpu=100)
     b.register("a", env(g=10, s=100))
     b.register("b", env(g=10, s=100))
@@ -497,3 +493,51 @@ def test_fair_share_usage_decays_with_age(eb):
     d = b.deficits()
     assert d["a"] == pytest.approx(1 / 6, abs=1e-3)
     assert d["b"] == pytest.approx(-1 / 6, abs=1e-3)
+
+
+def test_fair_share_decay_across_an_epoch_move(eb):
+    """§6 with a 1 s half-life: the fold's epoch moves forward when a holding changes more
+    than 256 half-lives after it (b's grant at 257 s), rescaling every campaign, and the
+    usages stay exact: a held 10 over [0, 258), b 10 over [257, 259). At 259 usage_a =
+    (10/λ)(2^−1 − 2^−259) and usage_b = (10/λ)(1 − 2^−2): with equal shares deficit_a =
+    1/2 − 0.5/1.25 = 0.1 and deficit_b = −0.1. The journal replays to the same broker."""
+    from bursarcore.journal import MemoryJournal
+
+    j = MemoryJournal()
+    b = mk(eb, gpu=100, half_life=1.0, journal=j)
+    b.register("a", env(g=10, s=100))
+    b.register("b", env(g=10, s=100))
+    b.acquire(Intent("a", units={"gpu": 10}, duration=258))
+    b.clock.advance(257)
+    b.acquire(Intent("b", units={"gpu": 10}, duration=2))
+    assert int(b.st.fs_par[1]) == 257 * 10**9          # the epoch moved to b's grant
+    b.clock.advance(2)
+    d = b.deficits()
+    assert d["a"] == pytest.approx(0.1, abs=1e-12) and d["b"] == pytest.approx(-0.1, abs=1e-12)
+    r = Broker.replay(j, backend=eb)
+    assert r.deficits() == d
+
+
+def test_fair_share_fold_is_bit_identical_across_backends():
+    """The fold is the same IEEE double operations in every backend, epoch moves included
+    (checked bit for bit when both backends are built)."""
+    import numpy as np
+
+    def run(backend):
+        b = mk(backend, gpu=100, half_life=1.0)
+        for n in "abc":
+            b.register(n, env(g=5, s=100))
+        rng = np.random.default_rng(5)
+        for _ in range(200):
+            b.clock.advance(float(rng.integers(1, 40)) / 7)
+            who = "abc"[int(rng.integers(0, 3))]
+            b.acquire(Intent(who, units={"gpu": int(rng.integers(1, 30))},
+                             duration=float(rng.integers(1, 90)) / 3))
+        return b.st.fs_S[:3].copy(), b.st.fs_G[:3].copy(), int(b.st.fs_par[1]), b.deficits()
+
+    runs = [run(backend) for backend in ENGINES]
+    assert runs[0][2] > 0                                  # the epoch moved at least once
+    for other in runs[1:]:
+        assert runs[0][0].tobytes() == other[0].tobytes()
+        assert runs[0][1].tobytes() == other[1].tobytes()
+        assert runs[0][2:] == other[2:]

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# distutils: extra_compile_args = -fwrapv
+# distutils: extra_compile_args = -fwrapv -ffp-contract=off
 """Compiled admission kernel. Private: the broker picks it through ``broker.ENGINES``.
 
 The twin of :mod:`bursarcore.reference.engine` (the specification): the same functions,
@@ -52,6 +52,7 @@ Design
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.math cimport pow as c_pow
 
 from .admission import state as _state
 
@@ -130,6 +131,7 @@ assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state
         _state.REVOKED) == (L_STARTING, L_ACTIVE, L_REVOKING, L_RELEASED, L_EXPIRED, L_REVOKED)
 assert (_state.WARM, _state.RECLAIM) == (P_WARM, P_RECLAIM)
 assert (_state.MAXV, _state.HOUR_NS, _state.PPM) == (MAXV, HOUR, PPM)
+cdef double FS_REBASE = _state.FS_REBASE
 
 backend = "compiled"
 
@@ -178,6 +180,13 @@ cdef struct Eng:
     int64_t* spent
     int64_t* refunded
     int64_t* cred_debited
+    # fair share (SPEC §6): per campaign, and [half-life ns, epoch ns]
+    double* fsS
+    double* fsG
+    int64_t* fs_par
+    int64_t fs_t           # cache: the last time fs_weight computed, and its weight
+    double fs_w
+    bint fs_ok
     # leases
     int64_t* camp
     int64_t* dim
@@ -288,6 +297,12 @@ cdef _Ctx _build(object st):
     e.spent = _i64(refs, st, "spent", 1, e.calloc, 0)
     e.refunded = _i64(refs, st, "refunded", 1, e.calloc, 0)
     e.cred_debited = _i64(refs, st, "cred_debited", 1, e.calloc, 0)
+    e.fsS = <double*>_data(refs, st.fs_S, "fs_S", cnp.NPY_FLOAT64, 1, e.calloc, 0)
+    e.fsG = <double*>_data(refs, st.fs_G, "fs_G", cnp.NPY_FLOAT64, 1, e.calloc, 0)
+    e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
+    if e.fs_par[0] < 1:
+        raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
+    e.fs_ok = False
     e.L = st.camp.shape[0]
     e.camp = _i64(refs, st, "camp", 1, e.L, 0)
     e.dim = _i64(refs, st, "dim", 1, e.L, 0)
@@ -461,9 +476,36 @@ cdef inline int64_t k_free(Eng* e, Py_ssize_t d) noexcept nogil:
     return e.cap[d] - e.occ[d] - imax(0, e.prom[d] - e.rev[d])
 
 
+cdef double k_fs_weight(Eng* e, int64_t t) noexcept nogil:
+    """The reference's fs_weight: 2^((t − E)/half-life), moving the epoch E to t when t is
+    more than FS_REBASE half-lives ahead (rare: every ~43 h at 600 s). Cached per t (a
+    batch's grants share one t), and the cache dropped when the epoch moves."""
+    cdef double x, f
+    cdef Py_ssize_t c
+    if e.fs_ok and e.fs_t == t:
+        return e.fs_w
+    x = <double>(t - e.fs_par[1]) / <double>e.fs_par[0]
+    if x > FS_REBASE:
+        f = c_pow(2.0, -x)
+        for c in range(e.calloc):
+            e.fsS[c] = e.fsS[c] * f
+            e.fsG[c] = e.fsG[c] * f
+        e.fs_par[1] = t
+        x = 0.0
+    e.fs_w = c_pow(2.0, x)
+    e.fs_t = t
+    e.fs_ok = True
+    return e.fs_w
+
+
 cdef inline void k_hold(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t delta, bint firm) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
     cdef int64_t before
+    cdef double w
+    if d == 0:   # fold the holding so far into c's fair-share usage (caller settled: tlast is now)
+        w = k_fs_weight(e, e.tlast[i])
+        e.fsS[c] = e.fsS[c] + <double>e.H[i] * (w - e.fsG[c])
+        e.fsG[c] = w
     e.H[i] += delta
     if firm:
         before = k_unmet(e, c, d)

@@ -309,7 +309,8 @@ class Broker:
             cong_thresholds=[round(x * PPM) for x in self.congestion.thresholds],
             cong_mult=[round(x * PPM) for x in self.congestion.multipliers],
             window_ns=units.to_ns(self.congestion.window), bins=self.congestion.bins,
-            instant=enforcement == "instant")
+            instant=enforcement == "instant",
+            half_life_ns=max(1, units.to_ns(self.half_life, "half_life")), epoch_ns=self._t)
         self.st.scal[0] = self._t // self.st.bin_ns
         self._flow_index = {d: i for i, d in enumerate(self.flow_dims)}
         self._flow_price = np.array([round(self.price[d] * CREDIT) for d in self.flow_dims],
@@ -334,9 +335,6 @@ class Broker:
         self._cindex: dict[str, int] = {}
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
-        self._usage = np.zeros(0)
-        self._acc_seen = np.zeros(0, dtype=np.int64)
-        self._fs_t = self._t
         self._pending: dict[int, _Pending] = {}
         # per key (campaign, dim, class, duration, max_spend): {nmin: pending intents}
         self._plow: dict[tuple, dict[int, int]] = {}
@@ -441,8 +439,6 @@ class Broker:
         self.envelopes[name] = envelope
         share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
         self._share = np.append(self._share, float(share))
-        self._usage = np.append(self._usage, 0.0)
-        self._acc_seen = np.append(self._acc_seen, 0)
         self._deficit_last = np.append(self._deficit_last, np.nan)
         self._default_cls = np.append(self._default_cls,
                                       self._cls_index[envelope.service_class]).astype(np.int64)
@@ -609,19 +605,19 @@ class Broker:
             st.grow_heap()
 
     # ------------------------------------------------------------------ fair share (§6)
-    def _fair_share(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Usage decayed to t with the unit-seconds held since the last tick folded in,
-        vectorised over all campaigns (primary held dimension). Pure: returns
-        ``(usage, acc)`` for :meth:`_deficit_array` to commit or not."""
-        C = self.st.C
-        dt = (t - self._fs_t) / NS
-        acc = self.st.acc[:C, 0] + self.st.H[:C, 0] * np.maximum(0, t - self.st.tlast[:C, 0])
-        new = (acc - self._acc_seen) / NS
-        if dt > 0:
-            x = dt * math.log(2) / self.half_life
-            decay = math.exp(-x)
-            return self._usage * decay + new * ((1 - decay) / x), acc
-        return self._usage + new, acc
+    def _fair_share(self, t: int) -> np.ndarray:
+        """Usage at t (SPEC §6): ∫ H(τ)·2^(−(t − τ)/half-life) dτ on the primary held
+        dimension, in unit-seconds, vectorised over all campaigns. Exact at any t: the
+        kernels fold each campaign's holding into ``fs_S`` at every change of it
+        (``fs_S`` = ∫ H·2^((τ − E)/half-life) up to its last change, at weight ``fs_G``),
+        and H has been constant since. Pure: reads only."""
+        st = self.st
+        C = st.C
+        hl, E = int(st.fs_par[0]), int(st.fs_par[1])
+        inv = math.pow(2.0, -(float(t - E) / float(hl)))     # 1 / w(t); 0 once far past E
+        H = st.H[:C, 0].astype(np.float64)
+        scale = hl / math.log(2) / NS                         # unit-ns of weight -> unit-s
+        return (st.fs_S[:C] * inv + H * (1.0 - st.fs_G[:C] * inv)) * scale
 
     @_op
     def deficits(self) -> dict[str, float]:
@@ -632,15 +628,14 @@ class Broker:
         return dict(zip(self._names, self._deficit_array(t, commit=False).tolist()))
 
     def _deficit_array(self, t: int, commit: bool = True) -> np.ndarray:
-        """Deficits at t. Decisions (queue order, victims) ``commit`` the tick, so the
-        fair-share state moves only at decisions — the same ones on replay."""
-        usage, acc = self._fair_share(t)
+        """Deficits at t. Decisions (queue order, victims) ``commit`` them as the deficits
+        their journal records carry (``deficit`` of acquire records)."""
+        usage = self._fair_share(t)
         tot_share = self._share.sum()
         share = self._share / tot_share if tot_share > 0 else self._share
         tot = usage.sum()
         deficit = share - (usage / tot if tot > 0 else 0.0)
         if commit:
-            self._usage, self._acc_seen, self._fs_t = usage, acc, t
             self._deficit_last = deficit
         return deficit
 

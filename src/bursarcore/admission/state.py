@@ -39,6 +39,13 @@ PATHS = ("warm", "reclaim", "cold")
 _CD_FIELDS = ("g", "s", "b", "Bcap", "T", "tlast", "H", "Hf", "acc",
               "tok_minted", "tok_debited", "tok_refunded", "tok_clipped")
 _C_FIELDS = ("budget", "left", "escrow", "spent", "refunded", "cred_debited")
+# fair share (SPEC §6), per campaign, float64: fs_S = ∫ H(τ)·2^((τ − E)/half-life) dτ over
+# the primary held dimension (unit-ns, E the epoch in fs_par[1]), folded at every change of
+# H; fs_G = 2^((τ − E)/half-life) at the campaign's last change. Usage decayed to t is
+# (fs_S + H·(w − fs_G)) / w with w = 2^((t − E)/half-life): exact at any t, and only
+# holding changes (which the journal carries) write it, so a replay rebuilds it bit for bit
+_CF_FIELDS = ("fs_S", "fs_G")
+FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves to t
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_start", "t_end",
              "dur", "excess", "cost", "slot_off", "revoke_at", "intent")
 
@@ -78,7 +85,8 @@ class EngineState:
     def __init__(self, capacity: list[int], headroom: list[int], slot_counts: list[int],
                  classes: list[tuple[int, int, int, int, int, int]], price: list[int],
                  cong_thresholds: list[int], cong_mult: list[int], window_ns: int,
-                 bins: int, instant: bool) -> None:
+                 bins: int, instant: bool, half_life_ns: int = 600_000_000_000,
+                 epoch_ns: int = 0) -> None:
         D = len(capacity)
         self.D = D
         z = lambda: np.zeros(D, dtype=np.int64)  # noqa: E731
@@ -97,6 +105,10 @@ class EngineState:
         # scalars kept in a small array so compiled kernels can write them in place:
         # [0] ring bin index, [1] instant-enforcement flag, [2] lease count, [3] heap size
         self.scal = np.array([0, int(instant), 0, 0], dtype=np.int64)
+        # fair share: [0] half-life in ns, [1] the epoch E of the fs_S / fs_G weights
+        if int(half_life_ns) < 1:
+            raise ValueError("half_life_ns must be >= 1")
+        self.fs_par = np.array([int(half_life_ns), int(epoch_ns)], dtype=np.int64)
         # slots: per dimension a stack of free slot ids (top = scal-like array `top`)
         width = max(slot_counts) if slot_counts else 0
         self.free_slots = np.zeros((D, max(width, 1)), dtype=np.int32)
@@ -111,6 +123,8 @@ class EngineState:
             setattr(self, f, np.zeros((0, D), dtype=np.int64))
         for f in _C_FIELDS:
             setattr(self, f, np.zeros(0, dtype=np.int64))
+        for f in _CF_FIELDS:
+            setattr(self, f, np.zeros(0, dtype=np.float64))
         # leases and their slot arena
         for f in _L_FIELDS:
             setattr(self, f, np.zeros(0, dtype=np.int64))
@@ -129,9 +143,9 @@ class EngineState:
                 b2 = np.zeros((new, self.D), dtype=np.int64)
                 b2[: self.C] = a[: self.C]
                 setattr(self, f, b2)
-            for f in _C_FIELDS:
+            for f in _C_FIELDS + _CF_FIELDS:
                 a = getattr(self, f)
-                b2 = np.zeros(new, dtype=np.int64)
+                b2 = np.zeros(new, dtype=a.dtype)
                 b2[: self.C] = a[: self.C]
                 setattr(self, f, b2)
             self._calloc = new

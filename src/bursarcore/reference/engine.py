@@ -10,10 +10,11 @@ yardstick for the 128-bit arithmetic in the compiled kernel.
 from __future__ import annotations
 
 import heapq  # noqa: F401  (the heap below is array-based so both backends share it)
+import math
 
-from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, GRANTED, HOUR_NS,
-                               MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING, SLOW, STARTING,
-                               TOKENS, WARM)
+from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, FS_REBASE, GRANTED,
+                               HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING, SLOW,
+                               STARTING, TOKENS, WARM)
 
 # class-table columns
 RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
@@ -55,8 +56,30 @@ def free_now(st, d: int) -> int:
     return int(st.cap[d]) - int(st.occ[d]) - max(0, int(st.prom[d]) - int(st.rev[d]))
 
 
+def fs_weight(st, t: int) -> float:
+    """w = 2^((t − E)/half-life) for the fair-share fold (SPEC §6), moving the epoch E to t
+    first when t is more than FS_REBASE half-lives ahead of it (every campaign row's fs_S
+    and fs_G scaled by the same power of two, so usages do not change; the broker's time
+    only moves forward, so E never needs to move back)."""
+    hl, E = int(st.fs_par[0]), int(st.fs_par[1])
+    x = float(t - E) / float(hl)
+    if x > FS_REBASE:
+        f = math.pow(2.0, -x)
+        for c in range(st.fs_S.shape[0]):
+            st.fs_S[c] = float(st.fs_S[c]) * f
+            st.fs_G[c] = float(st.fs_G[c]) * f
+        st.fs_par[1] = t
+        x = 0.0
+    return math.pow(2.0, x)
+
+
 def _hold(st, c: int, d: int, delta: int, firm: bool) -> None:
-    """Change c's holding by delta (caller settled first), keeping F and U exact."""
+    """Change c's holding by delta (caller settled first: tlast is now), keeping F and U
+    exact; on the primary dimension, fold the holding so far into c's fair-share usage."""
+    if d == 0:
+        w = fs_weight(st, int(st.tlast[c, 0]))
+        st.fs_S[c] = float(st.fs_S[c]) + float(int(st.H[c, 0])) * (w - float(st.fs_G[c]))
+        st.fs_G[c] = w
     st.H[c, d] += delta
     if firm:
         before = unmet(st, c, d)
