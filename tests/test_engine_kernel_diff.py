@@ -602,3 +602,23 @@ TestBrokerDiff = BrokerDiff.TestCase
 TestBrokerDiff.settings = settings(stateful_step_count=30,
                                    suppress_health_check=[HealthCheck.too_slow,
                                                           HealthCheck.filter_too_much])
+
+
+@pytest.mark.parametrize("T", [MAXV, 10**18, 5 * 10**18, 10**12, 0])
+@pytest.mark.parametrize("nmax", [1, 3000, 1 << 20])
+def test_lazy_token_limit_when_the_product_overflows_int64(T, nmax):
+    """``admit``'s lazy token test ``T >= (m − base)·dur`` runs in int64 and decides an
+    overflowing product by its sign: the same outcome as the reference's exact integers,
+    with ten-year leases and up to a million units."""
+    def one(k):
+        s = EngineState(capacity=[1 << 40], headroom=[0], slot_counts=[1 << 12],
+                        classes=[(0, PPM, 0, 0, 0, 0)], price=[PPM], cong_thresholds=[PPM],
+                        cong_mult=[PPM, PPM], window_ns=60 * NS, bins=6, instant=False)
+        s.add_campaign([0], [0], [1 << 40], [MAXV], MAXV, 0)
+        s.T[0, 0] = T
+        s.grow_leases(4, 1 << 12)
+        out = np.zeros(4, dtype=np.int64)
+        r = k.admit(s, 0, 0, 0, 1, nmax, 10 * 365 * 86400 * NS, -1, 0, 0, out)
+        return r, out.tolist(), s.T.tolist()
+
+    assert one(cmp) == one(ref)

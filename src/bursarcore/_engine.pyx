@@ -62,6 +62,7 @@ cdef extern from *:
     ctypedef long long i128 "__int128"
     ctypedef unsigned long long u128 "unsigned __int128"
     bint __builtin_mul_overflow(i128 a, i128 b, i128* r) noexcept nogil
+    bint mul_over64 "__builtin_mul_overflow"(int64_t a, int64_t b, int64_t* r) noexcept nogil
 
 cdef extern from *:
     """
@@ -503,7 +504,7 @@ cdef inline void k_hold(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t delta, bint 
     cdef int64_t before
     cdef double w
     if d == 0:   # fold the holding so far into c's fair-share usage (caller settled: tlast is now)
-        w = k_fs_weight(e, e.tlast[i])
+        w = e.fs_w if e.fs_ok and e.fs_t == e.tlast[i] else k_fs_weight(e, e.tlast[i])
         e.fsS[c] = e.fsS[c] + <double>e.H[i] * (w - e.fsG[c])
         e.fsG[c] = w
     e.H[i] += delta
@@ -536,9 +537,14 @@ cdef inline i128 k_cong_ppm(Eng* e, Py_ssize_t d) noexcept nogil:
 
 
 cdef inline int64_t k_cong_mult(Eng* e, Py_ssize_t d) noexcept nogil:
+    return k_cong_mult_f(e, d, k_free(e, d))
+
+
+cdef inline int64_t k_cong_mult_f(Eng* e, Py_ssize_t d, int64_t free) noexcept nogil:
+    """The multiplier with k_free(e, d) already known (``free``)."""
     # κ < thr  <=>  num // den < thr  <=>  num < thr·den  (den >= 1): no division needed
     cdef i128 num = (<i128>e.ring_sum[d] + e.pend[d]) * PPM
-    cdef i128 den = imax(1, k_free(e, d))
+    cdef i128 den = imax(1, free)
     cdef Py_ssize_t i
     for i in range(e.NT):
         if num < e.cong_thr[i] * den:
@@ -547,10 +553,20 @@ cdef inline int64_t k_cong_mult(Eng* e, Py_ssize_t d) noexcept nogil:
 
 
 cdef inline i128 k_price(Eng* e, Py_ssize_t d, Py_ssize_t k) noexcept nogil:
+    return k_price_f(e, d, k, k_free(e, d))
+
+
+cdef inline i128 k_price_f(Eng* e, Py_ssize_t d, Py_ssize_t k, int64_t free) noexcept nogil:
+    """The price with k_free(e, d) already known (``free``)."""
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef i128 m = kc[MULT]
+    cdef int64_t cm
     if kc[PRICED] != 0:
-        m = fdiv_ppm(m * k_cong_mult(e, d))
+        cm = k_cong_mult_f(e, d, free)
+        if cm != PPM:                     # (x·PPM) // PPM is x: skip the division
+            m = fdiv_ppm(m * cm)
+    if m == PPM:
+        return e.price[d]
     return fdiv_ppm(<i128>e.price[d] * m)
 
 
@@ -582,7 +598,7 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     cdef Py_ssize_t i = c * e.D + d
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef bint firm, tok_lazy = False, cred_lazy = False, capped = False, ok
-    cdef int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left
+    cdef int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left, need, mb
     cdef i128 pm, den = 0, X = 0, prod
     k_settle(e, c, d, t)
     firm = kc[PREEMPT] == 0
@@ -599,7 +615,8 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
         o.lim_tok = base + fdiv64(T, dur)
     else:
         tok_lazy = True
-    pm = k_price(e, d, k)
+    free = k_free(e, d)
+    pm = k_price_f(e, d, k, free)
     if pm > I64_MAX or pm < I64_MIN:
         return E_RANGE
     o.pm = <int64_t>pm
@@ -625,7 +642,6 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
             if capped and o.lim_cred > MAXV:
                 o.lim_cred = MAXV
             cred_lazy = False
-    free = k_free(e, d)
     if firm:
         lim_firm = e.cap[d] - e.F[d] - e.U[d] + k_unmet(e, c, d)
         lim_warm = imin(free, lim_firm)
@@ -635,7 +651,11 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
         o.lim_cap = lim_warm
     m = imin(imin(nmax, o.lim_ceil), o.lim_cap)
     if tok_lazy:
-        if T >= (<i128>m - base) * dur:      # lim_tok >= m: it does not bind
+        # lim_tok >= m (it does not bind) iff T >= (m − base)·dur; m − base fits int64
+        # (both are below 2**62 in magnitude) and dur > 0 here, so when the product
+        # overflows int64 its sign alone decides
+        mb = m - base
+        if (mb < 0 if mul_over64(mb, dur, &need) else T >= need):
             o.lim_tok = m
         else:
             o.lim_tok = base + fdiv64(T, dur)
@@ -786,17 +806,25 @@ cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, in
                             int64_t dur, int64_t pm, int64_t t, bint starting,
                             int64_t intent) noexcept nogil:
     """Commit a grant; returns the lease id, or an error code before any change."""
-    cdef Py_ssize_t i = c * e.D + d
-    cdef const int64_t* kc = e.cls + k * NCOL
     cdef int err = k_room(e, d, n, 1, not starting)
-    cdef bint firm
-    cdef int64_t H, s, excess, lid
-    cdef i128 debit, price
     if err:
         return err
     if not starting and e.scal[3] >= e.HC:
         return E_HEAPFULL
     k_settle(e, c, d, t)
+    return k_commit(e, c, d, k, n, dur, pm, t, starting, intent)
+
+
+cdef int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
+                      int64_t dur, int64_t pm, int64_t t, bint starting,
+                      int64_t intent) noexcept nogil:
+    """k_grant once its checks passed (room, heap) and (c, d) is settled at t: k_admit
+    comes here straight from its decision, which checked and settled the same."""
+    cdef Py_ssize_t i = c * e.D + d
+    cdef const int64_t* kc = e.cls + k * NCOL
+    cdef bint firm
+    cdef int64_t H, s, excess, lid
+    cdef i128 debit, price
     firm = kc[PREEMPT] == 0
     H = e.H[i]
     s = e.s[i]
@@ -1016,9 +1044,7 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
             k_shortfall(e, d, nmax - r.n)
         if err:
             return err
-        lid = k_grant(e, c, d, k, r.n, dur, r.pm, t, False, intent)
-        if lid < 0:
-            return <int>lid
+        lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, False, intent)   # checked just above
         out[2] = lid
         out[3] = e.cost[lid]
         return O_GRANTED
