@@ -1458,12 +1458,15 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
 # -- Broker.acquire's common case in one call (see bursarcore.reference.fastpath) -----------
 from cpython.list cimport PyList_Append
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem, PyDict_Next
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport rint, isfinite, fabs
 
 DEF ADV_CHUNK = 256
 DEF PLACE_MAX = 64
+DEF MAKER_MAX = 16
 DEF J_ACQUIRE = 2
 DEF J_EXPIRE = 7
 DEF J_ADVANCE = 12
@@ -1478,15 +1481,55 @@ cdef object _NAN = float("nan")
 cdef dict _OUTCOME_CODE = {"granted": 1, "pending": 2, "refused": 3}
 cdef dict _PATH_CODE = {"warm": 1, "reclaim": 2}
 
+# the fields FastAcquire reads and fills, in each dataclass's order (checked at build time)
+cdef tuple _INTENT_FIELDS = ("campaign", "units", "duration", "deadline", "max_spend",
+                             "service_class", "ttl")
+cdef enum:
+    IN_CAMPAIGN, IN_UNITS, IN_DURATION, IN_DEADLINE, IN_MAX_SPEND, IN_CLASS, IN_TTL, IN_N
+cdef tuple _DECISION_FIELDS = ("outcome", "intent_id", "campaign", "units", "lease", "path",
+                               "reason", "retry_after", "cost", "wait", "seq")
+cdef tuple _LEASE_FIELDS = ("id", "campaign", "dim", "units", "state", "firm", "service_class",
+                            "granted_at", "start", "expiry", "cost", "revoke_at", "intent",
+                            "placement", "slots")
+cdef tuple _EVENT_FIELDS = ("kind", "time", "campaign", "lease_id", "intent_id", "deadline",
+                            "reason", "units")
+# ManualClock and its own ``now`` (``return self._t``), taken when the package is imported
+# (bursarcore/__init__ imports the broker, which imports this module): a ``now`` patched in
+# later is not this one, and FastAcquire then calls it
+from .clock import ManualClock as _ManualClock
+cdef object _MANUAL_NOW = _ManualClock.__dict__["now"]
+# the broker's attributes FastAcquire reads (``_t`` and ``_next_intent``: and writes) as
+# entries of its instance dict
+cdef tuple _BROKER_ATTRS = ("journal", "durable", "_t_force", "ttl", "clock", "_t",
+                            "_next_intent", "_default_cls", "_events", "_deficit_last")
+
+
+cdef inline bint _count(object v, int64_t* out):
+    """A plain int in [0, 2**62) (False: anything else, which the general path handles)."""
+    cdef int ovf = 0
+    cdef long long x
+    if type(v) is not int:
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &ovf)
+    if ovf or x < 0 or x >= (1LL << 62):
+        return False
+    out[0] = x
+    return True
+
 
 cdef inline bint _sec_ns(object x, int64_t* out):
     """units.to_ns for a plain float or a small int (False: anything else, or out of range,
     which the general path reports)."""
     cdef double v
+    cdef int ovf = 0
+    cdef long long i
     if type(x) is float:
         v = <double>x
-    elif type(x) is int and -(1 << 52) < x < (1 << 52):
-        v = <double><int64_t>x
+    elif type(x) is int:
+        i = PyLong_AsLongLongAndOverflow(x, &ovf)
+        if ovf or not (-(1LL << 52) < i < (1LL << 52)):
+            return False
+        v = <double>i
     else:
         return False
     if not isfinite(v) or fabs(v) > _MAX_S:
@@ -1513,46 +1556,79 @@ cdef inline object _div(int64_t v, int64_t by):
 
 cdef extern from *:
     """
+    #include "structmember.h"
     static CYTHON_INLINE PyObject* bc_alloc(PyObject* cls) {
         PyTypeObject* tp = (PyTypeObject*)cls;
         return tp->tp_alloc(tp, 0);
     }
-    static CYTHON_INLINE int bc_set_slot(PyObject* descr, PyObject* o, PyObject* v) {
-        return Py_TYPE(descr)->tp_descr_set(descr, o, v);
+    /* where a member descriptor keeps its object field (a __slots__ entry), or -1 */
+    static Py_ssize_t bc_slot_offset(PyObject* descr) {
+        PyMemberDef* m;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type)
+            return -1;
+        m = ((PyMemberDescrObject*)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0)
+            return -1;
+        return m->offset;
+    }
+    /* a slot's value, borrowed (NULL: unset) */
+    static CYTHON_INLINE PyObject* bc_slot(PyObject* o, Py_ssize_t off) {
+        return *(PyObject**)((char*)o + off);
+    }
+    /* set a slot of a new object (all its slots are NULL: nothing to release) */
+    static CYTHON_INLINE void bc_fill(PyObject* o, Py_ssize_t off, PyObject* v) {
+        Py_INCREF(v);
+        *(PyObject**)((char*)o + off) = v;
+    }
+    /* a type's version tag: it changes whenever the type (or a base) is modified; 0: none */
+    static CYTHON_INLINE unsigned int bc_type_tag(PyObject* tp) {
+        PyTypeObject* t = (PyTypeObject*)tp;
+        return PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
     }
     """
     object bc_alloc(object cls)
-    int bc_set_slot(object descr, object o, object v) except -1
+    Py_ssize_t bc_slot_offset(object descr)
+    PyObject* bc_slot(object o, Py_ssize_t off) noexcept
+    void bc_fill(object o, Py_ssize_t off, object v) noexcept
+    unsigned int bc_type_tag(object tp) noexcept
     void PyObject_GC_UnTrack(object o)
 
 
+cdef int _slot_offsets(object cls, tuple names, Py_ssize_t* out) except -1:
+    """The offsets of a slotted dataclass's fields, which must be ``names`` in this order."""
+    import dataclasses
+    if tuple(f.name for f in dataclasses.fields(cls)) != names or len(names) > MAKER_MAX:
+        raise TypeError(f"{cls.__name__}: expected the fields {names}")
+    cdef Py_ssize_t i, off
+    for i, name in enumerate(names):
+        off = bc_slot_offset(cls.__dict__.get(name))
+        if off < 0:
+            raise TypeError(f"{cls.__name__}.{name} is not a slot")
+        out[i] = off
+    return 0
+
+
 cdef class _Maker:
-    """Builds instances of a frozen, slotted dataclass without its ``__init__`` (one
-    ``object.__setattr__`` per field): the object is allocated and each field's slot
-    descriptor sets its value, in field order. Only for values that cannot form cycles
-    (the object is untracked by the cycle collector)."""
+    """Builds instances of a frozen, slotted dataclass without its ``__init__``: the object
+    is allocated and its slots (all empty) set in place, at the offsets of the class's
+    member descriptors, from values computed beforehand — no argument tuple and no
+    ``object.__setattr__`` per field. Only for values that cannot form cycles (the object
+    is untracked by the cycle collector)."""
 
     cdef object cls
-    cdef tuple descrs
-    cdef Py_ssize_t n
+    cdef Py_ssize_t off[MAKER_MAX]
 
-    def __init__(self, cls):
-        import dataclasses
-        names = [f.name for f in dataclasses.fields(cls)]
-        for name in names:
-            if type(cls.__dict__.get(name)).__name__ != "member_descriptor":
-                raise TypeError(f"{cls.__name__}.{name} is not a slot")
+    def __init__(self, cls, tuple names):
+        _slot_offsets(cls, names, self.off)
         self.cls = cls
-        self.descrs = tuple(cls.__dict__[name] for name in names)
-        self.n = len(names)
 
-    cdef inline object make(self, tuple values):
-        cdef object o = bc_alloc(self.cls)
-        cdef Py_ssize_t i
-        if len(values) != self.n:
-            raise TypeError("wrong number of fields")
-        for i in range(self.n):
-            bc_set_slot(self.descrs[i], o, values[i])
+    cdef inline object new(self):
+        return bc_alloc(self.cls)
+
+    cdef inline void put(self, object o, Py_ssize_t i, object v) noexcept:
+        bc_fill(o, self.off[i], v)
+
+    cdef inline object done(self, object o):
         # frozen, and holding only atoms and tuples of atoms (a Decision: its Lease): it
         # can never be part of a reference cycle, so the cycle collector need not scan it
         PyObject_GC_UnTrack(o)
@@ -1569,14 +1645,48 @@ cdef class FastAcquire:
     ``journal.end_op(durable)`` as ``@_op`` does. Returns the :class:`Decision`, or None
     with nothing changed: the broker then takes its general path (which also raises every
     error). The specification is the broker's general path;
-    :mod:`bursarcore.reference.fastpath` is the same algorithm in Python."""
+    :mod:`bursarcore.reference.fastpath` is the same algorithm in Python.
+
+    Where the time of a call goes is Python's attribute machinery, so the hot reads skip
+    it without caching anything the broker owns:
+
+    * the intent's fields are read at their slot offsets (``Intent`` is slotted; the
+      type is checked exactly, so the offsets are those of its member descriptors);
+    * the broker's attributes (``_t``, ``_next_intent``, ``journal``, ``clock``...) are
+      read and written as entries of its instance dict — what ``getattr``/``setattr`` do
+      when the class defines no descriptor of that name and does not override attribute
+      access, which is checked when this is built (otherwise: the general path). The
+      broker stays the only place they live;
+    * a :class:`~bursarcore.clock.ManualClock` (that class exactly, while its ``now`` is
+      its own and the instance has none: checked again whenever the type's version tag
+      moves, which it does on any change to the class) is read without calling ``now`` —
+      it returns ``self._t``;
+    * a campaign's default class comes from ``Broker._default_cls`` (set at registration
+      from the envelope, which is immutable and registered once), not its envelope;
+    * the view of the state (``_Ctx``) is fetched from the state's dict, and let go before
+      any call that can grow the state, so ``EngineState._resize`` grows the lease store
+      in place (``ndarray.resize`` refuses an array anything else references, and copies
+      it instead) — and re-fetched after, as the arrays may have moved.
+    """
 
     cdef object b, st, Intent
+    cdef dict bd, sd
+    cdef bint plain
+    cdef Py_ssize_t ioff[MAKER_MAX]
     cdef _Maker Decision, Lease, Event
-    cdef dict cindex, dim_index, cls_index, envelopes, pending
+    cdef dict cindex, dim_index, cls_index, pending
     cdef list names, dims, cls_names, pyev, opp, revoking, subscribers, draining
     cdef list node_of_slot, node_names
     cdef int64_t adv[ADV_CHUNK]
+    # Broker._default_cls as last seen (register replaces the array) and its data
+    cdef object dcls
+    cdef const int64_t* dcls_p
+    cdef Py_ssize_t dcls_n
+    # ManualClock, its own now(), the version tag it had when now() was checked (0: not
+    # checked or not usable), the last clock read and its instance dict
+    cdef object MClock, mc_now, clk
+    cdef unsigned int mc_tag
+    cdef dict clkd
     # the journal the broker had at the last call, and how to add to it: 0 not at all
     # (Journal.add is overridden: the general path), 1 through its _store_one, 2 straight
     # onto a MemoryJournal's buffered tuples
@@ -1588,19 +1698,30 @@ cdef class FastAcquire:
         b = broker
         self.b = b
         self.st = b.st
-        self.Decision, self.Lease, self.Event = _Maker(Decision), _Maker(Lease), _Maker(Event)
+        self.sd = b.st.__dict__
+        tp = type(b)
+        self.plain = (tp.__getattribute__ is object.__getattribute__
+                      and tp.__setattr__ is object.__setattr__
+                      and not any(hasattr(tp, name) for name in _BROKER_ATTRS))
+        self.bd = b.__dict__
+        self.Decision = _Maker(Decision, _DECISION_FIELDS)
+        self.Lease = _Maker(Lease, _LEASE_FIELDS)
+        self.Event = _Maker(Event, _EVENT_FIELDS)
         self.Intent = Intent
+        _slot_offsets(Intent, _INTENT_FIELDS, self.ioff)
         self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
-        self.envelopes, self.pending = b.envelopes, b._pending
+        self.pending = b._pending
         self.names, self.dims = b._names, list(b.dims)
         self.cls_names = [c.name for c in b.classes]
         self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
         self.subscribers, self.draining = b._subscribers, b._draining
         self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
+        self.dcls = None
         import dataclasses
         from .journal import records as _jr
         from .journal.base import Journal
         from .journal.memory import MemoryJournal
+        self.MClock, self.mc_now, self.mc_tag = _ManualClock, _MANUAL_NOW, 0
         if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
                 (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33 \
                 or (_jr.deadline_field(None), _jr.deadline_field(-1)) != (-1, _dl_field(1, -1)):
@@ -1613,6 +1734,106 @@ cdef class FastAcquire:
     def __call__(self, intent):
         return self.acquire(intent)
 
+    # -- reads that skip the attribute machinery (see the class docstring) ----------------
+    cdef inline object _attr(self, str name):
+        """``getattr(broker, name)`` for a plain broker: its instance dict's entry."""
+        cdef PyObject* p = PyDict_GetItemWithError(self.bd, name)
+        if p == NULL:
+            return getattr(self.b, name)      # raises the AttributeError
+        return <object>p
+
+    cdef inline _Ctx _cx(self):
+        """``_ctx(st)``: the cached view, checked against the state's dict entries."""
+        cdef PyObject* p = PyDict_GetItemWithError(self.sd, "_cctx")
+        cdef PyObject* q
+        cdef _Ctx x
+        if p != NULL and type(<object>p) is _Ctx:
+            x = <_Ctx><object>p
+            q = PyDict_GetItemWithError(self.sd, "version")
+            if q != NULL and type(<object>q) is int and x.owner == <void*>self.st \
+                    and x.version == <Py_ssize_t><object>q:
+                return x
+        return _ctx(self.st)
+
+    cdef object _now(self, object clock):
+        """``clock.now()``; a ManualClock's ``_t`` read directly (see the class docstring)."""
+        cdef PyObject* p
+        cdef unsigned int tag
+        if type(clock) is self.MClock:
+            tag = bc_type_tag(self.MClock)
+            if tag == 0 or tag != self.mc_tag:
+                tag = self._manual_clock_tag()
+            if tag != 0:
+                if clock is not self.clk:
+                    self.clkd = clock.__dict__
+                    self.clk = clock
+                if PyDict_GetItemWithError(self.clkd, "now") == NULL:
+                    p = PyDict_GetItemWithError(self.clkd, "_t")
+                    if p != NULL:
+                        return <object>p
+        return clock.now()
+
+    cdef unsigned int _manual_clock_tag(self):
+        """ManualClock's version tag if its ``now`` is still its own (``return self._t``)
+        and attribute access is the default; else 0."""
+        tp = self.MClock
+        self.mc_tag = 0
+        if (tp.now is self.mc_now and tp.__getattribute__ is object.__getattribute__
+                and not hasattr(tp, "_t")):
+            self.mc_tag = bc_type_tag(tp)     # the lookups above gave it one
+        return self.mc_tag
+
+    cdef Py_ssize_t _default_class(self, Py_ssize_t c) except -2:
+        """The class of campaign c's envelope (``Broker._default_cls[c]``), or -1."""
+        cdef object a = self._attr("_default_cls")
+        cdef cnp.ndarray arr
+        if a is not self.dcls:
+            self.dcls = None
+            if type(a) is not np.ndarray:
+                return -1
+            arr = <cnp.ndarray>a
+            if cnp.PyArray_TYPE(arr) != cnp.NPY_INT64 or cnp.PyArray_NDIM(arr) != 1 \
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+                return -1
+            self.dcls, self.dcls_p, self.dcls_n = a, <const int64_t*>cnp.PyArray_DATA(arr), \
+                cnp.PyArray_DIM(arr, 0)
+        if c < 0 or c >= self.dcls_n:
+            return -1
+        return self.dcls_p[c]
+
+    # -- the result objects -----------------------------------------------------------------
+    cdef object _decision(self, object outcome, object iid, object name, object units,
+                          object lease, object path, object reason, object retry,
+                          object cost, object seq):
+        cdef _Maker m = self.Decision
+        cdef object o = m.new()
+        m.put(o, 0, outcome)
+        m.put(o, 1, iid)
+        m.put(o, 2, name)
+        m.put(o, 3, units)
+        m.put(o, 4, lease)
+        m.put(o, 5, path)
+        m.put(o, 6, reason)
+        m.put(o, 7, retry)
+        m.put(o, 8, cost)
+        m.put(o, 9, 0.0)
+        m.put(o, 10, seq)
+        return m.done(o)
+
+    cdef object _expired(self, object time, object name, object lid, object units):
+        cdef _Maker m = self.Event
+        cdef object o = m.new()
+        m.put(o, 0, "expired")
+        m.put(o, 1, time)
+        m.put(o, 2, name)
+        m.put(o, 3, lid)
+        m.put(o, 4, None)
+        m.put(o, 5, None)
+        m.put(o, 6, None)
+        m.put(o, 7, units)
+        return m.done(o)
+
+    # -- the journal --------------------------------------------------------------------------
     cdef int _journal_mode(self, object j) except -1:
         """How records reach ``j`` (see ``jmode``), cached per journal object."""
         cdef type tp
@@ -1646,7 +1867,7 @@ cdef class FastAcquire:
 
     cdef int _jend(self, object j) except -1:
         """The end of an operation (what ``@_op`` does)."""
-        cdef bint durable = self.b.durable
+        cdef bint durable = self._attr("durable")
         if durable or self.jend:
             j.end_op(durable)
         return 0
@@ -1655,104 +1876,122 @@ cdef class FastAcquire:
                     int64_t nmax, int64_t dur, int64_t spend, int64_t t, int64_t iid,
                     int64_t* buf) except -1:
         """``k_admit`` with room made first (the broker's ``_reserve``) and the expiry heap
-        grown if it fills; raises on an engine error. Callers re-read the context after:
-        growing moves the arrays."""
-        cdef _Ctx cx = _ctx(self.st)
+        grown if it fills; raises on an engine error. The caller holds no ``_Ctx`` across
+        the call (the store can grow in place) and re-fetches it after: growing moves the
+        arrays."""
+        cdef _Ctx cx = self._cx()
         cdef Eng* e = &cx.e
         cdef int r
+        if c < 0 or c >= e.calloc or k < 0 or k >= e.K or d < 0 or d >= e.D:
+            raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
         if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
+            cx = None
             self.b._reserve(1, nmax)
-            cx = _ctx(self.st)
+            cx = self._cx()
             e = &cx.e
         r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
         if r == E_HEAPFULL:
-            cx = _grow_heap(self.st)
+            cx = None
+            self.st.grow_heap()
+            cx = self._cx()
             e = &cx.e
             r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
         if r < 0:
             _raise(r, nmax)
         return r
 
+    # -- acquire ----------------------------------------------------------------------------
     cpdef object acquire(self, object intent):
-        cdef object b = self.b, v, key, sc, x
-        cdef Py_ssize_t c, d, k, pos = 0
-        cdef int64_t nmin, nmax, dur, spend, dl = 0, ttl, t, told, iid, lid, te
+        cdef object b = self.b, v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
+        cdef PyObject* f[IN_N]
+        cdef PyObject* p
+        cdef PyObject* pk
+        cdef PyObject* pv
+        cdef Py_ssize_t c, d, k, i, pos = 0
+        cdef int64_t nmin, nmax, dur, spend, dl = 0, ttl, t, told, iid, lid
         cdef bint has_dl = False, moved, due
         cdef Py_ssize_t freed
-        cdef dict um
         cdef _Ctx cx
         cdef Eng* e
-        cdef int err = 0, r
-        cdef Py_ssize_t m, j
+        cdef int r
         cdef double fv
         cdef int64_t buf[4]
-        cdef object jn
-        if type(intent) is not self.Intent:
+        if type(intent) is not self.Intent or not self.plain:
             return None
-        jn = b.journal
+        jn = self._attr("journal")
         if jn is not None and self._journal_mode(jn) == 0:
             return None
-        if b._t_force is not None:
+        if self._attr("_t_force") is not None:
             return None
-        # -- the intent, as Broker.acquire reads it (anything unusual: the general path)
-        cname = intent.campaign
-        x = self.cindex.get(cname)
-        if x is None:
+        # -- the intent, as Broker._acquire reads it (anything unusual: the general path)
+        for i in range(IN_N):
+            f[i] = bc_slot(intent, self.ioff[i])
+            if f[i] == NULL:
+                return None
+        cname = <object>f[IN_CAMPAIGN]
+        um = <object>f[IN_UNITS]
+        sc = <object>f[IN_CLASS]
+        # (exact str keys: a lookup cannot run Python code or fail)
+        if type(cname) is not str or not (sc is None or type(sc) is str):
             return None
-        c = <Py_ssize_t>x
-        um = intent.units if type(intent.units) is dict else None
-        if um is None or len(um) != 1:
+        p = PyDict_GetItemWithError(self.cindex, cname)
+        if p == NULL:
             return None
-        for key, v in um.items():
-            break
-        x = self.dim_index.get(key)
-        if x is None:
+        c = <Py_ssize_t><object>p
+        if type(um) is not dict or len(<dict>um) != 1:
             return None
-        d = <Py_ssize_t>x
-        sc = intent.service_class
+        PyDict_Next(um, &pos, &pk, &pv)
+        key, v = <object>pk, <object>pv
+        if type(key) is not str:
+            return None
+        p = PyDict_GetItemWithError(self.dim_index, key)
+        if p == NULL:
+            return None
+        d = <Py_ssize_t><object>p
         if sc is None:
-            sc = self.envelopes[cname].service_class
-        x = self.cls_index.get(sc)
-        if x is None:
-            return None
-        k = <Py_ssize_t>x
+            k = self._default_class(c)
+            if k < 0:
+                return None
+        else:
+            p = PyDict_GetItemWithError(self.cls_index, sc)
+            if p == NULL:
+                return None
+            k = <Py_ssize_t><object>p
         if type(v) is int:
-            if not (0 <= v < (1 << 62)):
+            if not _count(v, &nmin):
                 return None
-            nmin = nmax = v
-        elif (type(v) is tuple or type(v) is list) and len(v) == 2 \
-                and type(v[0]) is int and type(v[1]) is int:
-            if not (0 <= v[0] < (1 << 62) and 0 <= v[1] < (1 << 62)):
+            nmax = nmin
+        elif (type(v) is tuple or type(v) is list) and len(v) == 2:
+            if not (_count(v[0], &nmin) and _count(v[1], &nmax)):
                 return None
-            nmin, nmax = v[0], v[1]
         else:
             return None
-        if not _sec_ns(intent.duration, &dur):
+        if not _sec_ns(<object>f[IN_DURATION], &dur):
             return None
-        x = intent.max_spend
+        x = <object>f[IN_MAX_SPEND]
         if x is None:
             spend = -1
         elif type(x) is float and isfinite(<double>x) and fabs(<double>x) < _MAX_FIXED_S:
             spend = <int64_t>rint(<double>x * 1e6)
         else:
             return None
-        x = intent.deadline
+        x = <object>f[IN_DEADLINE]
         if x is not None:
             if not _sec_ns(x, &dl):
                 return None
             has_dl = True
-        x = intent.ttl
-        if not _sec_ns(b.ttl if x is None else x, &ttl):
+        x = <object>f[IN_TTL]
+        if not _sec_ns(self._attr("ttl") if x is None else x, &ttl):
             return None
         # -- the clock, as Broker._now reads it
-        x = b.clock.now()
+        x = self._now(self._attr("clock"))
         if type(x) is not float:
             return None
         fv = <double>x
         if not isfinite(fv) or fabs(fv) > _MAX_S:
             return None
         t = <int64_t>rint(fv * 1e9)
-        told = b._t
+        told = self._attr("_t")
         if t < told:
             return None
         # -- Broker._advance(t) when no python event is due and no subscriber would be
@@ -1763,48 +2002,51 @@ cdef class FastAcquire:
             if x:
                 return None
         moved = t > told
-        cx = _ctx(self.st)
+        cx = self._cx()
         e = &cx.e
         due = e.scal[3] > 0 and e.heap_t[0] <= t
         if due and self.subscribers:
             return None
         if jn is not None:
+            cx = None
             return self._acquire_j(jn, c, d, k, nmin, nmax, dur, spend, has_dl, dl, ttl, t,
                                    moved, due, intent)
         k_ring_advance(e, t)
         freed = 0
         if due:
             freed = self._expire(e, t, None)
+        cx = None                     # the calls below may grow the state
         if self.pending and (moved or freed):
             b._serve_pending(t)
-        cx = _ctx(self.st)
-        e = &cx.e
-        if moved and t > b._t:        # max(): a subscriber may have moved it meanwhile
-            b._t = t
+        if moved and t > <int64_t>self._attr("_t"):  # max(): a subscriber may have moved it
+            PyDict_SetItem(self.bd, "_t", t)
         # -- Broker._acquire_ns / _decide_one
-        iid = b._next_intent
-        b._next_intent = iid + 1
+        iid_obj = self._attr("_next_intent")
+        iid = iid_obj
+        if type(iid_obj) is not int:
+            iid_obj = iid
+        PyDict_SetItem(self.bd, "_next_intent", iid + 1)
         name = self.names[c]
         if has_dl and dl < t:
-            return self.Decision.make(("refused", iid, name, 0, None, None, "deadline", None,
-                                       0.0, 0.0, -1))
-        if c >= e.calloc or k >= e.K:
-            raise IndexError(f"campaign {c} / class {k} out of range")
+            return self._decision("refused", iid_obj, name, 0, None, None, "deadline", None,
+                                  0.0, -1)
         r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-        cx = _ctx(self.st)                # the state may have grown
-        e = &cx.e
         if r == O_GRANTED:
+            cx = self._cx()               # the state may have grown
+            e = &cx.e
             lid = buf[2]
+            lid_obj = lid
             if e.firm[lid] == 0:
-                PySet_Add(self.opp[d], lid)
-            return self.Decision.make(("granted", iid, name, buf[0], self._lease(e, lid),
-                                       "warm", None, None, _div(buf[3], 1000000), 0.0, -1))
+                PySet_Add(self.opp[d], lid_obj)
+            return self._decision("granted", iid_obj, name, buf[0],
+                                  self._lease(e, lid, lid_obj, iid, iid_obj), "warm", None,
+                                  None, _div(buf[3], 1000000), -1)
         if r == O_REFUSED:
             retry = None
             if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
                 retry = b._retry_after(c, d, nmin, dur, buf[1])
-            return self.Decision.make(("refused", iid, name, 0, None, None,
-                                       _REASON_NAMES[buf[1]], retry, 0.0, 0.0, -1))
+            return self._decision("refused", iid_obj, name, 0, None, None,
+                                  _REASON_NAMES[buf[1]], retry, 0.0, -1)
         return b._slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
                        intent)
 
@@ -1816,6 +2058,7 @@ cdef class FastAcquire:
         records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
         does at the end of an operation (``journal.end_op``)."""
         cdef object b = self.b, dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
+        cdef object iid_obj, lid_obj
         cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
         retry = None
         lease_obj = None
@@ -1828,28 +2071,32 @@ cdef class FastAcquire:
         cdef Dec dc
         cdef int64_t buf[4]
         try:
-            cx = _ctx(self.st)
+            cx = self._cx()
             e = &cx.e
             k_ring_advance(e, t)
             if due:
                 freed = self._expire(e, t, jn)
+            cx = None
             if self.pending and (moved or freed):
                 b._serve_pending(t)
-            if moved and t > b._t:
-                b._t = t
+            if moved and t > <int64_t>self._attr("_t"):
+                PyDict_SetItem(self.bd, "_t", t)
             if note:
                 seq = jn.next_seq
                 self._jadd(jn, (seq, t, J_ADVANCE, 4, 0, 0, 0, 0, -1, -1, -1, 0, 0, 0, -1, -1,
                                 -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             # -- Broker._acquire_ns: the request row (rule inputs before the decision)
-            iid = b._next_intent
-            b._next_intent = iid + 1
-            cx = _ctx(self.st)
+            iid_obj = self._attr("_next_intent")
+            iid = iid_obj
+            if type(iid_obj) is not int:
+                iid_obj = iid
+            PyDict_SetItem(self.bd, "_next_intent", iid + 1)
+            cx = self._cx()
             e = &cx.e
             if c >= e.calloc or k >= e.K or d >= e.D:
                 raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
             rank = e.cls[k * NCOL + RANK]
-            deficit = b._deficit_last[c]
+            deficit = self._attr("_deficit_last")[c]
             err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc)
             if err:
                 _raise(err)
@@ -1865,31 +2112,33 @@ cdef class FastAcquire:
                 outcome, reason = 3, _R_DEADLINE
                 dec = None
             else:
+                cx = None
                 r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
-                cx = _ctx(self.st)        # the state may have grown
+                cx = self._cx()           # the state may have grown
                 e = &cx.e
                 if r == O_GRANTED:
                     lid = buf[2]
+                    lid_obj = lid
                     if e.firm[lid] == 0:
-                        PySet_Add(self.opp[d], lid)
+                        PySet_Add(self.opp[d], lid_obj)
                     outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.cost[lid]
-                    lease_obj = self._lease(e, lid)
-                    cx = _ctx(self.st)
+                    lease_obj = self._lease(e, lid, lid_obj, iid, iid_obj)
+                    cx = self._cx()
                     e = &cx.e
                     dec = None
                 elif r == O_REFUSED:
                     outcome, reason = 3, buf[1]
                     retry = None
                     if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
+                        cx = None
                         retry = b._retry_after(c, d, nmin, dur, buf[1])
-                        cx = _ctx(self.st)
+                        cx = self._cx()
                         e = &cx.e
                     dec = None
                 else:
+                    cx = None
                     dec = b._slow(iid, c, d, k, nmin, nmax, dur, spend,
                                   dl if has_dl else None, ttl, t, intent)
-                    cx = _ctx(self.st)
-                    e = &cx.e
                     outcome = _OUTCOME_CODE.get(dec.outcome, 4)
                     x = dec.reason
                     reason = _state.REASONS.index(x) if x else 0
@@ -1897,6 +2146,8 @@ cdef class FastAcquire:
                     path = _PATH_CODE.get(x or "", 0)
                     units = dec.units
                     x = dec.lease
+                    cx = self._cx()
+                    e = &cx.e
                     if x is not None:
                         lease = x.id
                         if lease < 0 or lease >= e.L:
@@ -1912,24 +2163,27 @@ cdef class FastAcquire:
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
-                return self.Decision.make(("granted", iid, name, units, lease_obj, "warm", None,
-                                           None, _div(buf[3], 1000000), 0.0, seq))
+                return self._decision("granted", iid_obj, name, units, lease_obj, "warm", None,
+                                      None, _div(buf[3], 1000000), seq)
             if reason == _R_DEADLINE and has_dl and dl < t:
-                return self.Decision.make(("refused", iid, name, 0, None, None, "deadline",
-                                           None, 0.0, 0.0, seq))
-            return self.Decision.make(("refused", iid, name, 0, None, None,
-                                       _REASON_NAMES[reason], retry, 0.0, 0.0, seq))
+                return self._decision("refused", iid_obj, name, 0, None, None, "deadline",
+                                      None, 0.0, seq)
+            return self._decision("refused", iid_obj, name, 0, None, None,
+                                  _REASON_NAMES[reason], retry, 0.0, seq)
         finally:
             self._jend(jn)
 
     cpdef Py_ssize_t expire(self, int64_t t) except? -2:
         """Broker._expire_until(t) when it has no subscriber and no retired slot draining
         (the broker checks): returns how many leases expired, or -1 (nothing done) when its
-        journal takes records only through an overridden ``add``."""
-        cdef object jn = self.b.journal
+        journal takes records only through an overridden ``add`` (or the broker is not
+        plain: see the class docstring)."""
+        if not self.plain:
+            return -1
+        cdef object jn = self._attr("journal")
         if jn is not None and self._journal_mode(jn) == 0:
             return -1
-        cdef _Ctx cx = _ctx(self.st)
+        cdef _Ctx cx = self._cx()
         if cx.e.scal[3] > 0 and cx.e.heap_t[0] <= t:
             return self._expire(&cx.e, t, jn)
         return 0
@@ -1938,29 +2192,30 @@ cdef class FastAcquire:
         """Broker._expire_until: expire, drop from the victim sets, and queue an
         ``expired`` event per lease (no subscriber: checked by the caller). With a journal,
         one lease at a time, each with its ``expire`` record (state right after it).
-        Returns how many expired."""
+        Returns how many expired. Calls no code that can grow the state."""
         cdef int err = 0
         cdef Py_ssize_t m, j, chunk = ADV_CHUNK if jn is None else 1
         cdef int64_t lid, d, c, i, seq
-        cdef list events = self.b._events
-        cdef object opp, rv
+        cdef list events = self._attr("_events")
+        cdef object opp, rv, lid_obj
         cdef Py_ssize_t total = 0
         while True:
             m = k_advance(e, t, self.adv, chunk, &err)
             total += m
             for j in range(m):
                 lid = self.adv[j]
+                lid_obj = lid
                 d = e.dim[lid]
                 if e.firm[lid] == 0:
                     opp = self.opp[d]
                     if PySet_GET_SIZE(opp):
-                        PySet_Discard(opp, lid)
+                        PySet_Discard(opp, lid_obj)
                 rv = self.revoking[d]
                 if PySet_GET_SIZE(rv):
-                    PySet_Discard(rv, lid)
-                PyList_Append(events, self.Event.make((
-                    "expired", _div(e.t_end[lid], 1000000000), self.names[e.camp[lid]], lid,
-                    None, None, None, e.units[lid])))
+                    PySet_Discard(rv, lid_obj)
+                PyList_Append(events, self._expired(
+                    _div(e.t_end[lid], 1000000000), self.names[e.camp[lid]], lid_obj,
+                    e.units[lid]))
                 if jn is not None:
                     c = e.camp[lid]
                     i = c * e.D + d
@@ -1974,8 +2229,9 @@ cdef class FastAcquire:
             if m < chunk:
                 return total
 
-    cdef object _lease(self, Eng* e, int64_t lid):
-        """Broker.lease(lid) for an active lease just granted (placement from the slots)."""
+    cdef object _lease(self, Eng* e, int64_t lid, object lid_obj, int64_t iid, object iid_obj):
+        """Broker.lease(lid) for an active lease just granted (placement from the slots);
+        ``lid_obj`` and ``iid_obj`` are lid and the intent id as Python ints."""
         cdef int64_t d = e.dim[lid], n = e.units[lid], off = e.slot_off[lid], j, q, nd = 0
         cdef int64_t nodes[PLACE_MAX]
         cdef int64_t counts[PLACE_MAX]
@@ -1985,6 +2241,9 @@ cdef class FastAcquire:
         cdef Py_ssize_t m
         cdef tuple slots, placement
         cdef list nn
+        cdef object campaign, dim, units, state, firm, cls, granted, start, expiry, cost
+        cdef object intent
+        cdef _Maker mk = self.Lease
         if n > PLACE_MAX or off < 0:
             return self.b.lease(lid)
         owner_arr = <cnp.ndarray>self.node_of_slot[d]
@@ -2013,8 +2272,31 @@ cdef class FastAcquire:
             p_obj = (nn[nodes[j]], <object>counts[j])
             Py_INCREF(p_obj)
             PyTuple_SET_ITEM(placement, j, p_obj)
-        return self.Lease.make((
-            lid, self.names[e.camp[lid]], self.dims[d], n, _STATE_NAMES[e.state[lid]],
-            e.firm[lid] != 0, self.cls_names[e.lcls[lid]], _div(e.t_grant[lid], 1000000000),
-            _div(e.t_start[lid], 1000000000), _div(e.t_end[lid], 1000000000),
-            _div(e.cost[lid], 1000000), None, e.intent[lid], placement, slots))
+        campaign = self.names[e.camp[lid]]
+        dim = self.dims[d]
+        units = n
+        state = _STATE_NAMES[e.state[lid]]
+        firm = e.firm[lid] != 0
+        cls = self.cls_names[e.lcls[lid]]
+        granted = _div(e.t_grant[lid], 1000000000)
+        start = _div(e.t_start[lid], 1000000000)
+        expiry = _div(e.t_end[lid], 1000000000)
+        cost = _div(e.cost[lid], 1000000)
+        intent = iid_obj if e.intent[lid] == iid else <object>e.intent[lid]
+        o = mk.new()
+        mk.put(o, 0, lid_obj)
+        mk.put(o, 1, campaign)
+        mk.put(o, 2, dim)
+        mk.put(o, 3, units)
+        mk.put(o, 4, state)
+        mk.put(o, 5, firm)
+        mk.put(o, 6, cls)
+        mk.put(o, 7, granted)
+        mk.put(o, 8, start)
+        mk.put(o, 9, expiry)
+        mk.put(o, 10, cost)
+        mk.put(o, 11, None)
+        mk.put(o, 12, intent)
+        mk.put(o, 13, placement)
+        mk.put(o, 14, slots)
+        return mk.done(o)

@@ -188,9 +188,9 @@ class EngineState:
             for f in _L_FIELDS:
                 self._resize(f, new, n)
             for f in ("heap_t", "heap_id"):
-                a = getattr(self, f)
-                if a.shape[0] < new + 1:  # grow_heap may already have made it larger
-                    self._resize(f, new + 1, a.shape[0])
+                size = getattr(self, f).shape[0]   # no reference kept: resize works in place
+                if size < new + 1:                 # grow_heap may already have made it larger
+                    self._resize(f, new + 1, size)
         used = int(self.arena_top[0])
         size = self.arena.shape[0]
         if used + min_arena > size:
@@ -220,8 +220,8 @@ class EngineState:
 
     def grow_heap(self) -> None:
         for f in ("heap_t", "heap_id"):
-            a = getattr(self, f)
-            self._resize(f, 2 * a.shape[0] + 16, a.shape[0])
+            size = getattr(self, f).shape[0]       # no reference kept: resize works in place
+            self._resize(f, 2 * size + 16, size)
 
     @property
     def nleases(self) -> int:

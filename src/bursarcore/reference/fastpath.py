@@ -77,7 +77,7 @@ class FastAcquire:
         self.b, self.st, self.k = b, b.st, b._k
         self.Decision, self.Lease, self.Event, self.Intent = Decision, Lease, Event, Intent
         self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
-        self.envelopes, self.pending = b.envelopes, b._pending
+        self.pending = b._pending
         self.names, self.dims = b._names, list(b.dims)
         self.cls_names = [c.name for c in b.classes]
         self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
@@ -125,10 +125,13 @@ class FastAcquire:
             return None
         sc = intent.service_class
         if sc is None:
-            sc = self.envelopes[intent.campaign].service_class
-        kc = self.cls_index.get(sc)
-        if kc is None:
-            return None
+            # the envelope's class, as the broker recorded it at registration (an envelope
+            # is immutable and registered once): one array read, not two lookups by name
+            kc = int(b._default_cls[c])
+        else:
+            kc = self.cls_index.get(sc)
+            if kc is None:
+                return None
         if type(v) is int:
             if not 0 <= v < (1 << 62):
                 return None
