@@ -19,6 +19,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from bursarcore.broker import ENGINES
 from bursarcore.buckets import BACKENDS
 
 settings.register_profile("default", derandomize=True, deadline=None, database=None,
@@ -41,3 +42,10 @@ def TB(backend: str) -> type:  # noqa: N802 - a class, named like one
     """The ``TokenBuckets`` class of ``backend``."""
     return BACKENDS[backend]
 
+
+
+@pytest.fixture(params=list(ENGINES))
+def eb(request: pytest.FixtureRequest) -> str:
+    """The name of a usable policy-engine backend (``Broker(backend=eb)``); every test
+    taking it runs once per engine."""
+    return request.param

@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool, ServiceClass
-from bursarcore.broker import ENGINES
 from bursarcore.errors import InvalidArgument, UnknownCampaign, UnknownLease
 
 INF = math.inf
-
-
-@pytest.fixture(params=list(ENGINES))
-def eb(request):
-    return request.param
 
 
 def mk(eb, gpu=512, **kw):

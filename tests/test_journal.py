@@ -36,11 +36,6 @@ CAMPAIGNS = {
 NAMES = list(CAMPAIGNS)
 
 
-@pytest.fixture(params=list(ENGINES))
-def eb(request):
-    return request.param
-
-
 def build(backend, journal):
     b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, ttl=120.0, journal=journal)
     for n, e in CAMPAIGNS.items():

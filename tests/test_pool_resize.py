@@ -5,16 +5,10 @@ import math
 import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal import MemoryJournal
 
 from test_broker_invariants import check_invariants
-
-
-@pytest.fixture(params=list(ENGINES))
-def eb(request):
-    return request.param
 
 
 def broker(eb, journal=None):

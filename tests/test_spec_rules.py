@@ -25,11 +25,6 @@ from bursarcore.broker import ENGINES
 INF = math.inf
 
 
-@pytest.fixture(params=list(ENGINES))
-def eb(request):
-    return request.param
-
-
 def mk(eb, gpu=10, **kw):
     return Broker(Pool(gpu=gpu, warm_headroom=kw.pop("warm_headroom", None)),
                   clock=ManualClock(0.0), backend=eb, **kw)
