@@ -19,6 +19,7 @@ state changes).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import heapq
@@ -230,6 +231,9 @@ class BatchResult(NamedTuple):
 
 @dataclass
 class _Pending:
+    """A waiting intent. Its reason code is ``Broker._reason_of(p)``: ``reason`` when it
+    was written at or after its key's last stamp (``rstamp >= key.stamp``), else the key's
+    (see :class:`_PKey`)."""
     intent_id: int
     campaign: int
     dim: int
@@ -243,6 +247,51 @@ class _Pending:
     arrival: int
     reason: int
     request: Intent | None = None
+    rstamp: int = 0                      # the pass that wrote ``reason`` (or created it)
+    key: "_PKey | None" = field(default=None, repr=False, compare=False)
+
+
+class _PKey:
+    """The pending intents of one key K = (campaign, dim, class, duration, max_spend).
+
+    They share class rank, deficit and tokens, so the queue order (SPEC §4.5) ranks keys
+    and, within a key, goes by arrival; ``by_nmin`` holds their arrivals (= intent ids)
+    in order per nmin, ``nmins`` the distinct nmins sorted. A pass that fails some of K's
+    intents and skips the rest stores their reasons here once: ``seg_at`` (ascending
+    arrivals, the failures of that pass) and ``seg_why``; a pending intent with
+    ``rstamp < stamp`` has the reason of the last failure at or before its arrival."""
+
+    __slots__ = ("c", "d", "k", "dur", "spend", "by_nmin", "nmins", "stamp", "seg_at",
+                 "seg_why")
+
+    def __init__(self, key: tuple) -> None:
+        self.c, self.d, self.k, self.dur, self.spend = key
+        self.by_nmin: dict[int, list[int]] = {}
+        self.nmins: list[int] = []
+        self.stamp = -1
+        self.seg_at: list[int] = []
+        self.seg_why: list[int] = []
+
+    def after(self, a: int, m: float) -> int | None:
+        """The first arrival after ``a`` among the intents with nmin < m."""
+        nmins = self.nmins
+        if len(nmins) == 1:              # the usual key: one agent's retries of one size
+            if nmins[0] >= m:
+                return None
+            lst = self.by_nmin[nmins[0]]
+            if lst[0] > a:                 # (the intent at ``a`` was granted)
+                return lst[0]
+            i = bisect.bisect_right(lst, a)
+            return lst[i] if i < len(lst) else None
+        best = None
+        for v in nmins:
+            if v >= m:
+                break
+            lst = self.by_nmin[v]
+            i = bisect.bisect_right(lst, a)
+            if i < len(lst) and (best is None or lst[i] < best):
+                best = lst[i]
+        return best
 
 
 class Broker:
@@ -336,8 +385,9 @@ class Broker:
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
         self._pending: dict[int, _Pending] = {}
-        # per key (campaign, dim, class, duration, max_spend): {nmin: pending intents}
-        self._plow: dict[tuple, dict[int, int]] = {}
+        # per key (campaign, dim, class, duration, max_spend): its pending intents
+        self._pkeys: dict[tuple, _PKey] = {}
+        self._pass = 0                        # passes over the queue so far (reason stamps)
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
         self._next_intent = 0
@@ -759,10 +809,21 @@ class Broker:
         expires = t + ttl
         if deadline is not None:
             expires = min(expires, deadline)
-        p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason, request)
+        key = (c, d, k, dur, spend)
+        q = self._pkeys.get(key)
+        if q is None:
+            q = self._pkeys[key] = _PKey(key)
+        p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason,
+                     request, self._pass, q)
         self._pending[iid] = p
-        low = self._plow.setdefault((c, d, k, dur, spend), {})
-        low[nmin] = low.get(nmin, 0) + 1
+        lst = q.by_nmin.get(nmin)
+        if lst is None:
+            lst = q.by_nmin[nmin] = []
+            bisect.insort(q.nmins, nmin)
+        if lst and iid < lst[-1]:
+            bisect.insort(lst, iid)
+        else:
+            lst.append(iid)               # intent ids grow: arrival order
         if self.st.cls[k, 2]:
             self.st.pend[d] += nmax
         self._push(expires, _EV_PENDING, iid)
@@ -839,31 +900,64 @@ class Broker:
         return None
 
     # ------------------------------------------------------------------ pending queue (§4.5)
+    _queue_by_key = True       # False: every pass intent by intent (tests compare the two)
+
     def _drop_pending(self, iid: int) -> _Pending:
         p = self._pending.pop(iid)
-        key = (p.campaign, p.dim, p.cls, p.dur, p.max_spend)
-        low = self._plow[key]
-        if low[p.nmin] == 1:
-            del low[p.nmin]
-            if not low:
-                del self._plow[key]
+        q = p.key
+        lst = q.by_nmin[p.nmin]
+        if lst[0] == iid:                 # grants and expiries mostly take the oldest
+            del lst[0]
         else:
-            low[p.nmin] -= 1
+            del lst[bisect.bisect_left(lst, iid)]
+        if not lst:
+            del q.by_nmin[p.nmin]
+            q.nmins.remove(p.nmin)
+            if not q.nmins:
+                del self._pkeys[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
         if self.st.cls[p.cls, 2]:
             self.st.pend[p.dim] -= p.nmax
         return p
 
+    @staticmethod
+    def _reason_of(p: _Pending) -> int:
+        """A pending intent's reason code: its own, or the one its key stored for it."""
+        q = p.key
+        if p.rstamp >= q.stamp:
+            return p.reason
+        return q.seg_why[bisect.bisect_right(q.seg_at, p.arrival) - 1]
+
     def _serve_pending(self, t: int) -> None:
+        """Grant what the queue can have at t, in the order of SPEC §4.5, and set the
+        reason of every intent that still waits.
+
+        The pass goes key by key (:meth:`_serve_keys`), costing the number of keys plus
+        the intents it decides, not the queue depth. An intent past its deadline but not
+        yet expired keeps its reason and is skipped; the key pass cannot skip single
+        intents, so while one may exist (some python event is due before t: every pending
+        intent's expiry is one, at or before its deadline) the pass goes intent by intent,
+        as it does for a queue of one."""
         if not self._pending:
             return
         st = self.st
-        order = list(self._pending.values())
-        if len(order) > 1:
+        self._pass += 1
+        P = self._pass
+        exact = (not self._queue_by_key or len(self._pending) == 1
+                 or bool(self._pyev and self._pyev[0][0] < t))
+        if exact:
+            for p in self._pending.values():     # every reason into its intent
+                p.reason = self._reason_of(p)
+                p.rstamp = P
+        if len(self._pending) > 1:
             deficit = self._deficit_array(t)
-            for c, d in {(key[0], key[1]) for key in self._plow}:   # each pending (c, d)
+            for c, d in {(key[0], key[1]) for key in self._pkeys}:   # each pending (c, d)
                 self._k.settle(st, c, d, t)
-            if self._nothing_grantable(order, t):
+            if self._nothing_grantable(t, P, exact):
                 return
+            if not exact:
+                self._serve_keys(t, deficit, P)
+                return
+            order = list(self._pending.values())
             camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
             dim = np.fromiter((p.dim for p in order), np.int64, len(order))
             rank = st.cls[np.fromiter((p.cls for p in order), np.int64, len(order)), 0]
@@ -871,6 +965,8 @@ class Broker:
             # class rank, then deficit (largest first), tokens (largest first), arrival
             idx = np.lexsort((arrival, -st.T[camp, dim], -deficit[camp], rank))
             order = [order[i] for i in idx.tolist()]
+        else:
+            order = list(self._pending.values())
         # Within one pass grants only consume, so limits only shrink: once an intent of
         # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
         # nmin >= m fails too. Keeps a long queue of one agent's retries O(1) per pass.
@@ -896,17 +992,97 @@ class Broker:
                 plan = self._plan_reclaim(p.dim, n, t)
                 if p.deadline is not None and plan[1] > p.deadline:
                     continue
-            self._drop_pending(p.intent_id)
-            if path == WARM:
-                lid = self._k.grant(st, p.campaign, p.dim, p.cls, n, p.dur, pm, t, False,
-                                    p.intent_id)
-                if not st.firm[lid]:
-                    self._opp_active[p.dim].add(lid)
-            else:
-                lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
-            self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
+            self._grant_pending(p, n, path, pm, plan, t)
 
-    def _nothing_grantable(self, order: list[_Pending], t: int) -> bool:
+    def _grant_pending(self, p: _Pending, n: int, path: int, pm: int, plan: Any,
+                       t: int) -> None:
+        st = self.st
+        self._drop_pending(p.intent_id)
+        if path == WARM:
+            lid = self._k.grant(st, p.campaign, p.dim, p.cls, n, p.dur, pm, t, False,
+                                p.intent_id)
+            if not st.firm[lid]:
+                self._opp_active[p.dim].add(lid)
+        else:
+            lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
+        self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
+
+    def _serve_keys(self, t: int, deficit: np.ndarray, P: int) -> None:
+        """The pass of :meth:`_serve_pending` over keys (no intent past its deadline).
+
+        The intents of a key K share class rank, deficit and tokens, so sorting the keys
+        by those and merging the keys that tie by arrival gives the intent order of §4.5.
+        Within one pass grants only consume, so limits only shrink: once an intent of K
+        fails at nmin m, any later one of K with nmin >= m fails too and is skipped (its
+        reason is that failure's); ``_PKey.after`` finds the next one with nmin < m. The
+        skipped intents' reasons are stored once per key (``seg_at``/``seg_why``, stamped
+        with the pass) instead of on each intent."""
+        st, pend, decide = self.st, self._pending, self._k.decide
+        qs = list(self._pkeys.values())
+        tiers: list[list[_PKey]] = []
+        if len(qs) == 1:
+            tiers.append(qs)
+        else:
+            nq = len(qs)
+            camp = np.fromiter((q.c for q in qs), np.int64, nq)
+            dim = np.fromiter((q.d for q in qs), np.int64, nq)
+            rank = st.cls[np.fromiter((q.k for q in qs), np.int64, nq), 0]
+            ntok, ndef = -st.T[camp, dim], -deficit[camp]
+            idx = np.lexsort((ntok, ndef, rank)).tolist()
+            rl, dl, tl = rank.tolist(), ndef.tolist(), ntok.tolist()
+            prev = -1
+            for i in idx:
+                if (prev >= 0 and rl[i] == rl[prev] and tl[i] == tl[prev]
+                        and (dl[i] == dl[prev] or (dl[i] != dl[i] and dl[prev] != dl[prev]))):
+                    tiers[-1].append(qs[i])       # (lexsort keeps NaN deficits together)
+                else:
+                    tiers.append([qs[i]])
+                prev = i
+        inf = math.inf
+        for tier in tiers:
+            # per key of the tier: the smallest nmin that failed, and the failures
+            low = [inf] * len(tier)
+            seg: list[tuple[list[int], list[int]] | None] = [None] * len(tier)
+            heap = []
+            for j, q in enumerate(tier):
+                a = q.after(-1, inf)
+                if a is not None:
+                    heap.append((a, j))
+            if len(heap) > 1:
+                heapq.heapify(heap)
+            while heap:
+                a, j = heap[0]
+                q = tier[j]
+                p = pend[a]
+                self._reserve(1, p.nmax)
+                n, reason, path, pm, _ = decide(st, p.campaign, p.dim, p.cls, p.nmin,
+                                                p.nmax, p.dur, p.max_spend, t)
+                if n < p.nmin:
+                    p.reason, p.rstamp = reason, P
+                    low[j] = p.nmin
+                    if seg[j] is None:
+                        seg[j] = ([], [])
+                    seg[j][0].append(a)
+                    seg[j][1].append(reason)
+                else:
+                    plan = None
+                    if path == RECLAIM:
+                        plan = self._plan_reclaim(p.dim, n, t)
+                    if plan is not None and p.deadline is not None and plan[1] > p.deadline:
+                        # waits on, its reason unchanged by this pass
+                        p.reason, p.rstamp = self._reason_of(p), P
+                    else:
+                        self._grant_pending(p, n, path, pm, plan, t)
+                nxt = q.after(a, low[j])
+                if nxt is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (nxt, j))
+            for j, q in enumerate(tier):
+                if seg[j] is not None:
+                    q.stamp, (q.seg_at, q.seg_why) = P, seg[j]
+
+    def _nothing_grantable(self, t: int, P: int, exact: bool) -> bool:
         """The pass below when it grants nothing, without its sort: True (and every
         intent's reason set as that pass sets it) if no pending intent can be granted now.
 
@@ -914,18 +1090,24 @@ class Broker:
         an intent of key K = (campaign, dim, class, duration, max_spend) fails exactly when
         its nmin exceeds L_K, the smallest of K's limits, and every failure of K reports
         the same reason (the first limit equal to max(0, L_K)). So one ``decide`` per key,
-        at the key's smallest nmin, tells whether the pass would grant anything."""
-        # (the smallest nmin per key is kept up to date as intents come and go; it counts
-        # intents past their deadline too, which can only send us to the full pass)
+        at the key's smallest nmin, tells whether the pass would grant anything. The
+        reason goes to the key (stamped with pass ``P``), or with ``exact`` to each intent
+        not past its deadline."""
+        # (the smallest nmin per key counts intents past their deadline too, which can
+        # only send us to the full pass)
         why: dict[tuple, int] = {}
         decide, st = self._k.decide, self.st
-        for key, low in self._plow.items():
-            m = min(low)
+        for key, q in self._pkeys.items():
+            m = q.nmins[0]
             n, reason, _, _, _ = decide(st, key[0], key[1], key[2], m, m, key[3], key[4], t)
             if n >= m:
                 return False
             why[key] = reason
-        for p in order:
+        if not exact:
+            for key, q in self._pkeys.items():
+                q.stamp, q.seg_at, q.seg_why = P, [-1], [why[key]]
+            return True
+        for p in self._pending.values():
             if p.deadline is None or p.deadline >= t:
                 p.reason = why[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
         return True
@@ -952,7 +1134,7 @@ class Broker:
         c = None if campaign is None else self.campaign_index(campaign)
         return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
                  "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
-                 "duration": p.dur / NS, "reason": REASONS[p.reason],
+                 "duration": p.dur / NS, "reason": REASONS[self._reason_of(p)],
                  "expires": p.expires / NS, "service_class": self.classes[p.cls].name}
                 for p in self._pending.values() if c is None or p.campaign == c]
 
