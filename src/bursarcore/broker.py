@@ -610,7 +610,14 @@ class Broker:
         self.journal.add(row)
 
     def _after(self, row: np.ndarray, c: int, d: int) -> None:
+        """The record's "state after" for (c, d), with the bucket settled to the record's
+        time: an operation that does not touch the bucket (a refused release, a cancel)
+        would otherwise record whatever an earlier, unjournaled read (``state()``,
+        ``supply()``) happened to settle it to, and replay would differ. Settling is
+        path-independent (refill at the rate H fixes between changes of H), so it changes
+        no later figure."""
         st = self.st
+        self._k.settle(st, c, d, int(row["t"]))
         row["tokens_after"] = int(st.T[c, d])
         row["credits_after"] = int(st.left[c])
         row["held_after"] = int(st.H[c, d])

@@ -179,14 +179,20 @@ class Pool:
         return "Pool(" + ", ".join(f"{d}={c}" for d, c in self.capacity.items()) + flow + ")"
 
     def to_dict(self) -> dict:
-        return {"capacity": dict(self.capacity), "warm_headroom": dict(self.warm_headroom),
+        # "dims" keeps the order of the held dimensions (the first is the primary one, and
+        # dimension indices follow it) through JSON writers that sort keys
+        return {"capacity": dict(self.capacity), "dims": list(self.capacity),
+                "warm_headroom": dict(self.warm_headroom),
                 "slots": {d: [list(x) for x in m] for d, m in self.slot_map.items()},
                 "flow": dict(self.flow)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Pool":
+        cap = d["capacity"]
+        order = d.get("dims") or list(cap)      # journals written before "dims": key order
         return cls(slots={k: [tuple(x) for x in v] for k, v in d["slots"].items()},
-                   warm_headroom=d.get("warm_headroom"), flow=d.get("flow"), **d["capacity"])
+                   warm_headroom=d.get("warm_headroom"), flow=d.get("flow"),
+                   **{k: cap[k] for k in order})
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
