@@ -622,3 +622,38 @@ def test_lazy_token_limit_when_the_product_overflows_int64(T, nmax):
         return r, out.tolist(), s.T.tolist()
 
     assert one(cmp) == one(ref)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_decide_keys_equals_decide_row_by_row(data):
+    """``decide_keys`` (the pending pass's probe) returns what deciding its rows one by one
+    returns, writes the same reasons and leaves the same state, compiled and reference."""
+    import copy
+
+    b = Broker(Pool(gpu=16, cpu=4), clock=ManualClock(0.0))
+    for i in range(3):
+        b.register(f"c{i}", Envelope(credits=data.draw(st.sampled_from([math.inf, 0.01, 5.0])),
+                                     guaranteed={"gpu": 2}, sustained={"gpu": 4},
+                                     ceiling={"gpu": 8, "cpu": 4}, burst={"gpu": 120}))
+    for _ in range(data.draw(st.integers(0, 6))):
+        b.acquire(Intent(f"c{data.draw(st.integers(0, 2))}",
+                         units={"gpu": data.draw(st.integers(1, 8))}, duration=60))
+    rows = np.array(data.draw(st.lists(st.tuples(
+        st.integers(0, 2), st.integers(0, 1), st.integers(0, 3), st.integers(1, 12),
+        st.sampled_from([NS, 60 * NS, 3600 * NS]), st.sampled_from([-1, 0, 10**6])),
+        min_size=0, max_size=6)), dtype=np.int64).reshape(-1, 6)
+    t = 10 * NS
+    sa, sb = copy.deepcopy(b.st), copy.deepcopy(b.st)
+    oa, ob = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+    ra = cmp.decide_keys(sa, rows, t, oa)
+    rb = ref.decide_keys(sb, rows, t, ob)
+    assert ra == rb and np.array_equal(oa, ob)
+    same_state(sa, sb, "decide_keys")
+    sc = copy.deepcopy(b.st)                 # one by one, as the broker's loop once did
+    first = -1
+    for j, (c, d, k, m, dur, spend) in enumerate(rows.tolist()):
+        if ref.decide(sc, c, d, k, m, m, dur, spend, t)[0] >= m:
+            first = j
+            break
+    assert ra == first

@@ -173,9 +173,9 @@ def test_pass_cost_does_not_grow_with_queue_depth():
             assert b.acquire(Intent(c, {"gpu": 2}, duration=5.0)).outcome == "pending"
     calls = []
     kern = b._k
-    decide = kern.decide
+    decide, decide_keys = kern.decide, kern.decide_keys
 
-    class Counting:
+    class Counting:              # counts the intents decided, one by one or as key rows
         def __getattr__(self, name):
             return getattr(kern, name)
 
@@ -183,6 +183,11 @@ def test_pass_cost_does_not_grow_with_queue_depth():
         def decide(*args):
             calls.append(args)
             return decide(*args)
+
+        @staticmethod
+        def decide_keys(st, rows, t, out):
+            calls.extend(rows.tolist())
+            return decide_keys(st, rows, t, out)
 
     b._k = Counting()
     b.clock.advance(1.0)

@@ -1244,6 +1244,33 @@ def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t n
             (r.lim_ceil, r.lim_cap, r.lim_tok, _pyint(r.lim_cred)))
 
 
+def decide_keys(st, keys, int64_t t, out_reason):
+    """The pending pass's "can anything be granted" probe: row j of ``keys`` (int64, shape
+    (K, 6): campaign, dim, class, nmin, duration, max_spend) is decided at nmin = nmax =
+    its nmin, in order; returns the first row that could be granted, or -1 with every
+    row's reason in ``out_reason``. See :func:`bursarcore.reference.engine.decide_keys`."""
+    cdef _Ctx x = _ctx(st)
+    cdef const int64_t[:, ::1] kv = keys
+    cdef int64_t[::1] ov = out_reason
+    cdef Py_ssize_t j, K = kv.shape[0]
+    cdef Py_ssize_t c, d, k
+    cdef Dec r
+    cdef int err
+    if kv.shape[1] != 6 or ov.shape[0] < K:
+        raise ValueError("decide_keys: keys must have shape (K, 6) and out_reason length >= K")
+    for j in range(K):
+        c, d, k = kv[j, 0], kv[j, 1], kv[j, 2]
+        _cd(x, c, d)
+        _kk(x, k)
+        err = k_decide(&x.e, c, d, k, kv[j, 3], kv[j, 3], kv[j, 4], kv[j, 5], t, True, &r)
+        if err:
+            _raise(err)
+        if r.n >= kv[j, 3]:
+            return j
+        ov[j] = r.reason
+    return -1
+
+
 def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t dur, int64_t pm):
     """The reason an intent can never be met, or OK (SPEC §4.4)."""
     cdef _Ctx x = _ctx(st)

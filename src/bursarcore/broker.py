@@ -956,11 +956,15 @@ class Broker:
                 p.reason = self._reason_of(p)
                 p.rstamp = P
         if len(self._pending) > 1:
-            deficit = self._deficit_array(t)
-            for c, d in {(key[0], key[1]) for key in self._pkeys}:   # each pending (c, d)
-                self._k.settle(st, c, d, t)
+            # the probe decides (and so settles) every key when it finds nothing to grant
             if self._nothing_grantable(t, P, exact):
                 return
+            # a pass that orders grants: every pending (c, d) settled at t (the tokens
+            # sort key), and deficits (O(campaigns), vectorised) — the common pass that
+            # can grant nothing costs per key, whatever the number of campaigns
+            for c, d in {(key[0], key[1]) for key in self._pkeys}:
+                self._k.settle(st, c, d, t)
+            deficit = self._deficit_array(t)
             if not exact:
                 self._serve_keys(t, deficit, P)
                 return
@@ -1102,14 +1106,13 @@ class Broker:
         not past its deadline."""
         # (the smallest nmin per key counts intents past their deadline too, which can
         # only send us to the full pass)
-        why: dict[tuple, int] = {}
-        decide, st = self._k.decide, self.st
-        for key, q in self._pkeys.items():
-            m = q.nmins[0]
-            n, reason, _, _, _ = decide(st, key[0], key[1], key[2], m, m, key[3], key[4], t)
-            if n >= m:
-                return False
-            why[key] = reason
+        keys = list(self._pkeys)
+        rows = np.array([(k[0], k[1], k[2], q.nmins[0], k[3], k[4])
+                         for k, q in self._pkeys.items()], dtype=np.int64).reshape(-1, 6)
+        reasons = np.zeros(len(keys), dtype=np.int64)
+        if self._k.decide_keys(self.st, rows, t, reasons) >= 0:     # one C loop over keys
+            return False
+        why = dict(zip(keys, reasons.tolist()))
         if not exact:
             for key, q in self._pkeys.items():
                 q.stamp, q.seg_at, q.seg_why = P, [-1], [why[key]]

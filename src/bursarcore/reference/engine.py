@@ -183,6 +183,21 @@ def decide(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend
     return n, reason, path, pm, (lim_ceil, lim_cap, lim_tok, lim_cred)
 
 
+def decide_keys(st, keys, t: int, out_reason) -> int:
+    """The pending pass's "can anything be granted" probe (SPEC §4.5): row j of ``keys``
+    ((K, 6) ints: campaign, dim, class, nmin, duration, max_spend) is decided at
+    nmin = nmax = its nmin, in order. Returns the first row that could be granted, or -1
+    with each row's reason written to ``out_reason[j]``. Settles each row's bucket, as
+    ``decide`` does; changes nothing else."""
+    for j in range(len(keys)):
+        c, d, k, m, dur, spend = (int(v) for v in keys[j])
+        n, reason, _, _, _ = decide(st, c, d, k, m, m, dur, spend, t)
+        if n >= m:
+            return j
+        out_reason[j] = reason
+    return -1
+
+
 def never(st, c: int, d: int, k: int, nmin: int, dur: int, pm: int) -> int:
     """The reason an intent can *never* be met, or OK (SPEC §4.4: refused at once)."""
     if nmin > int(st.b[c, d]):
