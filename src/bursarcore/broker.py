@@ -1389,10 +1389,18 @@ class Broker:
         if n and ((nmax < 1).any() or (nmin > nmax).any() or (nmin < 0).any()
                   or (nmax > 1 << 40).any()):
             raise InvalidArgument("units", "need 0 <= min <= max, 1 <= max <= 2**40")
-        dur = units.ns_array(durations, "durations", n)
-        if n and ((dur <= 0).any() or (dur > 10 * 365 * 86400 * NS).any()):
-            raise InvalidArgument("durations", "must be > 0 and at most ten years")
-        dur = np.ascontiguousarray(dur)
+        if isinstance(durations, (int, float)) and not isinstance(durations, bool):
+            # one duration for the batch: validated once (the same rounding as ns_array)
+            one = units.to_ns(durations, "durations")
+            if not 0 < one <= 10 * 365 * 86400 * NS:
+                raise InvalidArgument("durations", "must be > 0 and at most ten years",
+                                      durations)
+            dur = np.full(n, one, dtype=np.int64)
+        else:
+            dur = units.ns_array(durations, "durations", n)
+            if n and ((dur <= 0).any() or (dur > 10 * 365 * 86400 * NS).any()):
+                raise InvalidArgument("durations", "must be > 0 and at most ten years")
+            dur = np.ascontiguousarray(dur)
         d = self._dim_index.get(dim if dim is not None else self.dims[0])
         if d is None:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
