@@ -41,6 +41,7 @@ __all__ = ["FastAcquire"]
 
 _NS = 1_000_000_000
 _CREDIT = 1_000_000
+_DEADLINE = -1           # FastAcquire._decide: refused for a deadline already past
 _MAX_S = (1 << 62) / 1e9
 _MAX_FIXED_S = (1 << 62) / 1e6
 _PLACE_MAX = 64
@@ -194,13 +195,20 @@ class FastAcquire:
         # Broker._acquire_ns / _decide_one
         iid = b._next_intent
         b._next_intent = iid + 1
+        return self._decide(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t,
+                            intent)[0]
+
+    def _decide(self, iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent):
+        """Broker._decide_one on the fast path: the Decision and how it was reached
+        (_DEADLINE, or admit's GRANTED / REFUSED / SLOW, with its outputs in ``self.buf``)."""
+        b, st = self.b, self.st
         name = self.names[c]
         if deadline is not None and deadline < t:
             return _mk(self.Decision, {"outcome": "refused", "intent_id": iid,
                                        "campaign": name, "units": 0, "lease": None,
                                        "path": None, "reason": "deadline",
                                        "retry_after": None, "cost": 0.0, "wait": 0.0,
-                                       "seq": -1})
+                                       "seq": -1}), _DEADLINE
         buf = self.buf
         r = self._admit(c, d, kc, nmin, nmax, dur, spend, t, iid)
         if r == GRANTED:
@@ -212,7 +220,7 @@ class FastAcquire:
                                        "lease": self._lease(lid), "path": "warm",
                                        "reason": None, "retry_after": None,
                                        "cost": int(buf[3]) / _CREDIT, "wait": 0.0,
-                                       "seq": -1})
+                                       "seq": -1}), r
         if r == REFUSED:
             reason = int(buf[1])
             retry = None
@@ -222,8 +230,8 @@ class FastAcquire:
                                        "campaign": name, "units": 0, "lease": None,
                                        "path": None, "reason": REASONS[reason],
                                        "retry_after": retry, "cost": 0.0, "wait": 0.0,
-                                       "seq": -1})
-        return b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+                                       "seq": -1}), r
+        return b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent), r
 
     def _acquire_j(self, jn, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, moved, due,
                    intent):
@@ -252,49 +260,25 @@ class FastAcquire:
         row["free"], row["unmet"] = k.free_now(st, d), int(st.U[d])
         row["lim_ceiling"], row["lim_capacity"], row["lim_tokens"], row["lim_credits"] = \
             (min(x, MAXV) for x in lims)
-        # Broker._decide_one
-        name = self.names[c]
-        if deadline is not None and deadline < t:
-            dec = _mk(self.Decision, {"outcome": "refused", "intent_id": iid, "campaign": name,
-                                      "units": 0, "lease": None, "path": None,
-                                      "reason": "deadline", "retry_after": None, "cost": 0.0,
-                                      "wait": 0.0, "seq": -1})
+        # Broker._decide_one, and the decision's fields of the record
+        dec, r = self._decide(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
+        buf = self.buf
+        if r == _DEADLINE:
             row["outcome"], row["reason"] = 3, REASONS.index("deadline")
+        elif r == GRANTED:
+            lid = int(buf[2])
+            row["outcome"], row["path"], row["units"] = 1, 1, int(buf[0])
+            row["lease"], row["cost"] = lid, int(st.cost[lid])
+        elif r == REFUSED:
+            row["outcome"], row["reason"] = 3, int(buf[1])
         else:
-            buf = self.buf
-            r = self._admit(c, d, kc, nmin, nmax, dur, spend, t, iid)
-            if r == GRANTED:
-                lid = int(buf[2])
-                if not st.firm[lid]:
-                    self.opp[d].add(lid)
-                dec = _mk(self.Decision, {"outcome": "granted", "intent_id": iid,
-                                          "campaign": name, "units": int(buf[0]),
-                                          "lease": self._lease(lid), "path": "warm",
-                                          "reason": None, "retry_after": None,
-                                          "cost": int(buf[3]) / _CREDIT, "wait": 0.0,
-                                          "seq": -1})
-                row["outcome"], row["path"], row["units"] = 1, 1, int(buf[0])
-                row["lease"], row["cost"] = lid, int(st.cost[lid])
-            elif r == REFUSED:
-                reason = int(buf[1])
-                retry = None
-                if reason == TOKENS or reason == CAPACITY:
-                    retry = b._retry_after(c, d, nmin, dur, reason)
-                dec = _mk(self.Decision, {"outcome": "refused", "intent_id": iid,
-                                          "campaign": name, "units": 0, "lease": None,
-                                          "path": None, "reason": REASONS[reason],
-                                          "retry_after": retry, "cost": 0.0, "wait": 0.0,
-                                          "seq": -1})
-                row["outcome"], row["reason"] = 3, reason
-            else:
-                dec = b._slow(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent)
-                row["outcome"] = {"granted": 1, "pending": 2, "refused": 3}.get(dec.outcome, 4)
-                row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
-                row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
-                row["units"] = dec.units
-                if dec.lease is not None:
-                    row["lease"] = dec.lease.id
-                    row["cost"] = int(st.cost[dec.lease.id])
+            row["outcome"] = {"granted": 1, "pending": 2, "refused": 3}.get(dec.outcome, 4)
+            row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
+            row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
+            row["units"] = dec.units
+            if dec.lease is not None:
+                row["lease"] = dec.lease.id
+                row["cost"] = int(st.cost[dec.lease.id])
         # Broker._record_decision's state after, journal.add
         row["tokens_after"], row["credits_after"] = int(st.T[c, d]), int(st.left[c])
         row["held_after"] = int(st.H[c, d])
