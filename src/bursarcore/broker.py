@@ -25,7 +25,6 @@ import functools
 import heapq
 import json
 import math
-import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from . import _backend, units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
-from .admission.envelope import Envelope, Intent, Pool
+from .admission.envelope import Envelope, Intent, Pool, _number
 from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE,
                               GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
                               RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
@@ -49,6 +48,7 @@ __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote
            "BatchResult", "Consumption", "ENGINES"]
 
 NS = units.NS
+_MAX_DURATION = 10 * 365 * 86400 * NS       # the longest lease (ns), as Intent.duration's bound
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 
@@ -1392,13 +1392,13 @@ class Broker:
         if isinstance(durations, (int, float)) and not isinstance(durations, bool):
             # one duration for the batch: validated once (the same rounding as ns_array)
             one = units.to_ns(durations, "durations")
-            if not 0 < one <= 10 * 365 * 86400 * NS:
+            if not 0 < one <= _MAX_DURATION:
                 raise InvalidArgument("durations", "must be > 0 and at most ten years",
                                       durations)
             dur = np.full(n, one, dtype=np.int64)
         else:
             dur = units.ns_array(durations, "durations", n)
-            if n and ((dur <= 0).any() or (dur > 10 * 365 * 86400 * NS).any()):
+            if n and ((dur <= 0).any() or (dur > _MAX_DURATION).any()):
                 raise InvalidArgument("durations", "must be > 0 and at most ten years")
             dur = np.ascontiguousarray(dur)
         d = self._dim_index.get(dim if dim is not None else self.dims[0])
@@ -1413,9 +1413,8 @@ class Broker:
                 raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                       service_class)
             ks = np.full(n, kk, dtype=np.int64)
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, numbers.Real)
-                                or not math.isfinite(ttl) or ttl <= 0):
-            raise InvalidArgument("ttl", "must be a finite number of seconds > 0", ttl)
+        if ttl is not None and _number(ttl, "ttl") <= 0:          # as Intent.ttl
+            raise InvalidArgument("ttl", "must be > 0", ttl)
         ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
         t = self._now() if now is None else units.to_ns(now)
         if t < self._t:
