@@ -49,6 +49,14 @@ def test_bad_envelope_names_field(eb, kw, field):
     assert b.campaigns == []
 
 
+def test_envelope_none_means_no_entries_and_maps_are_copied():
+    src = {"gpu": 8}
+    e = Envelope(credits=1, guaranteed=None, sustained=src, ceiling=None, burst=None)
+    src["gpu"] = 99                      # the caller's dict is not the envelope's
+    assert (e.guaranteed, e.sustained, e.ceiling, e.burst) == ({}, {"gpu": 8}, {}, {})
+    assert e.dims() == {"gpu"} and e.b("gpu") == 8
+
+
 def test_registration_rules(eb):
     b = mk(eb, gpu=100)
     b.register("a", Envelope(credits=10, guaranteed={"gpu": 60}, sustained={"gpu": 60}))

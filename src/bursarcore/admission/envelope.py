@@ -72,6 +72,8 @@ class Envelope:
         s = _per_dim(self.sustained, "sustained")
         b = _per_dim(self.ceiling, "ceiling")
         B = _per_dim(self.burst, "burst")
+        for name, m in (("guaranteed", g), ("sustained", s), ("ceiling", b), ("burst", B)):
+            object.__setattr__(self, name, m)    # None -> {}; a copy the caller cannot mutate
         for d in set(g) | set(s) | set(b) | set(B):
             gd = _number(g.get(d, 0), f"guaranteed[{d}]")
             sd = _number(s.get(d, gd), f"sustained[{d}]")
