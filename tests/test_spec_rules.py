@@ -425,6 +425,22 @@ def test_congestion_thresholds_are_configuration(eb):
     assert (g.congestion, g.multiplier, g.price["agent-burst"]) == (0.25, 4.0, 12.0)
 
 
+def test_a_zero_first_threshold_prices_even_an_idle_pool(eb):
+    """§7: κ < thresholds[0] picks multipliers[0]; with thresholds[0] = 0, κ = 0 is not
+    below it, so an idle pool already charges the second band (×2: agent-burst 6 per
+    GPU-hour, 2 GPUs for an hour cost 12). The kernels' shortcut for zero demand must
+    not apply here."""
+    cg = Congestion(thresholds=(0.0, 1.0, 2.0), multipliers=(1.0, 2.0, 4.0, 8.0))
+    b = mk(eb, gpu=10, congestion=cg)
+    b.register("a", env(s=10))
+    g = b.supply("a").dims["gpu"]
+    assert (g.congestion, g.multiplier, g.price["agent-burst"]) == (0.0, 2.0, 6.0)
+    assert b.acquire(Intent("a", units={"gpu": 2}, duration=3600)).cost == 12.0
+    b2 = mk(eb, gpu=10)                      # default thresholds (0.5, ...): ×1 when idle
+    b2.register("a", env(s=10))
+    assert b2.acquire(Intent("a", units={"gpu": 2}, duration=3600)).cost == 6.0
+
+
 # ---------------------------------------------------------------- §8 supply signals
 def test_quote_wait_per_grant_path(eb):
     """§8: ``quote`` answers path and expected wait per what-if: warm 0, reclaim = the

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# distutils: extra_compile_args = -fwrapv -ffp-contract=off
+# distutils: extra_compile_args = -fwrapv -ffp-contract=off --param=max-inline-insns-single=2000 --param=inline-unit-growth=400
 """Compiled admission kernel. Private: the broker picks it through ``broker.ENGINES``.
 
 The twin of :mod:`bursarcore.reference.engine` (the specification): the same functions,
@@ -543,9 +543,13 @@ cdef inline int64_t k_cong_mult(Eng* e, Py_ssize_t d) noexcept nogil:
 cdef inline int64_t k_cong_mult_f(Eng* e, Py_ssize_t d, int64_t free) noexcept nogil:
     """The multiplier with k_free(e, d) already known (``free``)."""
     # κ < thr  <=>  num // den < thr  <=>  num < thr·den  (den >= 1): no division needed
-    cdef i128 num = (<i128>e.ring_sum[d] + e.pend[d]) * PPM
-    cdef i128 den = imax(1, free)
+    cdef i128 dem = <i128>e.ring_sum[d] + e.pend[d]
+    cdef i128 num, den
     cdef Py_ssize_t i
+    if dem == 0 and (e.NT == 0 or e.cong_thr[0] > 0):
+        return e.cong_mult[0]         # no demand: 0 < thr[0]·den for any den >= 1
+    num = dem * PPM
+    den = imax(1, free)
     for i in range(e.NT):
         if num < e.cong_thr[i] * den:
             return e.cong_mult[i]
@@ -815,7 +819,7 @@ cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, in
     return k_commit(e, c, d, k, n, dur, pm, t, starting, intent)
 
 
-cdef int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
+cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
                       int64_t dur, int64_t pm, int64_t t, bint starting,
                       int64_t intent) noexcept nogil:
     """k_grant once its checks passed (room, heap) and (c, d) is settled at t: k_admit
