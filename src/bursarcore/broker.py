@@ -57,6 +57,31 @@ ENGINES: dict[str, Any] = {"reference": _ref_engine}
 if _compiled is not None:
     ENGINES = {"compiled": _compiled, **ENGINES}
 
+
+def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """admit_batch's ``units``: (n,) (min = max) or (n, 2) (min, max) integers with
+    0 <= min <= max and 1 <= max <= 2**40, as int64 columns (min and max reductions, not a
+    mask per rule; an int64 (n,) array is used as it is, as campaign_idx is), and the
+    largest max (0 for an empty batch)."""
+    u = np.asarray(values)
+    if u.dtype.kind not in "iu":
+        raise InvalidArgument("units", "must be integers", u.dtype)
+    if u.shape == (n,):
+        nmin = nmax = np.ascontiguousarray(u, dtype=np.int64)
+        low, top = (int(nmax.min()), int(nmax.max())) if n else (1, 0)
+        ok = low >= 1 and top <= 1 << 40
+    elif u.shape == (n, 2):
+        nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
+        top = int(nmax.max()) if n else 0
+        ok = not n or (int(nmin.min()) >= 0 and int(nmax.min()) >= 1
+                       and top <= 1 << 40 and not (nmin > nmax).any())
+    else:
+        raise InvalidArgument("units", f"must have shape ({n},) or ({n}, 2)", u.shape)
+    if not ok:
+        raise InvalidArgument("units", "need 0 <= min <= max, 1 <= max <= 2**40")
+    return nmin, nmax, top
+
+
 def _op(method):
     """A public operation: when it returns, the journal may commit a group (group commit
     happens only between operations, so a durable journal always ends on an operation
@@ -402,6 +427,9 @@ class Broker:
         self._subscribers: list[Any] = []
         self._deficit_last = np.zeros(0)
         self._default_cls = np.zeros(0, dtype=np.int64)
+        self._opp_default = False     # some campaign's own class is preemptible
+        self._one_cls: int | None = None   # the class of every campaign's envelope, if one
+        self._consts: dict[int, np.ndarray] = {}   # read-only constant columns (_constant)
         if journal is not None and not isinstance(journal, Journal):
             raise InvalidArgument("journal", "must be a bursarcore.journal.Journal", journal)
         if journal is not None and len(journal):
@@ -492,6 +520,10 @@ class Broker:
         self._deficit_last = np.append(self._deficit_last, np.nan)
         self._default_cls = np.append(self._default_cls,
                                       self._cls_index[envelope.service_class]).astype(np.int64)
+        kc = self._cls_index[envelope.service_class]
+        if self.classes[kc].preemptible:
+            self._opp_default = True
+        self._one_cls = kc if c == 0 or self._one_cls == kc else None
         if self.journal is not None:
             row = {}
             row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["register"], t, c, 4
@@ -651,6 +683,20 @@ class Broker:
                 reason = DEADLINE if p.deadline is not None and p.deadline <= t else TTL
                 self._drop_pending(ident)
                 self._emit("refused", t, p.campaign, iid=ident, reason=reason, pend=p)
+
+    def _constant(self, value: int, n: int) -> np.ndarray:
+        """A read-only int64 array of n copies of value, for the batch kernel's per-item
+        inputs that are one value for the whole batch (dimension, duration, class): a
+        view of a cached array, so a batch writes no column it does not need. Read-only,
+        so a batch started inside another's event callback cannot disturb it."""
+        a = self._consts.get(value)
+        if a is None or a.shape[0] < n:
+            if len(self._consts) >= 8:
+                self._consts.clear()
+            a = np.full(max(n, 1024), value, dtype=np.int64)
+            a.flags.writeable = False
+            self._consts[value] = a
+        return a[:n]
 
     def _reserve(self, leases: int, slots: int) -> None:
         st = self.st
@@ -840,8 +886,7 @@ class Broker:
     def _track_opportunistic(self, d: int, lids: np.ndarray) -> None:
         """Remember leases the compiled loop granted that are opportunistic (victims)."""
         lids = lids[lids >= 0]
-        for lid in lids[self.st.firm[lids] == 0]:
-            self._opp_active[d].add(int(lid))
+        self._opp_active[d].update(lids[self.st.firm[lids] == 0].tolist())
 
     def _plan_reclaim(self, d: int, n: int, t: int) -> tuple[list[int], int]:
         """Victims and activation time for a reclaim grant of n units on d at t: units
@@ -1377,42 +1422,36 @@ class Broker:
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
         n = ci.shape[0]
-        u = np.asarray(units_)
-        if u.dtype.kind not in "iu":
-            raise InvalidArgument("units", "must be integers", u.dtype)
-        if u.shape == (n,):
-            nmin = nmax = u.astype(np.int64)
-        elif u.shape == (n, 2):
-            nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
-        else:
-            raise InvalidArgument("units", f"must have shape ({n},) or ({n}, 2)", u.shape)
-        if n and ((nmax < 1).any() or (nmin > nmax).any() or (nmin < 0).any()
-                  or (nmax > 1 << 40).any()):
-            raise InvalidArgument("units", "need 0 <= min <= max, 1 <= max <= 2**40")
+        nmin, nmax, top = _batch_units(units_, n)
         if isinstance(durations, (int, float)) and not isinstance(durations, bool):
             # one duration for the batch: validated once (the same rounding as ns_array)
             one = units.to_ns(durations, "durations")
             if not 0 < one <= _MAX_DURATION:
                 raise InvalidArgument("durations", "must be > 0 and at most ten years",
                                       durations)
-            dur = np.full(n, one, dtype=np.int64)
+            dur = self._constant(one, n)
         else:
-            dur = units.ns_array(durations, "durations", n)
-            if n and ((dur <= 0).any() or (dur > _MAX_DURATION).any()):
+            dur = units.ns_array(durations, "durations", n)     # a new contiguous column
+            lo, hi = (int(dur.min()), int(dur.max())) if n else (1, 1)
+            if not 0 < lo <= hi <= _MAX_DURATION:
                 raise InvalidArgument("durations", "must be > 0 and at most ten years")
-            dur = np.ascontiguousarray(dur)
         d = self._dim_index.get(dim if dim is not None else self.dims[0])
         if d is None:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
-        if service_class is None:
-            ks = self._default_cls[ci] if n else np.zeros(0, np.int64)
+        if service_class is None and self._one_cls is not None:
+            ks = self._constant(self._one_cls, n)       # every campaign has this class
+            opp = self._opp_default
+        elif service_class is None:
+            ks = self._default_cls.take(ci)
+            opp = self._opp_default
         else:
             name = service_class if isinstance(service_class, str) else None
             kk = self._cls_index.get(name) if name else None
             if kk is None:
                 raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                       service_class)
-            ks = np.full(n, kk, dtype=np.int64)
+            ks = self._constant(kk, n)
+            opp = self.classes[kk].preemptible
         if ttl is not None and _number(ttl, "ttl") <= 0:          # as Intent.ttl
             raise InvalidArgument("ttl", "must be > 0", ttl)
         ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
@@ -1422,32 +1461,41 @@ class Broker:
         if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
             self.clock.set(t / NS)
         self._advance(t)
-        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns)
+        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns, opp, top)
 
-    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t, ttl) -> BatchResult:
+    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t, ttl, opp=True,
+                          top=None) -> BatchResult:
         """Warm grants and certain refusals in the compiled loop; a slow item (reclaim or
         pending) goes through the single path, flagged as part of the batch. With a
         journal, the loop also returns each item's rule inputs and state after, and its
         records go in as one columnar append, equal field for field to what the single
-        path (which replay uses) writes."""
+        path (which replay uses) writes. ``opp`` is False when no item's class is
+        preemptible: the loop's grants are then all firm and none needs tracking as a
+        reclaim victim. ``top`` (the largest max, if known) bounds the batch's slots, so
+        their exact sum is needed only when the bound does not fit the arena."""
         st = self.st
         n = ci.shape[0]
-        out_n = np.zeros(n, dtype=np.int64)
-        out_r = np.zeros(n, dtype=np.int64)
-        out_l = np.full(n, -1, dtype=np.int64)
-        out_o = np.zeros(n, dtype=np.int64)
+        # every item is written by the loop or by the single path (np.empty, not zeros)
+        out_n = np.empty(n, dtype=np.int64)
+        out_r = np.empty(n, dtype=np.int64)
+        out_l = np.empty(n, dtype=np.int64)
+        slow = []                        # (item, outcome code) decided by the single path
         rec = np.empty((n, 11), dtype=np.int64) if self.journal is not None else None
-        dims = np.full(n, d, dtype=np.int64)
+        dims = self._constant(d, n)
         iid0 = self._next_intent
         self._next_intent += n
-        self._reserve(n, int(nmax.sum()) if n else 0)
+        slots = n * top if top is not None else None
+        if slots is None or st.arena_top.item(0) + slots > st.arena.shape[0]:
+            slots = int(nmax.sum()) if n else 0
+        self._reserve(n, slots)
         j = 0
         while j < n:
             j0 = j
             j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
                                     out_l, j, rec)
             if j > j0:
-                self._track_opportunistic(d, out_l[j0:j])
+                if opp:
+                    self._track_opportunistic(d, out_l[j0:j])
                 if rec is not None:
                     self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
                                         out_n, out_r, out_l, rec)
@@ -1456,14 +1504,18 @@ class Broker:
             dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
                                    int(dur[j]), -1, None, ttl, t, None,
                                    batch=1 if j == 0 else 2, iid=iid0 + j)
-            out_o[j] = _OUTCOME_CODE[dec.outcome]
+            slow.append((j, _OUTCOME_CODE[dec.outcome]))
             out_n[j] = dec.units if dec.granted else 0
             out_r[j] = REASONS.index(dec.reason) if dec.reason else 0
             out_l[j] = dec.lease.id if dec.lease else -1
             j += 1
-        granted = out_l >= 0
-        out_o[(~granted) & (out_o == 0)] = 1
-        out_n[~granted] = 0
+        # no lease: refused (units 0), unless the single path said pending
+        none = out_l < 0
+        if none.any():
+            np.copyto(out_n, 0, where=none)
+        out_o = none.astype(np.int64)
+        for j, code in slow:
+            out_o[j] = code
         return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
 
     def _journal_batch(self, j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl, out_n, out_r,

@@ -79,7 +79,8 @@ def to_fixed(amount: float, field: str = "amount") -> int:
     return int(round(x * SCALE))
 
 
-def _float_array(values: Any, field: str, n: int | None) -> np.ndarray:
+def _float_array(values: Any, field: str, n: int | None) -> tuple[np.ndarray, float, float]:
+    """A float64 column of finite values, and its least and greatest (0.0 if empty)."""
     a = np.asarray(values)
     if a.dtype.kind not in "fiub":
         raise InvalidArgument(field, "must be numeric", a.dtype)
@@ -91,9 +92,14 @@ def _float_array(values: Any, field: str, n: int | None) -> np.ndarray:
             raise InvalidArgument(field, f"must be a scalar or have shape ({n},)", a.shape)
     elif a.ndim != 1:
         raise InvalidArgument(field, "must be one-dimensional", a.shape)
-    if a.size and not np.isfinite(a).all():
+    if not a.size:
+        return a, 0.0, 0.0
+    # min and max (NaN propagates through both) check every rule in two passes; the masks
+    # run only to name the first bad item
+    lo, hi = float(a.min()), float(a.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise InvalidArgument(field, "must be finite", _first(a, ~np.isfinite(a)))
-    return a
+    return a, lo, hi
 
 
 def _first(a: np.ndarray, bad: np.ndarray) -> object:
@@ -103,8 +109,8 @@ def _first(a: np.ndarray, bad: np.ndarray) -> object:
 
 def ns_array(values: Any, field: str = "now", n: int | None = None) -> np.ndarray:
     """Float seconds (scalar broadcast to ``n`` or 1-D array) to an int64 ns array."""
-    a = _float_array(values, field, n)
-    if a.size and (np.abs(a) > _MAX_SECONDS).any():
+    a, lo, hi = _float_array(values, field, n)
+    if max(-lo, hi) > _MAX_SECONDS:
         raise InvalidArgument(field, f"must be within +/-{_MAX_SECONDS:.6g} s",
                               _first(a, np.abs(a) > _MAX_SECONDS))
     return np.rint(a * NS).astype(np.int64)
@@ -112,12 +118,11 @@ def ns_array(values: Any, field: str = "now", n: int | None = None) -> np.ndarra
 
 def fixed_array(values: Any, field: str = "amounts", n: int | None = None) -> np.ndarray:
     """Non-negative float units (scalar or 1-D) to an int64 fixed-point array."""
-    a = _float_array(values, field, n)
-    if a.size:
-        if (a < 0).any():
-            raise InvalidArgument(field, "must be >= 0", _first(a, a < 0))
-        if (a > _MAX_UNITS).any():
-            raise InvalidArgument(field, f"must be <= {_MAX_UNITS:.6g}", _first(a, a > _MAX_UNITS))
+    a, lo, hi = _float_array(values, field, n)
+    if lo < 0:
+        raise InvalidArgument(field, "must be >= 0", _first(a, a < 0))
+    if hi > _MAX_UNITS:
+        raise InvalidArgument(field, f"must be <= {_MAX_UNITS:.6g}", _first(a, a > _MAX_UNITS))
     return np.rint(a * SCALE).astype(np.int64)
 
 

@@ -1,0 +1,158 @@
+"""``Broker.admit_batch`` around its compiled loop: input checks done with min/max
+reductions (each rule at its boundary, naming the field, changing nothing), victim
+tracking of opportunistic grants, per-item classes, and result arrays that stay the
+caller's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore.errors import InvalidArgument
+
+INF = math.inf
+
+
+# ------------------------------------------------------------------ input checks
+def broker(eb, gpu=64):
+    b = Broker(Pool(gpu=gpu), clock=ManualClock(0.0), backend=eb)
+    for name in ("a", "b"):
+        b.register(name, Envelope(credits=INF, sustained={"gpu": gpu}, ceiling={"gpu": gpu},
+                                  burst={"gpu": INF}))
+    return b
+
+
+U64 = np.uint64
+BAD = [
+    # (campaign_idx, units, durations, kwargs, field, rule in the message)
+    ([2], [1], 1.0, {}, "campaign_idx", "out of range"),
+    ([-1], [1], 1.0, {}, "campaign_idx", "out of range"),
+    (np.array([0, 2], np.int64), [1, 1], 1.0, {}, "campaign_idx", "out of range"),
+    (np.array([0, -1], np.int64), [1, 1], 1.0, {}, "campaign_idx", "out of range"),
+    (np.array([0, 2**63 + 1], U64), [1, 1], 1.0, {}, "campaign_idx", "out of range"),
+    (np.zeros((1, 2), np.int64), [1], 1.0, {}, "campaign_idx", "one-dimensional"),
+    ([0.0], [1], 1.0, {}, "campaign_idx", "integers"),
+    ([0, 1], [1, 0], 1.0, {}, "units", "1 <= max"),
+    ([0, 1], [1, -3], 1.0, {}, "units", "1 <= max"),
+    ([0, 1], [1, 2**40 + 1], 1.0, {}, "units", "max <= 2**40"),
+    ([0, 1], np.array([1, 2**64 - 1], U64), 1.0, {}, "units", "1 <= max"),
+    ([0, 1], np.array([1, 2**63], U64), 1.0, {}, "units", "1 <= max"),
+    ([0, 1], [[1, 2], [3, 2]], 1.0, {}, "units", "min <= max"),
+    ([0, 1], [[1, 2], [-1, 2]], 1.0, {}, "units", "0 <= min"),
+    ([0, 1], [[0, 0], [1, 2]], 1.0, {}, "units", "1 <= max"),
+    ([0, 1], [[1, 2], [1, 2**40 + 1]], 1.0, {}, "units", "max <= 2**40"),
+    ([0, 1], [1.0, 2.0], 1.0, {}, "units", "integers"),
+    ([0, 1], [1, 2, 3], 1.0, {}, "units", "shape"),
+    ([0, 1], [1, 1], 0.0, {}, "durations", "> 0"),
+    ([0, 1], [1, 1], [1.0, 0.0], {}, "durations", "> 0"),
+    ([0, 1], [1, 1], [1.0, -2.0], {}, "durations", "> 0"),
+    ([0, 1], [1, 1], [1.0, 3.2e8], {}, "durations", "ten years"),
+    ([0, 1], [1, 1], [1.0, float("nan")], {}, "durations", "finite"),
+    ([0, 1], [1, 1], 1.0, {"dim": "tpu"}, "dim", "one of"),
+    ([0, 1], [1, 1], 1.0, {"service_class": "x"}, "service_class", "one of"),
+    ([0, 1], [1, 1], 1.0, {"ttl": 0}, "ttl", "> 0"),
+]
+
+
+@pytest.mark.parametrize("ci, u, du, kw, field, rule", BAD)
+def test_bad_batches_name_field_and_rule_and_change_nothing(eb, ci, u, du, kw, field, rule):
+    b = broker(eb)
+    b.admit_batch([0], [3], 10.0)
+    before, nxt = b.state(), b._next_intent
+    with pytest.raises(InvalidArgument) as e:
+        b.admit_batch(ci, u, du, **kw)
+    assert e.value.field == field and rule in str(e.value)
+    assert b.state() == before and b._next_intent == nxt
+    assert b.admit_batch([1], [2], 10.0).outcome.tolist() == [0]
+
+
+def test_each_rule_at_its_bound_is_accepted(eb):
+    b = broker(eb)
+    # (not max = 2**40 itself: the batch reserves slots for the sum of the maxima, so the
+    # upper bound is checked only from above, in BAD)
+    res = b.admit_batch(np.array([0, 1], np.uint8), [[0, 1], [1, 1]], [1e-9, 3.1e8])
+    assert res.outcome.tolist() == [0, 0] and res.granted.tolist() == [1, 1]
+    res = b.admit_batch(np.array([1], np.int32), np.array([1], np.uint64), 3.1e8)
+    assert res.outcome.tolist() == [0]
+    empty = b.admit_batch([], np.zeros(0, np.int64), 1.0)
+    assert [len(x) for x in empty] == [0] * 5 and all(x.dtype == np.int64 for x in empty)
+
+
+# ------------------------------------------------------------------ victims and classes
+def _reclaim_after_batch(eb, classes, batch_class, guaranteed=8):
+    """Campaign 0 of class ``classes[0]`` takes the whole pool in a batch; campaign 1
+    (guaranteed the whole pool) then asks for it: it can only have it by reclaim, from
+    victims the batch's grants must be among."""
+    b = Broker(Pool(gpu=8), clock=ManualClock(0.0), backend=eb)
+    for name, cls, g in (("x", classes[0], 0), ("y", classes[1], guaranteed)):
+        b.register(name, Envelope(credits=INF, service_class=cls, guaranteed={"gpu": g},
+                                  sustained={"gpu": 8}, ceiling={"gpu": 8}, burst={"gpu": INF}))
+    res = b.admit_batch([0, 0], [4, 4], 600.0, service_class=batch_class)
+    assert res.outcome.tolist() == [0, 0]
+    return b, res
+
+
+@pytest.mark.parametrize("classes, batch_class", [
+    (("opportunistic", "interactive"), None),       # the item's class is its campaign's
+    (("opportunistic", "opportunistic"), None),     # every campaign of one class
+    (("agent-burst", "interactive"), "opportunistic"),   # the class given for the batch
+])
+def test_opportunistic_batch_grants_are_reclaim_victims(eb, classes, batch_class):
+    b, res = _reclaim_after_batch(eb, classes, batch_class)
+    assert [l.firm for l in b.leases()] == [False, False]
+    d = b.acquire(Intent("y", units={"gpu": 8}, duration=60.0, service_class="interactive"))
+    assert (d.outcome, d.path) == ("granted", "reclaim")
+    noticed = {e.lease_id for e in b.poll() if e.kind == "preempt_notice"}
+    assert noticed == set(res.lease.tolist())
+
+
+def test_firm_batch_grants_are_not_victims(eb):
+    b, res = _reclaim_after_batch(eb, ("agent-burst", "interactive"), None, guaranteed=0)
+    assert [l.firm for l in b.leases()] == [True, True]
+    assert b._opp_active == [set()]
+    d = b.acquire(Intent("y", units={"gpu": 8}, duration=60.0))
+    assert d.outcome == "pending"
+
+
+def test_each_item_gets_its_campaigns_class_as_classes_are_added(eb):
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=eb)
+    env = dict(credits=INF, sustained={"gpu": 64}, ceiling={"gpu": 64}, burst={"gpu": INF})
+    b.register("a", Envelope(service_class="interactive", **env))
+    b.register("b", Envelope(service_class="interactive", **env))
+    first = b.admit_batch([0, 1], [1, 1], 60.0)
+    b.register("c", Envelope(service_class="deadline", **env))
+    second = b.admit_batch([2, 0, 2, 1], [1, 1, 1, 1], 60.0)
+    cls = {l.id: l.service_class for l in b.leases()}
+    assert [cls[x] for x in first.lease.tolist()] == ["interactive"] * 2
+    assert [cls[x] for x in second.lease.tolist()] == ["deadline", "interactive", "deadline",
+                                                       "interactive"]
+    third = b.admit_batch([0, 2], [1, 1], 60.0, service_class="agent-burst")
+    assert {cls for l in b.leases() if l.id in third.lease.tolist()
+            for cls in [l.service_class]} == {"agent-burst"}
+
+
+# ------------------------------------------------------------------ results are the caller's
+def test_results_stay_valid_after_later_batches(eb):
+    b = Broker(Pool(gpu=16), clock=ManualClock(0.0), backend=eb, ttl=30.0)
+    b.register("a", Envelope(credits=INF, sustained={"gpu": 16}, ceiling={"gpu": 16},
+                             burst={"gpu": INF}))
+    ci = np.zeros(6, np.int64)
+    u = np.array([4, 4, 4, 4, 4, 20], np.int64)
+    r1 = b.admit_batch(ci, u, 60.0)
+    kept = [x.copy() for x in r1]
+    assert r1.outcome.tolist() == [0, 0, 0, 0, 2, 1] and r1.granted.tolist()[4:] == [0, 0]
+    r2 = b.admit_batch(ci, u, 60.0)
+    r3 = b.admit_batch(ci[:2], u[:2], 60.0, now=31.0)
+    for a, k in zip(r1, kept):
+        assert a.tolist() == k.tolist() and a.flags.writeable and a.dtype == np.int64
+    arrays = list(r1) + list(r2) + list(r3)
+    for i, a in enumerate(arrays):
+        assert not np.shares_memory(a, ci) and not np.shares_memory(a, u)
+        assert all(not np.shares_memory(a, x) for x in arrays[i + 1:])
+    r2.outcome[:] = 7                      # the caller's to change
+    b.admit_batch(ci, u, 60.0, now=32.0)
+    assert r2.outcome.tolist() == [7] * 6
+    assert ci.tolist() == [0] * 6 and u.tolist() == [4, 4, 4, 4, 4, 20]
