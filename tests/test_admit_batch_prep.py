@@ -1,7 +1,7 @@
-"""``Broker.admit_batch`` around its compiled loop: input checks done with min/max
-reductions (each rule at its boundary, naming the field, changing nothing), victim
-tracking of opportunistic grants, per-item classes, and result arrays that stay the
-caller's."""
+"""``Broker.admit_batch`` around its compiled loop: the column helpers (``batchprep``,
+compiled against the pure-Python reference), input checks done with min/max reductions
+(each rule at its boundary, naming the field, changing nothing), victim tracking of
+opportunistic grants, per-item classes, and result arrays that stay the caller's."""
 
 from __future__ import annotations
 
@@ -9,11 +9,71 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore import Broker, Envelope, Intent, ManualClock, Pool, _backend, batchprep
 from bursarcore.errors import InvalidArgument
 
 INF = math.inf
+ext = _backend.compiled("_batchprep")
+needs_ext = pytest.mark.skipif(ext is None, reason="compiled _batchprep not built "
+                               "(BURSARCORE_NO_EXTENSIONS=1)")
+I64 = st.integers(-(2**63), 2**63 - 1)
+COLUMN = st.lists(I64, min_size=0, max_size=70).map(lambda x: np.array(x, dtype=np.int64))
+
+
+# ------------------------------------------------------------------ compiled vs reference
+def test_backend_follows_the_build():
+    assert batchprep.BACKEND == ("compiled" if ext is not None else "reference")
+
+
+@needs_ext
+@given(COLUMN)
+def test_minmax_matches_reference(a):
+    if a.size == 0:
+        for f in (ext.minmax, batchprep.reference_minmax):
+            with pytest.raises(ValueError):
+                f(a)
+        return
+    got = ext.minmax(a)
+    assert got == batchprep.reference_minmax(a) == (int(a.min()), int(a.max()))
+    assert all(type(x) is int for x in got)
+
+
+@needs_ext
+@given(st.lists(st.tuples(I64, I64), max_size=70), st.integers(0, 2**62))
+def test_finish_matches_reference(items, iid0):
+    out_n = np.array([x[0] for x in items], dtype=np.int64)
+    out_l = np.array([x[1] for x in items], dtype=np.int64)
+    n1, n2 = out_n.copy(), out_n.copy()
+    o1, i1 = ext.finish(n1, out_l, iid0)
+    o2, i2 = batchprep.reference_finish(n2, out_l, iid0)
+    for a, b in ((o1, o2), (i1, i2), (n1, n2)):
+        assert a.dtype == b.dtype == np.int64 and a.tolist() == b.tolist()
+    assert o1.tolist() == [int(x < 0) for x in out_l]
+    assert n1.tolist() == [0 if l < 0 else n for n, l in zip(out_n, out_l)]
+    assert i1.tolist() == list(range(iid0, iid0 + len(items)))
+    assert not np.shares_memory(o1, out_l) and not np.shares_memory(i1, o1)
+
+
+@pytest.mark.parametrize("f", ["minmax", "finish"])
+@pytest.mark.parametrize("impl", ["compiled", "reference"])
+def test_helpers_refuse_other_columns(f, impl):
+    if impl == "compiled" and ext is None:
+        pytest.skip("compiled _batchprep not built")
+    fn = getattr(ext, f) if impl == "compiled" else getattr(batchprep, f"reference_{f}")
+    good = np.arange(6, dtype=np.int64)
+    ro = good.copy()
+    ro.flags.writeable = False
+    for bad in (good.astype(np.int32), good[::2], good.reshape(2, 3), list(good)):
+        with pytest.raises(TypeError):
+            fn(bad) if f == "minmax" else fn(bad, good, 0)
+    if f == "finish":
+        with pytest.raises(TypeError):           # out_n is written
+            fn(ro, good, 0)
+        with pytest.raises(ValueError):
+            fn(good.copy(), good[:5].copy(), 0)
 
 
 # ------------------------------------------------------------------ input checks
@@ -156,3 +216,18 @@ def test_results_stay_valid_after_later_batches(eb):
     b.admit_batch(ci, u, 60.0, now=32.0)
     assert r2.outcome.tolist() == [7] * 6
     assert ci.tolist() == [0] * 6 and u.tolist() == [4, 4, 4, 4, 4, 20]
+
+
+@pytest.mark.parametrize("layout", ["int64", "strided", "big-endian", "int32", "list"])
+def test_any_integer_layout_gives_the_same_batch(eb, layout):
+    """Columns the one-pass helpers take (contiguous native int64) and the ones they leave
+    to numpy decide the same."""
+    ci = np.array([0, 1, 1, 0, 1], np.int64)
+    u = np.array([3, 1, 2, 5, 4], np.int64)
+    conv = {"int64": lambda a: a, "strided": lambda a: np.repeat(a, 2)[::2],
+            "big-endian": lambda a: a.astype(">i8"), "int32": lambda a: a.astype(np.int32),
+            "list": lambda a: a.tolist()}[layout]
+    want = broker(eb, gpu=8).admit_batch(ci, u, 10.0)
+    got = broker(eb, gpu=8).admit_batch(conv(ci), conv(u), 10.0)
+    assert [x.tolist() for x in got] == [x.tolist() for x in want]
+    assert want.outcome.tolist() == [0, 0, 0, 2, 2]

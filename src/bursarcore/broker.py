@@ -37,6 +37,7 @@ from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLI
                               GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
                               RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
                               TOKENS, TTL, WARM, CANCELLED, EngineState)
+from .batchprep import finish, minmax
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
 from .journal import records as J
@@ -68,7 +69,7 @@ def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
         raise InvalidArgument("units", "must be integers", u.dtype)
     if u.shape == (n,):
         nmin = nmax = np.ascontiguousarray(u, dtype=np.int64)
-        low, top = (int(nmax.min()), int(nmax.max())) if n else (1, 0)
+        low, top = minmax(nmax) if n else (1, 0)
         ok = low >= 1 and top <= 1 << 40
     elif u.shape == (n, 2):
         nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
@@ -1432,7 +1433,7 @@ class Broker:
             dur = self._constant(one, n)
         else:
             dur = units.ns_array(durations, "durations", n)     # a new contiguous column
-            lo, hi = (int(dur.min()), int(dur.max())) if n else (1, 1)
+            lo, hi = minmax(dur) if n else (1, 1)
             if not 0 < lo <= hi <= _MAX_DURATION:
                 raise InvalidArgument("durations", "must be > 0 and at most ten years")
         d = self._dim_index.get(dim if dim is not None else self.dims[0])
@@ -1510,13 +1511,10 @@ class Broker:
             out_l[j] = dec.lease.id if dec.lease else -1
             j += 1
         # no lease: refused (units 0), unless the single path said pending
-        none = out_l < 0
-        if none.any():
-            np.copyto(out_n, 0, where=none)
-        out_o = none.astype(np.int64)
+        out_o, iids = finish(out_n, out_l, iid0)
         for j, code in slow:
             out_o[j] = code
-        return BatchResult(out_n, out_r, out_l, out_o, np.arange(iid0, iid0 + n))
+        return BatchResult(out_n, out_r, out_l, out_o, iids)
 
     def _journal_batch(self, j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl, out_n, out_r,
                        out_l, rec) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .batchprep import minmax
 from .errors import InvalidArgument
 
 __all__ = [
@@ -135,7 +136,10 @@ def index_array(values: Any, size: int, field: str = "idx") -> np.ndarray:
         return np.zeros(0, np.int64)
     if a.dtype.kind not in "iu":
         raise InvalidArgument(field, "must be integers", a.dtype)
-    lo, hi = int(a.min()), int(a.max())
+    if a.dtype == np.int64 and a.flags.c_contiguous:
+        lo, hi = minmax(a)                  # one pass (a column is often out of cache)
+    else:
+        lo, hi = int(a.min()), int(a.max())
     if lo < 0 or hi >= size:
         bad = lo if lo < 0 else hi
         raise InvalidArgument(field, f"index out of range [0, {size})", bad)

@@ -1,0 +1,6 @@
+import numpy as np
+import numpy.typing as npt
+
+def minmax(a: npt.NDArray[np.int64]) -> tuple[int, int]: ...
+def finish(out_n: npt.NDArray[np.int64], out_l: npt.NDArray[np.int64],
+           iid0: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
