@@ -231,3 +231,22 @@ def test_any_integer_layout_gives_the_same_batch(eb, layout):
     got = broker(eb, gpu=8).admit_batch(conv(ci), conv(u), 10.0)
     assert [x.tolist() for x in got] == [x.tolist() for x in want]
     assert want.outcome.tolist() == [0, 0, 0, 2, 2]
+
+
+def test_event_callbacks_cannot_rewrite_a_batch_under_way(eb):
+    """The columns are checked once; an event callback run by an item the single path
+    decides (here a reclaim) and writing the caller's arrays does not reach later items."""
+    b, _ = _reclaim_after_batch(eb, ("opportunistic", "interactive"), None)
+    ci = np.array([1, 1, 0], np.int64)
+    u = np.array([8, 1, 1], np.int64)
+
+    def scribble(ev):
+        ci[:] = 7
+        u[:] = 0
+
+    b.subscribe(scribble)
+    res = b.admit_batch(ci, u, 60.0, service_class="interactive")
+    assert ci.tolist() == [7, 7, 7] and u.tolist() == [0, 0, 0]
+    assert res.outcome.tolist()[0] == 0 and res.granted.tolist()[0] == 8
+    assert [l.campaign for l in b.leases() if l.id in res.lease.tolist()] == ["y"]
+    assert res.outcome.tolist()[1:] in ([2, 2], [1, 1], [2, 1], [1, 2])

@@ -1489,6 +1489,7 @@ class Broker:
         if slots is None or st.arena_top.item(0) + slots > st.arena.shape[0]:
             slots = int(nmax.sum()) if n else 0
         self._reserve(n, slots)
+        private = False
         j = 0
         while j < n:
             j0 = j
@@ -1502,6 +1503,13 @@ class Broker:
                                         out_n, out_r, out_l, rec)
             if j >= n:
                 break
+            if not private:
+                # campaign_idx and units may be the caller's arrays, checked once; the single
+                # path can run event callbacks, so the rest of the batch reads copies
+                private = True
+                ci, nmin, nmax = ci.copy(), nmin.copy(), (nmax.copy() if nmax is not nmin
+                                                          else None)
+                nmax = nmin if nmax is None else nmax
             dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
                                    int(dur[j]), -1, None, ttl, t, None,
                                    batch=1 if j == 0 else 2, iid=iid0 + j)
