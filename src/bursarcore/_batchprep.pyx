@@ -9,7 +9,7 @@ columns (and zeroes the units of items without a lease) in one pass.
 
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 cnp.import_array()
 
@@ -75,12 +75,11 @@ def finish(out_n, out_l, int64_t iid0):
     cdef const int64_t* pl = <const int64_t*>cnp.PyArray_DATA(ul)
     cdef int64_t* po = <int64_t*>cnp.PyArray_DATA(oo)
     cdef int64_t* pi = <int64_t*>cnp.PyArray_DATA(ii)
-    cdef int64_t none
+    cdef uint64_t none
     with nogil:
-        for j in range(n):
-            none = pl[j] < 0
-            po[j] = none
-            if none:
-                pn[j] = 0
+        for j in range(n):           # branch-free, so the compiler can vectorise it
+            none = (<uint64_t>pl[j]) >> 63
+            po[j] = <int64_t>none
+            pn[j] &= <int64_t>(none - 1)
             pi[j] = iid0 + j
     return oo, ii
