@@ -71,12 +71,16 @@ cdef extern from *:
     #define BC_PPM ((int64_t)1000000LL)
     #define BC_I64_MAX ((int64_t)0x7FFFFFFFFFFFFFFFLL)
     #define BC_I64_MIN ((int64_t)(-0x7FFFFFFFFFFFFFFFLL - 1))
+    #define BC_ROW_MASK ((int64_t)0xFFFFFFFFLL)
+    #define BC_GEN_MASK ((int64_t)0x3FFFFFFFLL)
     """
     const int64_t HOUR "BC_HOUR_NS"
     const int64_t MAXV "BC_MAXV"
     const int64_t PPM "BC_PPM"
     const int64_t I64_MAX "BC_I64_MAX"
     const int64_t I64_MIN "BC_I64_MIN"
+    const int64_t ROW_MASK "BC_ROW_MASK"      # lease id = row | generation << ROW_BITS
+    const int64_t GEN_MASK "BC_GEN_MASK"
 
 # class-table columns
 cdef enum:
@@ -110,6 +114,9 @@ cdef enum:
     L_REVOKED = 5
 
 cdef enum:
+    ROW_BITS = 32
+
+cdef enum:
     P_WARM = 0
     P_RECLAIM = 1
 
@@ -124,6 +131,7 @@ cdef enum:
     E_INDEX = -7
     E_RANGE = -8       # a price that does not fit int64
     E_EMPTY = -9       # heap_pop on an empty heap
+    E_ENDED = -10      # end_lease of a lease that has already ended
 
 assert (_state.OK, _state.CAPACITY, _state.TOKENS, _state.CREDITS, _state.CEILING) == \
     (R_OK, R_CAPACITY, R_TOKENS, R_CREDITS, R_CEILING)
@@ -132,6 +140,7 @@ assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state
         _state.REVOKED) == (L_STARTING, L_ACTIVE, L_REVOKING, L_RELEASED, L_EXPIRED, L_REVOKED)
 assert (_state.WARM, _state.RECLAIM) == (P_WARM, P_RECLAIM)
 assert (_state.MAXV, _state.HOUR_NS, _state.PPM) == (MAXV, HOUR, PPM)
+assert (_state.ROW_BITS, _state.ROW_MASK, _state.GEN_MASK) == (ROW_BITS, ROW_MASK, GEN_MASK)
 cdef double FS_REBASE = _state.FS_REBASE
 
 backend = "compiled"
@@ -204,6 +213,9 @@ cdef struct Eng:
     int64_t* slot_off
     int64_t* revoke_at
     int64_t* intent
+    int64_t* gen              # per row: its generation (admission.state.ROW_BITS)
+    int64_t* freeq            # ring of ended rows (length L) and [head, tail, reuse_after]
+    int64_t* lfree
     int32_t* arena
     int64_t* arena_top
     int64_t* heap_t
@@ -320,6 +332,9 @@ cdef _Ctx _build(object st):
     e.slot_off = _i64(refs, st, "slot_off", 1, e.L, 0)
     e.revoke_at = _i64(refs, st, "revoke_at", 1, e.L, 0)
     e.intent = _i64(refs, st, "intent", 1, e.L, 0)
+    e.gen = _i64(refs, st, "gen", 1, e.L, 0)
+    e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
+    e.lfree = _i64(refs, st, "lfree", 1, 3, 0)
     e.A = st.arena.shape[0]
     e.arena = <int32_t*>_data(refs, st.arena, "arena", cnp.NPY_INT32, 1, e.A, 0)
     e.arena_top = _i64(refs, st, "arena_top", 1, 1, 0)
@@ -776,9 +791,45 @@ cdef inline void k_heap_pop(Eng* e) noexcept nogil:
 
 
 # -- leases (SPEC §4.2, §4.3, §4.6) ----------------------------------------------------------
+cdef inline bint k_reusable(Eng* e) noexcept nogil:
+    """Whether the next grant takes an ended row: more than ``reuse_after`` wait."""
+    return e.lfree[2] >= 0 and e.lfree[1] - e.lfree[0] > e.lfree[2]
+
+
+cdef inline int64_t k_new_row(Eng* e) noexcept nogil:
+    """The id of a new lease: the oldest reusable ended row (its generation moved on), or
+    the next unused row (the caller checked there is one)."""
+    cdef int64_t r, g
+    if k_reusable(e):
+        r = e.freeq[e.lfree[0] % e.L]
+        e.lfree[0] += 1
+        g = (e.gen[r] + 1) & GEN_MASK
+        e.gen[r] = g
+        return r | (g << ROW_BITS)
+    r = e.scal[2]
+    e.scal[2] = r + 1
+    return r | (e.gen[r] << ROW_BITS)
+
+
+cdef inline void k_free_row(Eng* e, int64_t r) noexcept nogil:
+    """Queue an ended lease's row for reuse."""
+    if e.lfree[2] >= 0:
+        e.freeq[e.lfree[1] % e.L] = r
+        e.lfree[1] += 1
+
+
+cdef inline int64_t k_row(Eng* e, int64_t lid) noexcept nogil:
+    """The row of lease ``lid``, or -1 if out of range or stale (its row holds a later
+    lease)."""
+    cdef int64_t r = lid & ROW_MASK
+    if lid < 0 or r >= e.L or e.gen[r] != (lid >> ROW_BITS):
+        return -1
+    return r
+
+
 cdef inline int k_room(Eng* e, Py_ssize_t d, int64_t n, int64_t leases, bint place) noexcept nogil:
     """What the reference's ``_room`` checks, as an error code (0: room)."""
-    if e.scal[2] + leases > e.L:
+    if e.scal[2] + leases > e.L and not (leases == 1 and k_reusable(e)):
         return E_LEASES
     if place:
         if e.arena_top[0] + n > e.A:
@@ -789,21 +840,21 @@ cdef inline int k_room(Eng* e, Py_ssize_t d, int64_t n, int64_t leases, bint pla
 
 
 cdef inline void k_place(Eng* e, int64_t lid, Py_ssize_t d, int64_t n, int64_t t) noexcept nogil:
-    cdef int64_t off = e.arena_top[0], top = e.top[d], j
+    cdef int64_t off = e.arena_top[0], top = e.top[d], j, r = lid & ROW_MASK
     cdef const int32_t* fs = e.free_slots + d * e.W + top - 1
     cdef int32_t* ar = e.arena + off
     for j in range(n):
         ar[j] = fs[-j]
     e.top[d] = top - n
     e.arena_top[0] = off + n
-    e.slot_off[lid] = off
+    e.slot_off[r] = off
     e.occ[d] += n
-    if e.firm[lid] == 0:
+    if e.firm[r] == 0:
         e.oppa[d] += n
-    e.state[lid] = L_ACTIVE
-    e.t_start[lid] = t
-    e.t_end[lid] = t + e.dur[lid]
-    k_heap_push(e, t + e.dur[lid], lid)
+    e.state[r] = L_ACTIVE
+    e.t_start[r] = t
+    e.t_end[r] = t + e.dur[r]
+    k_heap_push(e, t + e.dur[r], lid)
 
 
 cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
@@ -827,7 +878,7 @@ cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, i
     cdef Py_ssize_t i = c * e.D + d
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef bint firm
-    cdef int64_t H, s, excess, lid
+    cdef int64_t H, s, excess, lid, r
     cdef i128 debit, price
     firm = kc[PREEMPT] == 0
     H = e.H[i]
@@ -844,33 +895,33 @@ cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, i
     e.escrow[c] = wadd(e.escrow[c], price)
     e.cred_debited[c] = wadd(e.cred_debited[c], price)
     k_hold(e, c, d, n, firm)
-    lid = e.scal[2]
-    e.scal[2] = lid + 1
-    e.camp[lid] = c
-    e.dim[lid] = d
-    e.units[lid] = n
-    e.firm[lid] = firm
-    e.state[lid] = L_STARTING if starting else L_ACTIVE
-    e.lcls[lid] = k
-    e.t_grant[lid] = t
-    e.dur[lid] = dur
-    e.excess[lid] = excess
-    e.cost[lid] = <int64_t>price
-    e.intent[lid] = intent
-    e.revoke_at[lid] = 0
+    lid = k_new_row(e)
+    r = lid & ROW_MASK
+    e.camp[r] = c
+    e.dim[r] = d
+    e.units[r] = n
+    e.firm[r] = firm
+    e.state[r] = L_STARTING if starting else L_ACTIVE
+    e.lcls[r] = k
+    e.t_grant[r] = t
+    e.dur[r] = dur
+    e.excess[r] = excess
+    e.cost[r] = <int64_t>price
+    e.intent[r] = intent
+    e.revoke_at[r] = 0
     if starting:
         e.prom[d] += n
-        e.t_start[lid] = 0
-        e.t_end[lid] = 0
-        e.slot_off[lid] = -1
+        e.t_start[r] = 0
+        e.t_end[r] = 0
+        e.slot_off[r] = -1
     else:
         k_place(e, lid, d, n, t)
     return lid
 
 
 cdef inline int k_activate(Eng* e, int64_t lid, int64_t t) noexcept nogil:
-    cdef Py_ssize_t d = e.dim[lid]
-    cdef int64_t n = e.units[lid]
+    cdef Py_ssize_t d = e.dim[lid & ROW_MASK]
+    cdef int64_t n = e.units[lid & ROW_MASK]
     cdef int err
     if d < 0 or d >= e.D:
         return E_INDEX
@@ -885,27 +936,32 @@ cdef inline int k_activate(Eng* e, int64_t lid, int64_t t) noexcept nogil:
 
 
 cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) noexcept nogil:
-    cdef Py_ssize_t c = e.camp[lid], d = e.dim[lid], i
-    cdef int64_t n = e.units[lid], state = e.state[lid], dur, off, top, j, price, T
-    cdef bint firm = e.firm[lid] != 0
+    """End lease ``lid`` (the caller checked it is current: ``k_row``) and queue its row
+    for reuse."""
+    cdef int64_t r = lid & ROW_MASK
+    cdef Py_ssize_t c = e.camp[r], d = e.dim[r], i
+    cdef int64_t n = e.units[r], state = e.state[r], dur, off, top, j, price, T
+    cdef bint firm = e.firm[r] != 0
     cdef i128 remaining, refund, room, got, back
     cdef const int32_t* ar
     cdef int32_t* fs
+    if state != L_STARTING and state != L_ACTIVE and state != L_REVOKING:
+        return E_ENDED
     if c < 0 or c >= e.calloc or d < 0 or d >= e.D:
         return E_INDEX
     if state != L_STARTING:
         if e.top[d] + n > e.W:
             return E_STACK
-        if e.slot_off[lid] < 0 or e.slot_off[lid] + n > e.A:
+        if e.slot_off[r] < 0 or e.slot_off[r] + n > e.A:
             return E_INDEX
     i = c * e.D + d
     k_settle(e, c, d, t)
-    dur = e.dur[lid]
+    dur = e.dur[r]
     if state == L_STARTING:
         remaining = dur
         e.prom[d] -= n
     else:
-        remaining = <i128>e.t_end[lid] - t
+        remaining = <i128>e.t_end[r] - t
         if remaining < 0:
             remaining = 0
         e.occ[d] -= n
@@ -913,21 +969,21 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
             e.rev[d] -= n
         elif not firm:
             e.oppa[d] -= n
-        off = e.slot_off[lid]
+        off = e.slot_off[r]
         top = e.top[d]
         fs = e.free_slots + d * e.W + top
         ar = e.arena + off + n - 1
         for j in range(n):
             fs[j] = ar[-j]
         e.top[d] = top + n
-    refund = <i128>e.excess[lid] * remaining
+    refund = <i128>e.excess[r] * remaining
     T = e.T[i]
     room = <i128>e.Bcap[i] - T
     got = refund if refund < room else room
     e.T[i] = wadd(T, got)
     e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
     e.tok_clipped[i] = wadd(e.tok_clipped[i], refund - room if refund > room else 0)
-    price = e.cost[lid]
+    price = e.cost[r]
     if dur == 0:
         return E_ZERODIV
     back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
@@ -937,15 +993,17 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
     e.refunded[c] = wadd(e.refunded[c], back)
     e.spent[c] = wadd(e.spent[c], <i128>price - back)
     k_hold(e, c, d, -n, firm)
-    e.state[lid] = new_state
+    e.state[r] = new_state
+    k_free_row(e, r)
     return 0
 
 
 cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max_spend,
                         i128* price_out) noexcept nogil:
     """Returns a reason code (>= 0) or an error code (< 0); the price in ``price_out``."""
-    cdef Py_ssize_t c = e.camp[lid], d = e.dim[lid], k = e.lcls[lid], i
-    cdef int64_t n = e.units[lid], end, H, s, ex_new, left
+    cdef int64_t r = lid & ROW_MASK          # (the caller checked lid: k_row)
+    cdef Py_ssize_t c = e.camp[r], d = e.dim[r], k = e.lcls[r], i
+    cdef int64_t n = e.units[r], end, H, s, ex_new, left
     cdef i128 new_end, delta, pm, price, room, got
     cdef const int64_t* kc
     if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
@@ -953,7 +1011,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     i = c * e.D + d
     kc = e.cls + k * NCOL
     k_settle(e, c, d, t)
-    end = e.t_end[lid]
+    end = e.t_end[r]
     H = e.H[i]
     s = e.s[i]
     new_end = <i128>end + ext
@@ -963,7 +1021,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         delta = 0
     else:
         ex_new = imax(0, H - s) - imax(0, H - n - s)
-        delta = <i128>ex_new * (new_end - t) - <i128>e.excess[lid] * (<i128>end - t)
+        delta = <i128>ex_new * (new_end - t) - <i128>e.excess[r] * (<i128>end - t)
         if delta > e.T[i]:
             return R_TOKENS
     pm = k_price(e, d, k)
@@ -989,31 +1047,33 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         e.T[i] = wadd(e.T[i], got)
         e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
         e.tok_clipped[i] = wadd(e.tok_clipped[i], -delta - room if -delta > room else 0)
-    e.excess[lid] = ex_new
+    e.excess[r] = ex_new
     if left < MAXV:
         e.left[c] = wadd(e.left[c], -price)
     e.escrow[c] = wadd(e.escrow[c], price)
     e.cred_debited[c] = wadd(e.cred_debited[c], price)
-    e.cost[lid] = wadd(e.cost[lid], price)
-    e.dur[lid] += ext
-    e.t_end[lid] = <int64_t>new_end
+    e.cost[r] = wadd(e.cost[r], price)
+    e.dur[r] += ext
+    e.t_end[r] = <int64_t>new_end
     k_heap_push(e, <int64_t>new_end, lid)
     return R_OK
 
 
 cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen,
                               int* err) noexcept nogil:
-    cdef int64_t m = 0, te, lid, s
+    cdef int64_t m = 0, te, lid, s, row
     cdef int r
     while e.scal[3] > 0 and e.heap_t[0] <= t and m < outlen:
         te = e.heap_t[0]
         lid = e.heap_id[0]
         k_heap_pop(e)
-        if lid < 0 or lid >= e.L:
+        row = lid & ROW_MASK
+        if lid < 0 or row >= e.L:
             err[0] = E_INDEX
             return m
-        s = e.state[lid]
-        if (s == L_ACTIVE or s == L_REVOKING) and e.t_end[lid] == te:
+        s = e.state[row]
+        if (e.gen[row] == (lid >> ROW_BITS) and (s == L_ACTIVE or s == L_REVOKING)
+                and e.t_end[row] == te):
             r = k_end_lease(e, lid, te, L_EXPIRED)
             if r < 0:
                 err[0] = r
@@ -1050,7 +1110,7 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
             return err
         lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, False, intent)   # checked just above
         out[2] = lid
-        out[3] = e.cost[lid]
+        out[3] = e.cost[lid & ROW_MASK]
         return O_GRANTED
     if r.n < nmin:
         why = k_never(e, c, d, k, nmin, dur, r.pm)
@@ -1139,6 +1199,8 @@ cdef int _raise(int err, object what=None) except -1:
         raise OverflowError("price_pm does not fit int64 (price x multipliers too large)")
     if err == E_EMPTY:
         raise IndexError("heap_pop from an empty expiry heap")
+    if err == E_ENDED:
+        raise IndexError(f"lease {what} has already ended")
     raise RuntimeError(f"bursarcore._engine: unexpected error code {err}")
 
 
@@ -1160,10 +1222,12 @@ cdef inline int _dd(_Ctx x, Py_ssize_t d) except -1:
     return 0
 
 
-cdef inline int _ll(_Ctx x, int64_t lid) except -1:
-    if lid < 0 or lid >= x.e.L:
-        raise IndexError(f"lease {lid} out of range [0, {x.e.L})")
-    return 0
+cdef inline int64_t _ll(_Ctx x, int64_t lid) except -1:
+    """The row of lease ``lid``; IndexError if out of range or stale (see ``k_row``)."""
+    cdef int64_t r = k_row(&x.e, lid)
+    if r < 0:
+        raise IndexError(f"lease {lid} out of range or stale")
+    return r
 
 
 cdef _Ctx _grow_heap(object st):
@@ -1313,12 +1377,12 @@ def activate(st, int64_t lid, int64_t t):
 def preempt(st, int64_t lid, int64_t t, int64_t grace):
     """Mark an active opportunistic lease revoking; returns its revocation deadline."""
     cdef _Ctx x = _ctx(st)
-    _ll(x, lid)
-    cdef Py_ssize_t d = x.e.dim[lid]
+    cdef int64_t r = _ll(x, lid)
+    cdef Py_ssize_t d = x.e.dim[r]
     _dd(x, d)
-    cdef int64_t n = x.e.units[lid]
-    x.e.state[lid] = L_REVOKING
-    x.e.revoke_at[lid] = t + grace
+    cdef int64_t n = x.e.units[r]
+    x.e.state[r] = L_REVOKING
+    x.e.revoke_at[r] = t + grace
     x.e.rev[d] += n
     x.e.oppa[d] -= n
     return t + grace
@@ -1915,7 +1979,8 @@ cdef class FastAcquire:
         cdef int r
         if c < 0 or c >= e.calloc or k < 0 or k >= e.K or d < 0 or d >= e.D:
             raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
-        if e.scal[2] + 1 > e.L or e.arena_top[0] + nmax > e.A or e.scal[3] + 2 > e.HC:
+        if (e.scal[2] + 1 > e.L and not k_reusable(e)) or e.arena_top[0] + nmax > e.A \
+                or e.scal[3] + 2 > e.HC:
             cx = None
             self.b._reserve(1, nmax)
             cx = self._cx()
@@ -2067,7 +2132,7 @@ cdef class FastAcquire:
             e = &cx.e
             lid = buf[2]
             lid_obj = lid
-            if e.firm[lid] == 0:
+            if e.firm[lid & ROW_MASK] == 0:
                 PySet_Add(self.opp[d], lid_obj)
             return self._decision("granted", iid_obj, name, buf[0],
                                   self._lease(e, lid, lid_obj, iid, iid_obj), "warm", None,
@@ -2150,9 +2215,9 @@ cdef class FastAcquire:
                 if r == O_GRANTED:
                     lid = buf[2]
                     lid_obj = lid
-                    if e.firm[lid] == 0:
+                    if e.firm[lid & ROW_MASK] == 0:
                         PySet_Add(self.opp[d], lid_obj)
-                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.cost[lid]
+                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.cost[lid & ROW_MASK]
                     lease_obj = self._lease(e, lid, lid_obj, iid, iid_obj)
                     cx = self._cx()
                     e = &cx.e
@@ -2181,9 +2246,9 @@ cdef class FastAcquire:
                     e = &cx.e
                     if x is not None:
                         lease = x.id
-                        if lease < 0 or lease >= e.L:
-                            raise IndexError(f"lease {lease} out of range")
-                        cost = e.cost[lease]
+                        if k_row(e, lease) < 0:
+                            raise IndexError(f"lease {lease} out of range or stale")
+                        cost = e.cost[lease & ROW_MASK]
             # -- Broker._record_decision, journal.add
             i = c * e.D + d
             seq = jn.next_seq
@@ -2226,7 +2291,7 @@ cdef class FastAcquire:
         Returns how many expired. Calls no code that can grow the state."""
         cdef int err = 0
         cdef Py_ssize_t m, j, chunk = ADV_CHUNK if jn is None else 1
-        cdef int64_t lid, d, c, i, seq
+        cdef int64_t lid, d, c, i, seq, r
         cdef list events = self._attr("_events")
         cdef object opp, rv, lid_obj
         cdef Py_ssize_t total = 0
@@ -2236,8 +2301,9 @@ cdef class FastAcquire:
             for j in range(m):
                 lid = self.adv[j]
                 lid_obj = lid
-                d = e.dim[lid]
-                if e.firm[lid] == 0:
+                r = lid & ROW_MASK
+                d = e.dim[r]
+                if e.firm[r] == 0:
                     opp = self.opp[d]
                     if PySet_GET_SIZE(opp):
                         PySet_Discard(opp, lid_obj)
@@ -2245,15 +2311,15 @@ cdef class FastAcquire:
                 if PySet_GET_SIZE(rv):
                     PySet_Discard(rv, lid_obj)
                 PyList_Append(events, self._expired(
-                    _div(e.t_end[lid], 1000000000), self.names[e.camp[lid]], lid_obj,
-                    e.units[lid]))
+                    _div(e.t_end[r], 1000000000), self.names[e.camp[r]], lid_obj,
+                    e.units[r]))
                 if jn is not None:
-                    c = e.camp[lid]
+                    c = e.camp[r]
                     i = c * e.D + d
                     seq = jn.next_seq
-                    self._jadd(jn, (seq, e.t_end[lid], J_EXPIRE, 0, 0, 0, 0, 0, d, e.lcls[lid],
-                                    c, 0, 0, 0, -1, -1, -1, e.units[lid], lid, e.intent[lid],
-                                    e.cost[lid], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.T[i],
+                    self._jadd(jn, (seq, e.t_end[r], J_EXPIRE, 0, 0, 0, 0, 0, d, e.lcls[r],
+                                    c, 0, 0, 0, -1, -1, -1, e.units[r], lid, e.intent[r],
+                                    e.cost[r], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.T[i],
                                     e.left[c], e.H[i]))
             if err:
                 _raise(err, "a lease id in the expiry heap")
@@ -2263,7 +2329,8 @@ cdef class FastAcquire:
     cdef object _lease(self, Eng* e, int64_t lid, object lid_obj, int64_t iid, object iid_obj):
         """Broker.lease(lid) for an active lease just granted (placement from the slots);
         ``lid_obj`` and ``iid_obj`` are lid and the intent id as Python ints."""
-        cdef int64_t d = e.dim[lid], n = e.units[lid], off = e.slot_off[lid], j, q, nd = 0
+        cdef int64_t r = lid & ROW_MASK
+        cdef int64_t d = e.dim[r], n = e.units[r], off = e.slot_off[r], j, q, nd = 0
         cdef int64_t nodes[PLACE_MAX]
         cdef int64_t counts[PLACE_MAX]
         cdef cnp.ndarray owner_arr
@@ -2303,17 +2370,17 @@ cdef class FastAcquire:
             p_obj = (nn[nodes[j]], <object>counts[j])
             Py_INCREF(p_obj)
             PyTuple_SET_ITEM(placement, j, p_obj)
-        campaign = self.names[e.camp[lid]]
+        campaign = self.names[e.camp[r]]
         dim = self.dims[d]
         units = n
-        state = _STATE_NAMES[e.state[lid]]
-        firm = e.firm[lid] != 0
-        cls = self.cls_names[e.lcls[lid]]
-        granted = _div(e.t_grant[lid], 1000000000)
-        start = _div(e.t_start[lid], 1000000000)
-        expiry = _div(e.t_end[lid], 1000000000)
-        cost = _div(e.cost[lid], 1000000)
-        intent = iid_obj if e.intent[lid] == iid else <object>e.intent[lid]
+        state = _STATE_NAMES[e.state[r]]
+        firm = e.firm[r] != 0
+        cls = self.cls_names[e.lcls[r]]
+        granted = _div(e.t_grant[r], 1000000000)
+        start = _div(e.t_start[r], 1000000000)
+        expiry = _div(e.t_end[r], 1000000000)
+        cost = _div(e.cost[r], 1000000)
+        intent = iid_obj if e.intent[r] == iid else <object>e.intent[r]
         o = mk.new()
         mk.put(o, 0, lid_obj)
         mk.put(o, 1, campaign)

@@ -54,6 +54,7 @@ cdef packed struct Rec:
 DEF OP_ACQUIRE = 2
 DEF OUT_GRANTED = 1
 DEF OUT_REFUSED = 3
+cdef int64_t ROW_MASK = (<int64_t>1 << 32) - 1   # lease id = row | generation << 32
 
 
 def layout():
@@ -90,7 +91,7 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
     cdef Py_ssize_t m = raw.shape[0] // sizeof(Rec), i, j
     cdef Rec* r = <Rec*>&raw[0] if m else NULL
     cdef const int64_t* x
-    cdef int64_t c, k, lid
+    cdef int64_t c, k, lid, row
     cdef Py_ssize_t nc = deficit.shape[0], nk = rank.shape[0], nl = cost.shape[0]
     if j0 < 0 or j0 + m > ci.shape[0] or j0 + m > rec.shape[0] or rec.shape[1] != 11:
         raise IndexError("fill_acquire: batch slice out of range")
@@ -100,7 +101,8 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
             c = ci[j]
             k = ks[j]
             lid = out_l[j]
-            if c < 0 or c >= nc or k < 0 or k >= nk or lid >= nl:
+            row = lid & ROW_MASK              # the row of a lease id (admission.state)
+            if c < 0 or c >= nc or k < 0 or k >= nk or (lid >= 0 and row >= nl):
                 with gil:
                     raise IndexError(f"fill_acquire: item {j} indexes out of range")
             r.seq = seq0 + i
@@ -125,7 +127,7 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
                 r.reason = 0
                 r.path = 1
                 r.units = out_n[j]
-                r.cost = cost[lid]
+                r.cost = cost[row]
             else:
                 r.outcome = OUT_REFUSED
                 r.reason = <int8_t>out_r[j]

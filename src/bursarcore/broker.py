@@ -36,7 +36,7 @@ from .admission.envelope import Envelope, Intent, Pool, _number
 from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE,
                               GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
                               RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
-                              TOKENS, TTL, WARM, CANCELLED, EngineState)
+                              TOKENS, TTL, WARM, CANCELLED, REUSE_AFTER, ROW_MASK, EngineState)
 from .batchprep import finish, minmax
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
@@ -157,6 +157,11 @@ class Decision:
         d = asdict(self)
         d["lease"] = self.lease.to_dict() if self.lease else None
         return d
+
+
+# release / renew of a stale lease id (an ended lease whose row now holds a later lease): as
+# for any ended lease, refused with "invalid" -- but its campaign, intent and record are gone
+_STALE = Decision(REFUSED_OUT, -1, "", reason="invalid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +339,8 @@ class Broker:
                  congestion: Congestion | None = None, price: Mapping[str, float] | None = None,
                  ttl: float = 900.0, half_life: float = 600.0, enforcement: str = "prepaid",
                  backend: str | None = None, cold_wait: Any = None,
-                 journal: Journal | None = None, durable: bool = False) -> None:
+                 journal: Journal | None = None, durable: bool = False,
+                 reuse_after: int | None = REUSE_AFTER) -> None:
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
         self.pool = pool
@@ -358,6 +364,10 @@ class Broker:
             raise InvalidArgument("backend", f"must be one of {sorted(ENGINES)}", backend)
         self.backend = backend
         self._k = ENGINES[backend]
+        if reuse_after is not None and (not isinstance(reuse_after, int)
+                                        or isinstance(reuse_after, bool) or reuse_after < 0):
+            raise InvalidArgument("reuse_after", "must be None or an integer >= 0", reuse_after)
+        self.reuse_after = reuse_after
         self.dims = pool.dims
         self._dim_index = {d: i for i, d in enumerate(self.dims)}
         price = dict(price or {})
@@ -385,7 +395,8 @@ class Broker:
             cong_mult=[round(x * PPM) for x in self.congestion.multipliers],
             window_ns=units.to_ns(self.congestion.window), bins=self.congestion.bins,
             instant=enforcement == "instant",
-            half_life_ns=max(1, units.to_ns(self.half_life, "half_life")), epoch_ns=self._t)
+            half_life_ns=max(1, units.to_ns(self.half_life, "half_life")), epoch_ns=self._t,
+            reuse_after=reuse_after)
         self.st.scal[0] = self._t // self.st.bin_ns
         self._flow_index = {d: i for i, d in enumerate(self.flow_dims)}
         self._flow_price = np.array([round(self.price[d] * CREDIT) for d in self.flow_dims],
@@ -451,7 +462,7 @@ class Broker:
                                      "thresholds": list(self.congestion.thresholds),
                                      "multipliers": list(self.congestion.multipliers)},
                       "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
-                      "enforcement": enforcement}
+                      "enforcement": enforcement, "reuse_after": reuse_after}
             row = {}
             row["op"] = J.OP["config"]
             row["t"] = self._t
@@ -588,15 +599,19 @@ class Broker:
             if n >= 0:                     # -1: a journal it does not write to (nothing done)
                 return n
         k, st = self._k, self.st
-        buf = self._one_buf if self.journal is not None else self._expired_buf
+        # one at a time with a journal, and with subscribers: a callback may grant, and a
+        # grant may take the row of a lease ended but not yet reported
+        buf = (self._one_buf if self.journal is not None or self._subscribers
+               else self._expired_buf)
         total = 0
         while True:
             m = k.advance(st, t, buf)
             for lid in buf[:m].tolist():
-                d = int(st.dim[lid])
+                r = lid & ROW_MASK
+                d = int(st.dim[r])
                 self._opp_active[d].discard(lid)
                 self._revoking[d].discard(lid)
-                self._emit("expired", int(st.t_end[lid]), int(st.camp[lid]), lid=lid)
+                self._emit("expired", int(st.t_end[r]), int(st.camp[r]), lid=lid)
             if m:
                 self._purge_retired()
             total += m
@@ -611,7 +626,11 @@ class Broker:
               path: int = 0) -> None:
         """Queue an event for :meth:`poll` and journal it (a derived record)."""
         st = self.st
-        n = int(st.units[lid]) if lid is not None else 0
+        n = 0
+        if lid is not None:   # read the lease's row now: a subscriber may grant (and reuse it)
+            r = lid & ROW_MASK
+            n, d, lk, lintent, lcost = (int(st.units[r]), int(st.dim[r]), int(st.lcls[r]),
+                                        int(st.intent[r]), int(st.cost[r]))
         if iid is None and lid is not None:
             iid = None
         ev = Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
@@ -625,10 +644,9 @@ class Broker:
         row = {}
         row["op"], row["t"], row["campaign"], row["reason"] = J.OP[self._EV_OP[kind]], t, c, reason
         if lid is not None:
-            d = int(st.dim[lid])
             row["lease"], row["units"], row["dim"] = lid, n, d
-            row["cls"], row["intent"] = int(st.lcls[lid]), int(st.intent[lid])
-            row["cost"] = int(st.cost[lid])
+            row["cls"], row["intent"] = lk, lintent
+            row["cost"] = lcost
             self._after(row, c, d)
         if pend is not None:
             row["intent"], row["dim"], row["cls"] = pend.intent_id, pend.dim, pend.cls
@@ -662,22 +680,28 @@ class Broker:
     def _run_pyevent(self, kind: int, ident: int, t: int) -> None:
         st = self.st
         if kind == _EV_REVOKE:
-            self._revoking[int(st.dim[ident])].discard(ident)
-            if int(st.state[ident]) == REVOKING and int(st.revoke_at[ident]) == t:
+            r = st.row_of(ident)
+            if r < 0:         # ended (and left the revoking set) long ago: its row is reused
+                return
+            self._revoking[int(st.dim[r])].discard(ident)
+            if int(st.state[r]) == REVOKING and int(st.revoke_at[r]) == t:
                 self._k.end_lease(st, ident, t, REVOKED)
                 self._purge_retired()
-                self._emit("revoked", t, int(st.camp[ident]), lid=ident)
+                self._emit("revoked", t, int(st.camp[r]), lid=ident)
         elif kind == _EV_ACTIVATE:
             self._activation.pop(ident, None)
-            if int(st.state[ident]) == STARTING and int(st.top[int(st.dim[ident])]) < int(
-                    st.units[ident]):
+            r = st.row_of(ident)
+            if r < 0:
+                return
+            if int(st.state[r]) == STARTING and int(st.top[int(st.dim[r])]) < int(
+                    st.units[r]):
                 # the pool shrank under a reclaim grant: it cannot be placed any more
                 self._k.end_lease(st, ident, t, REVOKED)
-                self._emit("revoked", t, int(st.camp[ident]), lid=ident, reason=CAPACITY)
-            elif int(st.state[ident]) == STARTING:
-                self._reserve(1, int(st.units[ident]))
+                self._emit("revoked", t, int(st.camp[r]), lid=ident, reason=CAPACITY)
+            elif int(st.state[r]) == STARTING:
+                self._reserve(1, int(st.units[r]))
                 self._k.activate(st, ident, t)
-                self._emit("activated", t, int(st.camp[ident]), lid=ident)
+                self._emit("activated", t, int(st.camp[r]), lid=ident)
         elif kind == _EV_PENDING:
             p = self._pending.get(ident)
             if p is not None and p.expires == t:
@@ -702,7 +726,7 @@ class Broker:
     def _reserve(self, leases: int, slots: int) -> None:
         st = self.st
         n = st.scal.item(2)
-        if (n + leases > st.camp.shape[0]
+        if ((n + leases > st.camp.shape[0] and n + leases > st.camp.shape[0] + st.reusable())
                 or st.arena_top.item(0) + slots > st.arena.shape[0]):
             st.grow_leases(leases, slots)
         if st.scal.item(3) + leases + 1 > st.heap_t.shape[0]:
@@ -824,7 +848,7 @@ class Broker:
         row["units"] = dec.units
         if dec.lease is not None:
             row["lease"] = dec.lease.id
-            row["cost"] = int(self.st.cost[dec.lease.id])
+            row["cost"] = int(self.st.cost[dec.lease.id & ROW_MASK])
         self._after(row, c, d)
 
     def _decide_one(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
@@ -837,7 +861,7 @@ class Broker:
         r = self._k.admit(self.st, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
         if r == GRANTED:
             lid = int(buf[2])
-            if not self.st.firm[lid]:
+            if not self.st.firm[lid & ROW_MASK]:
                 self._opp_active[d].add(lid)
             return Decision(GRANTED_OUT, iid, name, units=int(buf[0]), lease=self.lease(lid),
                             path="warm", cost=int(buf[3]) / CREDIT)
@@ -858,7 +882,7 @@ class Broker:
                                 wait=(plan[1] - t) / NS)
             lid = self._reclaim(c, d, k, n, dur, pm, t, iid, plan)
             return Decision(GRANTED_OUT, iid, name, units=n, lease=self.lease(lid),
-                            path="reclaim", cost=int(self.st.cost[lid]) / CREDIT,
+                            path="reclaim", cost=int(self.st.cost[lid & ROW_MASK]) / CREDIT,
                             wait=(self._activation[lid] - t) / NS)
         expires = t + ttl
         if deadline is not None:
@@ -887,7 +911,7 @@ class Broker:
     def _track_opportunistic(self, d: int, lids: np.ndarray) -> None:
         """Remember leases the compiled loop granted that are opportunistic (victims)."""
         lids = lids[lids >= 0]
-        self._opp_active[d].update(lids[self.st.firm[lids] == 0].tolist())
+        self._opp_active[d].update(lids[self.st.firm[lids & ROW_MASK] == 0].tolist())
 
     def _plan_reclaim(self, d: int, n: int, t: int) -> tuple[list[int], int]:
         """Victims and activation time for a reclaim grant of n units on d at t: units
@@ -898,15 +922,15 @@ class Broker:
         at = t
         surplus = max(0, int(st.rev[d]) - int(st.prom[d]))
         if need > 0 and surplus > 0:
-            at = max([at] + [int(st.revoke_at[l]) for l in self._revoking[d]])
+            at = max([at] + [int(st.revoke_at[l & ROW_MASK]) for l in self._revoking[d]])
             need -= surplus
         victims = []
         for lid in self._victims(d, t) if need > 0 else ():
             if need <= 0:
                 break
             victims.append(lid)
-            need -= int(st.units[lid])
-            at = max(at, t + int(st.cls[int(st.lcls[lid]), 4]))
+            need -= int(st.units[lid & ROW_MASK])
+            at = max(at, t + int(st.cls[int(st.lcls[lid & ROW_MASK]), 4]))
         if need > 0:  # decide() counted reclaimable units that the victim set lacks
             raise RuntimeError(f"bursarcore internal error: reclaim plan short by {need} units")
         return victims, at
@@ -919,7 +943,8 @@ class Broker:
         if not ids:
             return []
         deficit = self._deficit_array(t)
-        return sorted(ids, key=lambda l: (deficit[int(st.camp[l])], -int(st.units[l]), l))
+        return sorted(ids, key=lambda l: (deficit[int(st.camp[l & ROW_MASK])],
+                                          -int(st.units[l & ROW_MASK]), l))
 
     def _reclaim(self, c, d, k, n, dur, pm, t, iid, plan) -> int:
         """Preempt the planned victims (notice now, revoked after their grace) and grant a
@@ -927,12 +952,13 @@ class Broker:
         st = self.st
         victims, at = plan
         for lid in victims:
-            grace = int(st.cls[int(st.lcls[lid]), 4])
+            grace = int(st.cls[int(st.lcls[lid & ROW_MASK]), 4])
             deadline = self._k.preempt(st, lid, t, grace)
             self._opp_active[d].discard(lid)
             self._revoking[d].add(lid)
             self._push(deadline, _EV_REVOKE, lid)
-            self._emit("preempt_notice", t, int(st.camp[lid]), lid=lid, deadline=deadline)
+            self._emit("preempt_notice", t, int(st.camp[lid & ROW_MASK]), lid=lid,
+                       deadline=deadline)
         self._reserve(1, n)
         lid = self._k.grant(st, c, d, k, n, dur, pm, t, True, iid)
         self._activation[lid] = at
@@ -1058,7 +1084,7 @@ class Broker:
         if path == WARM:
             lid = self._k.grant(st, p.campaign, p.dim, p.cls, n, p.dur, pm, t, False,
                                 p.intent_id)
-            if not st.firm[lid]:
+            if not st.firm[lid & ROW_MASK]:
                 self._opp_active[p.dim].add(lid)
         else:
             lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
@@ -1196,10 +1222,29 @@ class Broker:
 
     # ------------------------------------------------------------------ leases
     def _lease_id(self, lease_id: Any) -> int:
-        if isinstance(lease_id, bool) or not isinstance(lease_id, (int, np.integer)) \
-                or not 0 <= int(lease_id) < self.st.nleases:
+        """``lease_id`` as an int, if this broker issued it (it may have ended since, and
+        its row may hold a later lease: see :meth:`_row`)."""
+        if isinstance(lease_id, bool) or not isinstance(lease_id, (int, np.integer)):
             raise UnknownLease("lease_id", "is not a lease of this broker", lease_id)
+        try:
+            self.st.row_of(int(lease_id))
+        except KeyError:
+            raise UnknownLease("lease_id", "is not a lease of this broker", lease_id) from None
         return int(lease_id)
+
+    def _row(self, lid: int) -> int:
+        """The row of an issued lease id, or -1 when the lease has ended and its row holds
+        a later lease (a stale id: see docs/policy.md, "Memory")."""
+        return self.st.row_of(lid)
+
+    def _lease_info(self, r: int) -> tuple[int, int, int, int, int] | None:
+        """(campaign, dim, class, intent, units) of the lease in row r (None: stale), read
+        before an operation that may end it and let its row be reused."""
+        if r < 0:
+            return None
+        st = self.st
+        return (int(st.camp[r]), int(st.dim[r]), int(st.lcls[r]), int(st.intent[r]),
+                int(st.units[r]))
 
     @_op
     def release(self, lease_id: int) -> Decision:
@@ -1207,45 +1252,55 @@ class Broker:
         lid = self._lease_id(lease_id)
         t = self._now()
         self._advance(t)
-        return self._journaled(J.OP["release"], lid, t, 0, -1, self._release(lid, t))
+        r = self._row(lid)          # after the advance: it may have ended (and been reused)
+        info = self._lease_info(r)
+        return self._journaled(J.OP["release"], lid, info, t, 0, -1, self._release(lid, r, t))
 
-    def _release(self, lid: int, t: int) -> Decision:
+    def _release(self, lid: int, r: int, t: int) -> Decision:
         st = self.st
-        state = int(st.state[lid])
-        c = int(st.camp[lid])
+        if r < 0:
+            return _STALE
+        state = int(st.state[r])
+        c = int(st.camp[r])
         name = self._names[c]
         if state not in (STARTING, ACTIVE, REVOKING):
-            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
+            return Decision(REFUSED_OUT, int(st.intent[r]), name, reason="invalid",
                             lease=self.lease(lid))
         before = int(st.refunded[c])
         self._k.end_lease(st, lid, t, RELEASED)
         self._purge_retired()
-        self._opp_active[int(st.dim[lid])].discard(lid)
-        self._revoking[int(st.dim[lid])].discard(lid)
+        d = int(st.dim[r])
+        self._opp_active[d].discard(lid)
+        self._revoking[d].discard(lid)
         self._activation.pop(lid, None)
         refund = int(st.refunded[c]) - before
+        # the decision before serving the queue: a grant there may take this row
+        dec = Decision("released", int(st.intent[r]), name, units=int(st.units[r]),
+                       lease=self.lease(lid), cost=-refund / CREDIT)
         self._serve_pending(t)
-        return Decision("released", int(st.intent[lid]), name, units=int(st.units[lid]),
-                        lease=self.lease(lid), cost=-refund / CREDIT)
+        return dec
 
-    def _journaled(self, op: int, lid: int, t: int, ext: int, spend: int,
+    def _journaled(self, op: int, lid: int, info: tuple | None, t: int, ext: int, spend: int,
                    dec: Decision) -> Decision:
-        """Journal a release or renew decision on lease ``lid``."""
+        """Journal a release or renew decision on lease ``lid`` (``info``: its
+        :meth:`_lease_info` from before the decision; None for a stale id, whose record
+        names no campaign and carries no state after)."""
         if self.journal is None:
             return dec
-        st = self.st
-        c, d = int(st.camp[lid]), int(st.dim[lid])
         row = {}
-        row["op"], row["t"], row["campaign"], row["dim"] = op, t, c, d
-        row["cls"], row["lease"], row["intent"], row["units"] = int(st.lcls[lid]), lid, \
-            int(st.intent[lid]), int(st.units[lid])
+        row["op"], row["t"], row["lease"] = op, t, lid
+        if info is not None:
+            c, d, k, intent, n = info
+            row["campaign"], row["dim"] = c, d
+            row["cls"], row["intent"], row["units"] = k, intent, n
         row["dur"], row["max_spend"] = ext, spend
         row["outcome"] = {GRANTED_OUT: 1, REFUSED_OUT: 3}.get(dec.outcome, 4)
         row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
         row["cost"] = round(dec.cost * CREDIT)
-        if op == J.OP["renew"]:
+        if op == J.OP["renew"] and info is not None:
             row["tokens_before"], row["credits_before"] = self._renew_before
-        self._after(row, c, d)
+        if info is not None:
+            self._after(row, c, d)
         return dataclasses.replace(dec, seq=self.journal.add(row))
 
     @_op
@@ -1258,32 +1313,43 @@ class Broker:
         spend = -1 if max_spend is None else units.to_fixed(max_spend, "max_spend")
         t = self._now()
         self._advance(t)
-        return self._journaled(J.OP["renew"], lid, t, ext, spend, self._renew(lid, ext, spend, t))
+        r = self._row(lid)
+        return self._journaled(J.OP["renew"], lid, self._lease_info(r), t, ext, spend,
+                               self._renew(lid, r, ext, spend, t))
 
-    def _renew(self, lid: int, ext: int, spend: int, t: int) -> Decision:
+    def _renew(self, lid: int, r: int, ext: int, spend: int, t: int) -> Decision:
         st = self.st
-        c, d = int(st.camp[lid]), int(st.dim[lid])
+        if r < 0:
+            return _STALE
+        c, d = int(st.camp[r]), int(st.dim[r])
         name = self._names[c]
         self._k.settle(st, c, d, t)
         self._renew_before = (int(st.T[c, d]), int(st.left[c]))
-        if int(st.state[lid]) != ACTIVE:
-            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason="invalid",
+        if int(st.state[r]) != ACTIVE:
+            return Decision(REFUSED_OUT, int(st.intent[r]), name, reason="invalid",
                             lease=self.lease(lid))
         self._reserve(1, 0)
         reason, price = self._k.renew(st, lid, ext, t, spend)
         if reason != OK:
-            return Decision(REFUSED_OUT, int(st.intent[lid]), name, reason=REASONS[reason],
+            return Decision(REFUSED_OUT, int(st.intent[r]), name, reason=REASONS[reason],
                             lease=self.lease(lid), cost=price / CREDIT)
-        return Decision(GRANTED_OUT, int(st.intent[lid]), name, units=int(st.units[lid]),
+        return Decision(GRANTED_OUT, int(st.intent[r]), name, units=int(st.units[r]),
                         lease=self.lease(lid), path="warm", cost=price / CREDIT)
 
     def lease(self, lease_id: int) -> Lease:
+        """The lease ``lease_id``, live or ended. An ended lease's record is kept until its
+        row is reused (after ``reuse_after`` later leases have ended); after that its id
+        raises :class:`~bursarcore.errors.UnknownLease` too, saying so."""
         lid = self._lease_id(lease_id)
+        r = self._row(lid)
+        if r < 0:
+            raise UnknownLease("lease_id", "has ended and its record was reused (it keeps no "
+                               "record once reuse_after later leases have ended)", lease_id)
         st = self.st
         (camp, d, n, firm, state, k, t_grant, t_start, t_end, cost, off, revoke_at,
-         intent) = (a.item(lid) for a in (st.camp, st.dim, st.units, st.firm, st.state, st.lcls,
-                                          st.t_grant, st.t_start, st.t_end, st.cost,
-                                          st.slot_off, st.revoke_at, st.intent))
+         intent) = (a.item(r) for a in (st.camp, st.dim, st.units, st.firm, st.state, st.lcls,
+                                        st.t_grant, st.t_start, st.t_end, st.cost,
+                                        st.slot_off, st.revoke_at, st.intent))
         slots: tuple[int, ...] = ()
         placement: tuple[tuple[str, int], ...] = ()
         if state == ACTIVE or state == REVOKING:
@@ -1313,7 +1379,7 @@ class Broker:
         live = (st.state[:n] == STARTING) | (st.state[:n] == ACTIVE) | (st.state[:n] == REVOKING)
         if campaign is not None:
             live &= st.camp[:n] == self.campaign_index(campaign)
-        return [self.lease(int(l)) for l in np.flatnonzero(live)]
+        return [self.lease(st.lease_id(r)) for r in np.flatnonzero(live).tolist()]
 
     @_op
     def poll(self) -> list[Event]:
@@ -1707,20 +1773,21 @@ class Broker:
         n = st.nleases
         live = np.flatnonzero(((st.state[:n] == ACTIVE) | (st.state[:n] == REVOKING))
                               & (st.dim[:n] == d))
-        hit = [int(l) for l in live if gone[st.arena[int(st.slot_off[l]):int(st.slot_off[l])
-                                                     + int(st.units[l])]].any()]
+        hit = [st.lease_id(l) for l in live.tolist()
+               if gone[st.arena[int(st.slot_off[l]):int(st.slot_off[l]) + int(st.units[l])]].any()]
         for lid in hit:
-            if int(st.state[lid]) == REVOKING and int(st.revoke_at[lid]) <= t + g:
+            r = lid & ROW_MASK
+            if int(st.state[r]) == REVOKING and int(st.revoke_at[r]) <= t + g:
                 continue
-            if int(st.state[lid]) == ACTIVE:
-                st.rev[d] += int(st.units[lid])
-                if not st.firm[lid]:
-                    st.oppa[d] -= int(st.units[lid])
-                st.state[lid] = REVOKING
+            if int(st.state[r]) == ACTIVE:
+                st.rev[d] += int(st.units[r])
+                if not st.firm[r]:
+                    st.oppa[d] -= int(st.units[r])
+                st.state[r] = REVOKING
             self._opp_active[d].discard(lid)
             self._revoking[d].add(lid)
-            st.revoke_at[lid] = t + g
-            self._emit("preempt_notice", t, int(st.camp[lid]), lid=lid, deadline=t + g,
+            st.revoke_at[r] = t + g
+            self._emit("preempt_notice", t, int(st.camp[r]), lid=lid, deadline=t + g,
                        reason=CAPACITY)
             self._push(t + g, _EV_REVOKE, lid)
         self.pool.capacity[self.dims[d]] = int(st.cap[d])
@@ -1817,7 +1884,9 @@ class Broker:
         shadow = MemoryJournal()
         b = cls(pool, clk, classes=classes, congestion=congestion, price=cfg["price"],
                 ttl=cfg["ttl"], half_life=cfg["half_life"], enforcement=cfg["enforcement"],
-                backend=backend, journal=shadow)
+                backend=backend, journal=shadow,
+                # a journal written before rows were reused names none: it replays as such
+                reuse_after=cfg.get("reuse_after"))
         for i in range(1, rows.shape[0]):
             r = rows[i]
             op = int(r["op"])
@@ -1874,10 +1943,12 @@ class Broker:
         elif op == J.OP["release"]:
             self.release(int(r["lease"]))
         elif op == J.OP["renew"]:
-            lid = int(r["lease"])
+            lid = self._lease_id(int(r["lease"]))
             self._advance(t)
-            self._journaled(op, lid, t, int(r["dur"]), int(r["max_spend"]),
-                            self._renew(lid, int(r["dur"]), int(r["max_spend"]), t))
+            row = self._row(lid)
+            self._journaled(op, lid, self._lease_info(row), t, int(r["dur"]),
+                            int(r["max_spend"]),
+                            self._renew(lid, row, int(r["dur"]), int(r["max_spend"]), t))
         elif op == J.OP["cancel"]:
             self.cancel(int(r["intent"]))
         elif op == J.OP["advance"]:

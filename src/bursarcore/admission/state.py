@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM"]
+__all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
+           "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
 
 MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
 HOUR_NS = 3_600_000_000_000
@@ -47,7 +48,18 @@ _C_FIELDS = ("budget", "left", "escrow", "spent", "refunded", "cred_debited")
 _CF_FIELDS = ("fs_S", "fs_G")
 FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves to t
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_start", "t_end",
-             "dur", "excess", "cost", "slot_off", "revoke_at", "intent")
+             "dur", "excess", "cost", "slot_off", "revoke_at", "intent", "gen")
+# Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
+# row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
+# its first lease, so a store that never reuses a row has ids 0, 1, 2...). Generations wrap
+# at GEN_MASK + 1 (2**30: ids stay below 2**62). An ended row goes to the back of a FIFO
+# (``freeq``) and is taken again only while more than ``reuse_after`` other ended rows wait
+# behind it (``lfree`` = [head, tail, reuse_after]; reuse_after < 0: rows are never reused)
+# -- so an ended lease's record stays readable until that many later leases have ended.
+ROW_BITS = 32
+ROW_MASK = (1 << ROW_BITS) - 1
+GEN_MASK = (1 << 30) - 1
+REUSE_AFTER = 1024
 
 
 _NO_BUMP = frozenset(("version", "_cctx"))
@@ -80,13 +92,19 @@ class EngineState:
 
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
+        if "gen" not in d:                 # pickled before rows were reused
+            L = d["camp"].shape[0]
+            self.__dict__["gen"] = np.zeros(L, dtype=np.int64)
+            self.__dict__["freeq"] = np.zeros(L, dtype=np.int64)
+            # rows that ended before are not queued (they stay unused); new ends are
+            self.__dict__["lfree"] = np.array([0, 0, REUSE_AFTER], dtype=np.int64)
         self.__dict__["version"] = d.get("version", 0) + 1
 
     def __init__(self, capacity: list[int], headroom: list[int], slot_counts: list[int],
                  classes: list[tuple[int, int, int, int, int, int]], price: list[int],
                  cong_thresholds: list[int], cong_mult: list[int], window_ns: int,
                  bins: int, instant: bool, half_life_ns: int = 600_000_000_000,
-                 epoch_ns: int = 0) -> None:
+                 epoch_ns: int = 0, reuse_after: int | None = REUSE_AFTER) -> None:
         D = len(capacity)
         self.D = D
         z = lambda: np.zeros(D, dtype=np.int64)  # noqa: E731
@@ -128,6 +146,11 @@ class EngineState:
         # leases and their slot arena
         for f in _L_FIELDS:
             setattr(self, f, np.zeros(0, dtype=np.int64))
+        self.freeq = np.zeros(0, dtype=np.int64)
+        if reuse_after is not None and (isinstance(reuse_after, bool) or int(reuse_after) < 0):
+            raise ValueError("reuse_after must be None or an integer >= 0")
+        self.lfree = np.array([0, 0, -1 if reuse_after is None else int(reuse_after)],
+                              dtype=np.int64)
         self.arena = np.zeros(0, dtype=np.int32)
         self.arena_top = np.zeros(1, dtype=np.int64)
         self.heap_t = np.zeros(0, dtype=np.int64)
@@ -179,14 +202,29 @@ class EngineState:
                 a[keep:old] = 0
         setattr(self, name, a)             # bumps version
 
+    def reusable(self) -> int:
+        """Ended rows that the next grants may take (see ``ROW_BITS``)."""
+        head, tail, q = (int(x) for x in self.lfree)
+        return tail - head - q if q >= 0 and tail - head > q else 0
+
     def grow_leases(self, min_free: int = 1, min_arena: int = 0) -> None:
         """Make room for ``min_free`` more leases and ``min_arena`` more slot ids."""
         n = int(self.scal[2])
         L = self.camp.shape[0]
-        if n + min_free > L:
+        if n + min_free > L + self.reusable():
             new = max(2 * L, n + min_free, 1024)
+            if new > 1 << ROW_BITS:
+                raise OverflowError(f"lease store of {new} rows: rows must be < 2**{ROW_BITS}")
             for f in _L_FIELDS:
                 self._resize(f, new, n)
+            # the FIFO of ended rows is a ring as long as the store: lay it out afresh
+            head, tail = int(self.lfree[0]), int(self.lfree[1])
+            q = self.freeq
+            ring = np.zeros(new, dtype=np.int64)
+            if tail > head:
+                ring[: tail - head] = q[np.arange(head, tail) % L]
+            self.freeq = ring
+            self.lfree[0], self.lfree[1] = 0, tail - head
             for f in ("heap_t", "heap_id"):
                 size = getattr(self, f).shape[0]   # no reference kept: resize works in place
                 if size < new + 1:                 # grow_heap may already have made it larger
@@ -225,4 +263,23 @@ class EngineState:
 
     @property
     def nleases(self) -> int:
+        """Rows ever used (the high-water mark of the lease store), not a count of leases."""
         return int(self.scal[2])
+
+    def lease_id(self, row: int) -> int:
+        """The id of the lease that holds (or last held) ``row``."""
+        return int(row) | (int(self.gen[row]) << ROW_BITS)
+
+    def row_of(self, lid: int) -> int:
+        """The row of lease ``lid``, or -1 for an ended lease whose row was reused since
+        (a stale id). Raises KeyError for an id this store never issued."""
+        lid = int(lid)
+        row, g = lid & ROW_MASK, lid >> ROW_BITS
+        if lid < 0 or row >= int(self.scal[2]) or g > GEN_MASK:
+            raise KeyError(lid)
+        cur = int(self.gen[row])
+        if g == cur:
+            return row
+        if g < cur:             # generations go up by one per reuse: an older one was issued
+            return -1
+        raise KeyError(lid)     # (after a row's generation wraps, its oldest ids read as this)

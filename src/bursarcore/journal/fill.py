@@ -41,14 +41,15 @@ def reference_fill_acquire(rows: np.ndarray, seq0: int, j0: int, t: int, d: int,
                            rank, deficit, cost) -> None:
     """Write items ``j0 .. j0+len(rows)`` of a batch into ``rows`` (every field; seqs from
     ``seq0``). ``rank`` is each class's rank, ``deficit`` each campaign's last fair-share
-    deficit, ``cost`` each lease's cost; an item with ``out_l < 0`` was refused."""
+    deficit, ``cost`` each lease row's cost (a lease id's row is ``id & 0xFFFFFFFF``:
+    admission.state.ROW_BITS); an item with ``out_l < 0`` was refused."""
     m = rows.shape[0]
     sl = slice(j0, j0 + m)
     if j0 < 0 or j0 + m > len(ci) or j0 + m > rec.shape[0]:
         raise IndexError("fill_acquire: batch slice out of range")
     c, k, lid = np.asarray(ci[sl]), np.asarray(ks[sl]), np.asarray(out_l[sl])
     if m and (c.min() < 0 or c.max() >= len(deficit) or k.min() < 0 or k.max() >= len(rank)
-              or lid.max() >= len(cost)):
+              or (np.maximum(lid, 0) & 0xFFFFFFFF).max() >= len(cost)):
         raise IndexError("fill_acquire: an item indexes out of range")
     granted = lid >= 0
     rows["seq"] = np.arange(seq0, seq0 + m)
@@ -66,7 +67,7 @@ def reference_fill_acquire(rows: np.ndarray, seq0: int, j0: int, t: int, d: int,
     rows["units"] = np.where(granted, out_n[sl], 0)
     rows["lease"] = lid
     rows["intent"] = iid0 + np.arange(j0, j0 + m)
-    rows["cost"] = np.where(granted, np.asarray(cost)[np.maximum(lid, 0)], 0)
+    rows["cost"] = np.where(granted, np.asarray(cost)[np.maximum(lid, 0) & 0xFFFFFFFF], 0)
     rows["deficit"] = np.asarray(deficit)[c]
     for i, f in enumerate(_REC_FIELDS):
         rows[f] = rec[sl, i]

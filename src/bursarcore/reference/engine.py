@@ -12,9 +12,9 @@ from __future__ import annotations
 import heapq  # noqa: F401  (the heap below is array-based so both backends share it)
 import math
 
-from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, FS_REBASE, GRANTED,
-                               HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING, SLOW,
-                               STARTING, TOKENS, WARM)
+from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, FS_REBASE, GEN_MASK,
+                               GRANTED, HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING,
+                               ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
 
 # class-table columns
 RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
@@ -243,30 +243,69 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
     st.escrow[c] += price
     st.cred_debited[c] += price
     _hold(st, c, d, n, firm)
-    lid = int(st.scal[2])
-    st.scal[2] = lid + 1
-    st.camp[lid], st.dim[lid], st.units[lid], st.firm[lid] = c, d, n, int(firm)
-    st.state[lid] = STARTING if starting else ACTIVE
-    st.lcls[lid] = k
-    st.t_grant[lid] = t
-    st.dur[lid] = dur
-    st.excess[lid] = excess
-    st.cost[lid] = price
-    st.intent[lid] = intent
-    st.revoke_at[lid] = 0
+    lid = _new_row(st)
+    r = lid & ROW_MASK
+    st.camp[r], st.dim[r], st.units[r], st.firm[r] = c, d, n, int(firm)
+    st.state[r] = STARTING if starting else ACTIVE
+    st.lcls[r] = k
+    st.t_grant[r] = t
+    st.dur[r] = dur
+    st.excess[r] = excess
+    st.cost[r] = price
+    st.intent[r] = intent
+    st.revoke_at[r] = 0
     if starting:
         st.prom[d] += n
-        st.t_start[lid] = 0
-        st.t_end[lid] = 0
-        st.slot_off[lid] = -1
+        st.t_start[r] = 0
+        st.t_end[r] = 0
+        st.slot_off[r] = -1
     else:
         _place(st, lid, d, n, t)
     return lid
 
 
+# -- lease rows and ids (see admission.state.ROW_BITS) --------------------------------------
+def _reusable(st) -> bool:
+    """Whether the next grant takes an ended row: more than ``reuse_after`` wait."""
+    q = int(st.lfree[2])
+    return q >= 0 and int(st.lfree[1]) - int(st.lfree[0]) > q
+
+
+def _new_row(st) -> int:
+    """The id of a new lease: the oldest reusable ended row (its generation moved on), or
+    the next unused row."""
+    if _reusable(st):
+        head = int(st.lfree[0])
+        r = int(st.freeq[head % st.freeq.shape[0]])
+        st.lfree[0] = head + 1
+        g = (int(st.gen[r]) + 1) & GEN_MASK
+        st.gen[r] = g
+        return r | (g << ROW_BITS)
+    r = int(st.scal[2])
+    st.scal[2] = r + 1
+    return r | (int(st.gen[r]) << ROW_BITS)
+
+
+def _free_row(st, r: int) -> None:
+    """Queue an ended lease's row for reuse."""
+    if int(st.lfree[2]) >= 0:
+        tail = int(st.lfree[1])
+        st.freeq[tail % st.freeq.shape[0]] = r
+        st.lfree[1] = tail + 1
+
+
+def row(st, lid: int) -> int:
+    """The row of live-or-ended lease ``lid``; IndexError if out of range or stale (its row
+    holds a later lease)."""
+    r = lid & ROW_MASK
+    if lid < 0 or r >= st.camp.shape[0] or int(st.gen[r]) != lid >> ROW_BITS:
+        raise IndexError(f"lease {lid} out of range or stale")
+    return r
+
+
 def _room(st, d: int, n: int, leases: int, place: bool) -> None:
     """Refuse (IndexError, nothing changed) a grant or activation the arrays cannot hold."""
-    if int(st.scal[2]) + leases > st.camp.shape[0]:
+    if int(st.scal[2]) + leases > st.camp.shape[0] and not (leases == 1 and _reusable(st)):
         raise IndexError("lease store full: call EngineState.grow_leases first")
     if place:
         if int(st.arena_top[0]) + n > st.arena.shape[0]:
@@ -277,25 +316,27 @@ def _room(st, d: int, n: int, leases: int, place: bool) -> None:
 
 def _place(st, lid: int, d: int, n: int, t: int) -> None:
     """Activate: pop n free slots into the lease's arena range and schedule its expiry."""
+    r = lid & ROW_MASK
     off = int(st.arena_top[0])
     top = int(st.top[d])
     for j in range(n):
         st.arena[off + j] = st.free_slots[d, top - 1 - j]
     st.top[d] = top - n
     st.arena_top[0] = off + n
-    st.slot_off[lid] = off
+    st.slot_off[r] = off
     st.occ[d] += n
-    if not st.firm[lid]:
+    if not st.firm[r]:
         st.oppa[d] += n
-    st.state[lid] = ACTIVE
-    st.t_start[lid] = t
-    st.t_end[lid] = t + int(st.dur[lid])
-    heap_push(st, t + int(st.dur[lid]), lid)
+    st.state[r] = ACTIVE
+    st.t_start[r] = t
+    st.t_end[r] = t + int(st.dur[r])
+    heap_push(st, t + int(st.dur[r]), lid)
 
 
 def activate(st, lid: int, t: int) -> None:
     """A starting lease's reclaim grace is over: its promised units become held slots."""
-    d, n = int(st.dim[lid]), int(st.units[lid])
+    r = row(st, lid)
+    d, n = int(st.dim[r]), int(st.units[r])
     _room(st, d, n, 0, True)
     st.prom[d] -= n
     _place(st, lid, d, n, t)
@@ -303,9 +344,10 @@ def activate(st, lid: int, t: int) -> None:
 
 def preempt(st, lid: int, t: int, grace: int) -> int:
     """Mark an active opportunistic lease revoking; returns its revocation deadline."""
-    d, n = int(st.dim[lid]), int(st.units[lid])
-    st.state[lid] = REVOKING
-    st.revoke_at[lid] = t + grace
+    r = row(st, lid)
+    d, n = int(st.dim[r]), int(st.units[r])
+    st.state[r] = REVOKING
+    st.revoke_at[r] = t + grace
     st.rev[d] += n
     st.oppa[d] -= n
     return t + grace
@@ -314,33 +356,36 @@ def preempt(st, lid: int, t: int, grace: int) -> int:
 def end_lease(st, lid: int, t: int, new_state: int) -> None:
     """End a lease at t (release, expiry, revocation): free its units and slots, refund
     the unused remainder of its prepaid tokens and its credits pro rata (SPEC §4.2, §4.3)."""
-    c, d, n = int(st.camp[lid]), int(st.dim[lid]), int(st.units[lid])
-    state = int(st.state[lid])
-    firm = bool(st.firm[lid])
+    r = row(st, lid)
+    c, d, n = int(st.camp[r]), int(st.dim[r]), int(st.units[r])
+    state = int(st.state[r])
+    firm = bool(st.firm[r])
+    if state not in (STARTING, ACTIVE, REVOKING):
+        raise IndexError(f"lease {lid} has already ended")
     if state != STARTING and int(st.top[d]) + n > st.free_slots.shape[1]:
         raise IndexError(f"lease {lid} would overfill dimension {d}'s free-slot stack")
     settle(st, c, d, t)
-    dur = int(st.dur[lid])
+    dur = int(st.dur[r])
     if state == STARTING:
         remaining = dur
         st.prom[d] -= n
     else:
-        remaining = max(0, int(st.t_end[lid]) - t)
+        remaining = max(0, int(st.t_end[r]) - t)
         st.occ[d] -= n
         if state == REVOKING:
             st.rev[d] -= n
         elif not firm:
             st.oppa[d] -= n
-        off, top = int(st.slot_off[lid]), int(st.top[d])
+        off, top = int(st.slot_off[r]), int(st.top[d])
         for j in range(n):
             st.free_slots[d, top + j] = st.arena[off + n - 1 - j]
         st.top[d] = top + n
-    refund = int(st.excess[lid]) * remaining
+    refund = int(st.excess[r]) * remaining
     room = int(st.Bcap[c, d]) - int(st.T[c, d])
     st.T[c, d] += min(refund, room)
     st.tok_refunded[c, d] += min(refund, room)
     st.tok_clipped[c, d] += max(0, refund - room)
-    price = int(st.cost[lid])
+    price = int(st.cost[r])
     back = price * remaining // dur
     if int(st.left[c]) < MAXV:
         st.left[c] += back
@@ -348,7 +393,8 @@ def end_lease(st, lid: int, t: int, new_state: int) -> None:
     st.refunded[c] += back
     st.spent[c] += price - back
     _hold(st, c, d, -n, firm)
-    st.state[lid] = new_state
+    st.state[r] = new_state
+    _free_row(st, r)
 
 
 def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
@@ -358,16 +404,17 @@ def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
     lease's marginal excess (as the top-most holding) is debited for t..new end.
     Returns ``(reason, cost)``; reason OK means renewed.
     """
-    c, d, n, k = int(st.camp[lid]), int(st.dim[lid]), int(st.units[lid]), int(st.lcls[lid])
+    r = row(st, lid)
+    c, d, n, k = int(st.camp[r]), int(st.dim[r]), int(st.units[r]), int(st.lcls[r])
     settle(st, c, d, t)
-    end = int(st.t_end[lid])
+    end = int(st.t_end[r])
     H, s = int(st.H[c, d]), int(st.s[c, d])
     new_end = end + ext
     if st.scal[1]:
         ex_new, delta = 0, 0
     else:
         ex_new = max(0, H - s) - max(0, H - n - s)
-        delta = ex_new * (new_end - t) - int(st.excess[lid]) * (end - t)
+        delta = ex_new * (new_end - t) - int(st.excess[r]) * (end - t)
         if delta > int(st.T[c, d]):
             return TOKENS, 0
     pm = price_pm(st, d, k)
@@ -387,14 +434,14 @@ def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
         st.T[c, d] += min(-delta, room)
         st.tok_refunded[c, d] += min(-delta, room)
         st.tok_clipped[c, d] += max(0, -delta - room)
-    st.excess[lid] = ex_new
+    st.excess[r] = ex_new
     if left < MAXV:
         st.left[c] -= price
     st.escrow[c] += price
     st.cred_debited[c] += price
-    st.cost[lid] += price
-    st.dur[lid] += ext
-    st.t_end[lid] = new_end
+    st.cost[r] += price
+    st.dur[r] += ext
+    st.t_end[r] = new_end
     heap_push(st, new_end, lid)
     return OK, price
 
@@ -449,12 +496,17 @@ def advance(st, t: int, out) -> int:
     """Expire active or revoking leases whose end is ≤ t, in (end, id) order, each settled
     at its own end time, until ``out`` is full. Writes their ids to ``out`` and returns how
     many; the caller calls again while it gets a full buffer. Stale heap entries (ended or
-    renewed leases) are skipped."""
+    renewed leases, and leases whose row was reused: an entry holds the full id) are
+    skipped."""
     m = 0
     while st.scal[3] > 0 and st.heap_t[0] <= t and m < len(out):
         te, lid = int(st.heap_t[0]), int(st.heap_id[0])
         heap_pop(st)
-        if int(st.state[lid]) in (ACTIVE, REVOKING) and int(st.t_end[lid]) == te:
+        r = lid & ROW_MASK
+        if r >= st.camp.shape[0]:
+            raise IndexError(f"lease {lid} in the expiry heap is out of range")
+        if (int(st.gen[r]) == lid >> ROW_BITS and int(st.state[r]) in (ACTIVE, REVOKING)
+                and int(st.t_end[r]) == te):
             end_lease(st, lid, te, EXPIRED)
             out[m] = lid
             m += 1
@@ -475,7 +527,7 @@ def admit(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend:
         if priced and lims[1] < nmax and n < nmax:
             _count_shortfall(st, d, nmax - n)
         lid = grant(st, c, d, k, n, dur, pm, t, False, intent)
-        out[2], out[3] = lid, int(st.cost[lid])
+        out[2], out[3] = lid, int(st.cost[lid & ROW_MASK])
         return GRANTED
     if n < nmin:
         why = never(st, c, d, k, nmin, dur, pm)

@@ -33,7 +33,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..admission.state import CAPACITY, GRANTED, LEASE_STATES, MAXV, REASONS, REFUSED, TOKENS
+from ..admission.state import (CAPACITY, GRANTED, LEASE_STATES, MAXV, REASONS, REFUSED,
+                               ROW_MASK, TOKENS)
 from ..journal.base import Journal
 from ..journal.records import OP, deadline_field
 
@@ -98,7 +99,7 @@ class FastAcquire:
     def _admit(self, c, d, kc, nmin, nmax, dur, spend, t, iid):
         """``admit`` with room made first (the broker's ``_reserve``); fills ``self.buf``."""
         st = self.st
-        if (int(st.scal[2]) + 1 > st.camp.shape[0]
+        if ((int(st.scal[2]) + 1 > st.camp.shape[0] and not st.reusable())
                 or int(st.arena_top[0]) + nmax > st.arena.shape[0]
                 or int(st.scal[3]) + 2 > st.heap_t.shape[0]):
             self.b._reserve(1, nmax)
@@ -213,7 +214,7 @@ class FastAcquire:
         r = self._admit(c, d, kc, nmin, nmax, dur, spend, t, iid)
         if r == GRANTED:
             lid = int(buf[2])
-            if not st.firm[lid]:
+            if not st.firm[lid & ROW_MASK]:
                 self.opp[d].add(lid)
             return _mk(self.Decision, {"outcome": "granted", "intent_id": iid,
                                        "campaign": name, "units": int(buf[0]),
@@ -268,7 +269,7 @@ class FastAcquire:
         elif r == GRANTED:
             lid = int(buf[2])
             row["outcome"], row["path"], row["units"] = 1, 1, int(buf[0])
-            row["lease"], row["cost"] = lid, int(st.cost[lid])
+            row["lease"], row["cost"] = lid, int(st.cost[lid & ROW_MASK])
         elif r == REFUSED:
             row["outcome"], row["reason"] = 3, int(buf[1])
         else:
@@ -278,7 +279,9 @@ class FastAcquire:
             row["units"] = dec.units
             if dec.lease is not None:
                 row["lease"] = dec.lease.id
-                row["cost"] = int(st.cost[dec.lease.id])
+                if st.row_of(dec.lease.id) < 0:
+                    raise IndexError(f"lease {dec.lease.id} out of range or stale")
+                row["cost"] = int(st.cost[dec.lease.id & ROW_MASK])
         # Broker._record_decision's state after, journal.add
         row["tokens_after"], row["credits_after"] = int(st.T[c, d]), int(st.left[c])
         row["held_after"] = int(st.H[c, d])
@@ -307,21 +310,22 @@ class FastAcquire:
             m = k.advance(st, t, adv)
             total += m
             for lid in adv[:m]:
-                d = int(st.dim[lid])
-                if not st.firm[lid]:
+                r = lid & ROW_MASK
+                d = int(st.dim[r])
+                if not st.firm[r]:
                     self.opp[d].discard(lid)
                 self.revoking[d].discard(lid)
                 events.append(_mk(self.Event, {
-                    "kind": "expired", "time": int(st.t_end[lid]) / _NS,
-                    "campaign": self.names[int(st.camp[lid])], "lease_id": lid,
+                    "kind": "expired", "time": int(st.t_end[r]) / _NS,
+                    "campaign": self.names[int(st.camp[r])], "lease_id": lid,
                     "intent_id": None, "deadline": None, "reason": None,
-                    "units": int(st.units[lid])}))
+                    "units": int(st.units[r])}))
                 if jn is not None:
-                    c = int(st.camp[lid])
-                    jn.add({"op": OP["expire"], "t": int(st.t_end[lid]), "campaign": c,
-                            "reason": 0, "lease": lid, "units": int(st.units[lid]), "dim": d,
-                            "cls": int(st.lcls[lid]), "intent": int(st.intent[lid]),
-                            "cost": int(st.cost[lid]), "tokens_after": int(st.T[c, d]),
+                    c = int(st.camp[r])
+                    jn.add({"op": OP["expire"], "t": int(st.t_end[r]), "campaign": c,
+                            "reason": 0, "lease": lid, "units": int(st.units[r]), "dim": d,
+                            "cls": int(st.lcls[r]), "intent": int(st.intent[r]),
+                            "cost": int(st.cost[r]), "tokens_after": int(st.T[c, d]),
                             "credits_after": int(st.left[c]), "held_after": int(st.H[c, d])})
             if m < len(adv):
                 return total
@@ -329,7 +333,8 @@ class FastAcquire:
     def _lease(self, lid: int):
         """Broker.lease(lid) for an active lease just granted."""
         st = self.st
-        d, n, off = int(st.dim[lid]), int(st.units[lid]), int(st.slot_off[lid])
+        r = lid & ROW_MASK
+        d, n, off = int(st.dim[r]), int(st.units[r]), int(st.slot_off[r])
         if n > _PLACE_MAX or off < 0:
             return self.b.lease(lid)
         slots = tuple(st.arena[off:off + n].tolist())
@@ -340,12 +345,12 @@ class FastAcquire:
             count[j] = count.get(j, 0) + 1
         names = self.node_names[d]
         return _mk(self.Lease, {
-            "id": lid, "campaign": self.names[int(st.camp[lid])], "dim": self.dims[d],
-            "units": n, "state": LEASE_STATES[int(st.state[lid])], "firm": bool(st.firm[lid]),
-            "service_class": self.cls_names[int(st.lcls[lid])],
-            "granted_at": int(st.t_grant[lid]) / _NS, "start": int(st.t_start[lid]) / _NS,
-            "expiry": int(st.t_end[lid]) / _NS, "cost": int(st.cost[lid]) / _CREDIT,
-            "revoke_at": None, "intent": int(st.intent[lid]),
+            "id": lid, "campaign": self.names[int(st.camp[r])], "dim": self.dims[d],
+            "units": n, "state": LEASE_STATES[int(st.state[r])], "firm": bool(st.firm[r]),
+            "service_class": self.cls_names[int(st.lcls[r])],
+            "granted_at": int(st.t_grant[r]) / _NS, "start": int(st.t_start[r]) / _NS,
+            "expiry": int(st.t_end[r]) / _NS, "cost": int(st.cost[r]) / _CREDIT,
+            "revoke_at": None, "intent": int(st.intent[r]),
             "placement": tuple((names[j], cnt) for j, cnt in count.items()), "slots": slots})
 
 
