@@ -199,10 +199,10 @@ def check_prepaid_bound(b: Broker, released: dict) -> None:
         for l in range(st.nleases):
             if int(st.camp[l]) != c or int(st.t_start[l]) == 0 and int(st.state[l]) == STARTING:
                 continue
-            lease = b.lease(l)
+            lease = b.lease(st.lease_id(l))
             if lease.start is None:
                 continue
-            end = {"released": released.get(l), "expired": lease.expiry,
+            end = {"released": released.get(lease.id), "expired": lease.expiry,
                    "revoked": lease.revoke_at}.get(lease.state, min(now, lease.expiry))
             if end is None or end <= lease.start:
                 continue

@@ -32,7 +32,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from bursarcore import _backend
 from bursarcore.admission.state import (ACTIVE, EXPIRED, HOUR_NS, MAXV, PPM, RELEASED,
-                                        REVOKED, REVOKING, STARTING, EngineState)
+                                        REVOKED, REVOKING, ROW_BITS, ROW_MASK, STARTING,
+                                        EngineState)
 from bursarcore.reference import engine as ref
 
 cmp = _backend.compiled("_engine")
@@ -107,8 +108,10 @@ def configs(draw):
     instant = draw(st.sampled_from([False, False, False, True]))
     t0 = draw(st.sampled_from([0, NS, 10**15]))
     camps = [draw(campaigns(cap)) for _ in range(draw(st.integers(1, 5)))]
+    # rows of ended leases: reused at once, after a few later ends, or never
+    reuse = draw(st.sampled_from([0, 0, 1, 3, None]))
     return dict(D=D, cap=cap, headroom=headroom, classes=classes, price=price, thr=thr,
-                mult=mult, bins=bins, instant=instant, t0=t0, camps=camps)
+                mult=mult, bins=bins, instant=instant, t0=t0, camps=camps, reuse=reuse)
 
 
 @st.composite
@@ -130,7 +133,7 @@ def build(cfg) -> EngineState:
     s = EngineState(capacity=cfg["cap"], headroom=cfg["headroom"], slot_counts=cfg["cap"],
                     classes=cfg["classes"], price=cfg["price"], cong_thresholds=cfg["thr"],
                     cong_mult=cfg["mult"], window_ns=60 * NS, bins=cfg["bins"],
-                    instant=cfg["instant"])
+                    instant=cfg["instant"], reuse_after=cfg.get("reuse", 1024))
     s.scal[0] = cfg["t0"] // s.bin_ns
     for g, sd, b, B, budget in cfg["camps"]:
         s.add_campaign(g, sd, b, B, budget, cfg["t0"])
@@ -175,8 +178,9 @@ class KernelDiff(RuleBasedStateMachine):
         return self.t
 
     def pick(self, data, states=None, firm=None):
+        """The id of a lease (row | generation << 32) in one of ``states``, or None."""
         n = self.a.nleases
-        ids = [i for i in range(n)
+        ids = [self.a.lease_id(i) for i in range(n)
                if (states is None or int(self.a.state[i]) in states)
                and (firm is None or int(self.a.firm[i]) == firm)]
         return data.draw(st.sampled_from(ids)) if ids else None
@@ -256,7 +260,7 @@ class KernelDiff(RuleBasedStateMachine):
         lid = self.pick(data, (STARTING,))
         if lid is not None:
             t = self.tick(data)
-            self.reserve(1, int(self.a.units[lid]))
+            self.reserve(1, int(self.a.units[lid & ROW_MASK]))
             self.both("activate", lid, t)
 
     @rule(data=st.data())
@@ -323,7 +327,7 @@ class KernelDiff(RuleBasedStateMachine):
         if data.draw(st.booleans()):
             lid = self.pick(data, (ACTIVE, REVOKING))
             if lid is not None:
-                self.both("heap_push", int(self.a.t_end[lid]), lid)
+                self.both("heap_push", int(self.a.t_end[lid & ROW_MASK]), lid)
         else:
             self.both("heap_pop")
 
@@ -501,15 +505,17 @@ class BrokerDiff(RuleBasedStateMachine):
     """A compiled and a reference broker, same operations, same answers."""
 
     @initialize(gpu=st.integers(8, 48), cpu=st.sampled_from([0, 16]),
-                head=st.sampled_from([0, 0, 2]), instant=st.sampled_from([False, False, True]))
-    def setup(self, gpu, cpu, head, instant):
+                head=st.sampled_from([0, 0, 2]), instant=st.sampled_from([False, False, True]),
+                reuse=st.sampled_from([0, 0, 2, None, 1024]))
+    def setup(self, gpu, cpu, head, instant, reuse):
         dims = {"gpu": gpu} | ({"cpu": cpu} if cpu else {})
         self.dims = list(dims)
         self.bk = []
         for be in ("compiled", "reference"):
             pool = Pool(warm_headroom={"gpu": head}, **dims)
             self.bk.append(Broker(pool, clock=ManualClock(0.0), backend=be,
-                                  enforcement="instant" if instant else "prepaid"))
+                                  enforcement="instant" if instant else "prepaid",
+                                  reuse_after=reuse))
         self.names: list[str] = []
 
     def both(self, method, *args, **kw):
@@ -555,17 +561,27 @@ class BrokerDiff(RuleBasedStateMachine):
         self.both("admit_batch", np.array(idx, dtype=np.int64), u, dur, service_class=cls,
                   dim=data.draw(st.sampled_from(self.dims)))
 
+    def some_lease(self, data):
+        """A lease id this pair issued: its row's current lease, or (rows reused) an
+        earlier one, ended and stale; None before the first grant."""
+        s = self.bk[1].st
+        if not s.nleases:
+            return None
+        r = data.draw(st.integers(0, s.nleases - 1))
+        g = int(s.gen[r])
+        return r | (data.draw(st.integers(max(0, g - 2), g)) << ROW_BITS)
+
     @rule(data=st.data())
     def release(self, data):
-        n = self.bk[1].st.nleases
-        if n:
-            self.both("release", data.draw(st.integers(0, n - 1)))
+        lid = self.some_lease(data)
+        if lid is not None:
+            self.both("release", lid)
 
     @rule(data=st.data())
     def renew(self, data):
-        n = self.bk[1].st.nleases
-        if n:
-            self.both("renew", data.draw(st.integers(0, n - 1)),
+        lid = self.some_lease(data)
+        if lid is not None:
+            self.both("renew", lid,
                       data.draw(st.sampled_from([1.0, 30.0, 600.0])),
                       data.draw(st.sampled_from([None, None, 0.1, 100.0])))
 

@@ -128,8 +128,8 @@ def test_lease_store_grows_in_place_under_acquire(monkeypatch, backend):
 
     monkeypatch.setattr(state_mod.EngineState, "_resize", resize)
     b = _broker(backend)
-    for _ in range(3000):
-        assert b.acquire(Intent("a", {"gpu": 1}, duration=0.5)).granted
+    for _ in range(3000):       # (leases that outlive the loop: rows of ended ones are reused)
+        assert b.acquire(Intent("a", {"gpu": 1}, duration=60.0)).granted
         b.clock.advance(0.001)
     assert b.st.camp.shape[0] >= 3000
     assert copied == []

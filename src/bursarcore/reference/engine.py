@@ -503,7 +503,7 @@ def advance(st, t: int, out) -> int:
         te, lid = int(st.heap_t[0]), int(st.heap_id[0])
         heap_pop(st)
         r = lid & ROW_MASK
-        if r >= st.camp.shape[0]:
+        if lid < 0 or r >= st.camp.shape[0]:
             raise IndexError(f"lease {lid} in the expiry heap is out of range")
         if (int(st.gen[r]) == lid >> ROW_BITS and int(st.state[r]) in (ACTIVE, REVOKING)
                 and int(st.t_end[r]) == te):

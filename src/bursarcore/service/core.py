@@ -35,7 +35,7 @@ import numpy as np
 
 from ..admission import Congestion, Envelope, Pool, ServiceClass
 from ..broker import Broker, Event
-from ..errors import BursarError, InvalidArgument
+from ..errors import BursarError, InvalidArgument, UnknownLease
 from ..journal import MemoryJournal, SQLiteJournal
 from ..journal import records as J
 from .locked import LockedBroker
@@ -553,7 +553,10 @@ class BrokerService:
             lease = None
             if op == "grant" or (op == "acquire" and outcome == "granted"):
                 status = "granted"
-                lease = self.broker.lease(int(r["lease"]))
+                try:
+                    lease = self.broker.lease(int(r["lease"]))
+                except UnknownLease:   # ended long ago, its record reused (policy.md, Memory)
+                    lease = None
             elif op == "cancel":
                 status = "cancelled"
             elif op == "acquire" and outcome == "pending":
