@@ -332,7 +332,9 @@ class Broker:
     class table, SPEC §7 by default), ``congestion`` (:class:`Congestion`), ``price``
     (credits per unit-hour per dimension, default 1), ``ttl`` (pending intents, default
     900 s), ``half_life`` (fair share, default 600 s), ``enforcement`` (``"prepaid"`` or,
-    for experiments only, ``"instant"``), ``backend`` (``"compiled"``/``"reference"``).
+    for experiments only, ``"instant"``), ``backend`` (``"compiled"``/``"reference"``),
+    ``reuse_after`` (the rows of ended leases are reused once this many later leases have
+    ended; None never reuses them: docs/policy.md, "Memory").
     """
 
     def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
