@@ -121,7 +121,8 @@ class EngineState:
         self.ring = np.zeros((D, bins), dtype=np.int64)
         self.ring_sum = z()
         # scalars kept in a small array so compiled kernels can write them in place:
-        # [0] ring bin index, [1] instant-enforcement flag, [2] lease count, [3] heap size
+        # [0] ring bin index, [1] instant-enforcement flag, [2] lease rows used (the
+        # high-water mark: rows of ended leases are reused), [3] heap size
         self.scal = np.array([0, int(instant), 0, 0], dtype=np.int64)
         # fair share: [0] half-life in ns, [1] the epoch E of the fs_S / fs_G weights
         if int(half_life_ns) < 1:
