@@ -806,9 +806,9 @@ cdef inline int64_t k_new_row(Eng* e) noexcept nogil:
         g = (e.gen[r] + 1) & GEN_MASK
         e.gen[r] = g
         return r | (g << ROW_BITS)
-    r = e.scal[2]
-    e.scal[2] = r + 1
-    return r | (e.gen[r] << ROW_BITS)
+    r = e.scal[2]                 # an unused row: generation 0 (rows past the high-water
+    e.scal[2] = r + 1             # mark are zero), so its id is the row
+    return r
 
 
 cdef inline void k_free_row(Eng* e, int64_t r) noexcept nogil:

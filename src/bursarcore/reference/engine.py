@@ -281,9 +281,9 @@ def _new_row(st) -> int:
         g = (int(st.gen[r]) + 1) & GEN_MASK
         st.gen[r] = g
         return r | (g << ROW_BITS)
-    r = int(st.scal[2])
-    st.scal[2] = r + 1
-    return r | (int(st.gen[r]) << ROW_BITS)
+    r = int(st.scal[2])            # an unused row: generation 0 (rows past the high-water
+    st.scal[2] = r + 1             # mark are zero), so its id is the row
+    return r
 
 
 def _free_row(st, r: int) -> None:
