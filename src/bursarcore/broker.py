@@ -727,6 +727,9 @@ class Broker:
 
     def _reserve(self, leases: int, slots: int) -> None:
         st = self.st
+        # an operation never places more slot ids than are free now (the rest is refused
+        # or waits), so an intent's max of up to 2**40 units does not size the arena
+        slots = min(slots, int(st.top.sum()))
         n = st.scal.item(2)
         if ((n + leases > st.camp.shape[0] and n + leases > st.camp.shape[0] + st.reusable())
                 or st.arena_top.item(0) + slots > st.arena.shape[0]):

@@ -195,9 +195,16 @@ class EngineState:
         try:
             a.resize(new, refcheck=True)
         except ValueError:                 # a view or another reference: copy instead
-            b2 = np.zeros(new, dtype=a.dtype)
+            try:
+                b2 = np.zeros(new, dtype=a.dtype)
+            except BaseException:          # MemoryError: the state keeps its array
+                d[name] = a
+                raise
             b2[:keep] = a[:keep]
             a = b2
+        except BaseException:              # MemoryError from the realloc: a is unchanged
+            d[name] = a
+            raise
         else:
             if keep < old:
                 a[keep:old] = 0
