@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -369,6 +369,9 @@ def test_cost_exact_over_the_whole_domain(n, dur, pm):
 
 @given(n=st.integers(-(1 << 40), 1 << 40), dur=st.integers(-(1 << 50), 1 << 50),
        pm=st.integers(-(1 << 40), 1 << 40))
+@example(n=614344623119, dur=-251882248313743, pm=1 << 40)   # n·dur·pm beyond -2**127
+@example(n=-(1 << 40), dur=1 << 50, pm=1 << 40)
+@example(n=-(1 << 40), dur=-(1 << 50), pm=-(1 << 40))
 def test_cost_floor_semantics_for_negative_values(n, dur, pm):
     assert cmp.cost(n, dur, pm) == ref.cost(n, dur, pm)
 

@@ -452,7 +452,11 @@ cdef inline i128 k_cost(int64_t n, int64_t dur, int64_t pm) noexcept nogil:
         a = x // HOUR                           # x·pm may exceed 2**127: split x
         r = x - a * HOUR
         return a * pm + (r * pm + (HOUR - 1)) // HOUR
-    return -fdiv128(-(x * pm), HOUR)
+    # a negative factor: the same split with floor division (x = a·HOUR + r, 0 <= r < HOUR),
+    # so no product beyond r·pm (< 2**105) is formed: ceil(x·pm/H) = a·pm + ceil(r·pm/H)
+    a = fdiv128(x, HOUR)
+    r = x - a * HOUR
+    return a * pm - fdiv128(-(r * pm), HOUR)
 
 
 # -- tokens and holdings (SPEC §4.2) ---------------------------------------------------------
