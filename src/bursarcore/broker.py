@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _backend, units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
-from .admission.envelope import Envelope, Intent, Pool, _number
+from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool, _number
 from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE,
                               GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
                               RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
@@ -49,7 +49,7 @@ __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote
            "BatchResult", "Consumption", "ENGINES"]
 
 NS = units.NS
-_MAX_DURATION = 10 * 365 * 86400 * NS       # the longest lease (ns), as Intent.duration's bound
+_MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 
@@ -1578,9 +1578,9 @@ class Broker:
                 # campaign_idx and units may be the caller's arrays, checked once; the single
                 # path can run event callbacks, so the rest of the batch reads copies
                 private = True
-                ci, nmin, nmax = ci.copy(), nmin.copy(), (nmax.copy() if nmax is not nmin
-                                                          else None)
-                nmax = nmin if nmax is None else nmax
+                same = nmax is nmin
+                ci, nmin = ci.copy(), nmin.copy()
+                nmax = nmin if same else nmax.copy()
             dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
                                    int(dur[j]), -1, None, ttl, t, None,
                                    batch=1 if j == 0 else 2, iid=iid0 + j)

@@ -9,7 +9,9 @@ from typing import Mapping, Sequence
 
 from ..errors import InvalidArgument
 
-__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED"]
+__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION"]
+
+MAX_DURATION = 10 * 365 * 86400   # the longest lease, in seconds (ten years)
 
 UNLIMITED = math.inf
 """Use for ``credits`` or ``burst`` that have no bound (e.g. a backfill campaign)."""
@@ -238,7 +240,7 @@ class Intent:
         if lo > hi:
             raise InvalidArgument(f"units[{d}].min", f"must be <= max ({hi})", lo)
         dur = _number(self.duration, "duration")
-        if dur < 1e-6 or dur > 10 * 365 * 86400:
+        if dur < 1e-6 or dur > MAX_DURATION:
             raise InvalidArgument("duration", "must be at least 1 µs and at most ten years",
                                   self.duration)
         if self.deadline is not None:
