@@ -42,7 +42,8 @@ import numpy as np
 
 from ..admission.classes import DEFAULT_CLASSES
 from ..admission.envelope import Intent, Pool
-from ..broker import Broker, Decision, Event
+from ..admission.state import REUSE_AFTER
+from ..broker import Broker, Decision, Event, Lease
 from ..clock import ManualClock
 from ..journal import MemoryJournal
 from .scenario import Scenario
@@ -139,7 +140,11 @@ class Ledger:
             self.sim.agent_of(rec[0]).lease_renewed(lid, d.lease.expiry)
 
     # -- from poll() --------------------------------------------------------------------------
-    def on_event(self, e: Event) -> None:
+    def on_event(self, e: Event, lease: Lease | None) -> None:
+        """One broker event. ``lease``: for ``granted`` and ``activated``, the broker's
+        snapshot of the event's lease taken when the event happened. By the time the event
+        is handled the lease may have ended and, rows being reused (docs/policy.md,
+        "Memory"), its id may no longer be readable."""
         k = e.kind
         if k == "expired" or k == "revoked" or k == "released":
             lid = e.lease_id
@@ -153,12 +158,10 @@ class Ledger:
             if lid in self.starting:
                 c, ri = self.starting.pop(lid)
                 self.requests[ri].t_active = e.time
-                lease = self.sim.broker.lease(lid)
                 self._activate(lid, c, lease.units, e.time, lease.expiry, lease.firm, lease)
         elif k == "granted":
             ri = self.pending.pop(e.intent_id, None)
             c = self.sim.index[e.campaign]
-            lease = self.sim.broker.lease(e.lease_id)
             if ri is None:
                 self.requests.append(Request(c, e.time, lease.units))
                 ri = len(self.requests) - 1
@@ -245,7 +248,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, *, backend: str | None = None,
                  journal: bool | None = None, use_numba: bool | None = None,
-                 duration: float | None = None) -> None:
+                 duration: float | None = None, reuse_after: int | None = REUSE_AFTER) -> None:
         from .agents import make_agent
         from .population import PopulationGroup
 
@@ -268,7 +271,8 @@ class Simulation:
                              price=sc.broker["price"], ttl=sc.broker["ttl"],
                              half_life=sc.broker["half_life"],
                              enforcement=sc.broker["enforcement"],
-                             backend=backend or sc.broker["backend"], journal=self.journal)
+                             backend=backend or sc.broker["backend"], journal=self.journal,
+                             reuse_after=reuse_after)
         self._instrument()
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable, tuple]] = []
@@ -276,8 +280,9 @@ class Simulation:
         self._wakes: set[float] = set()
         self._need_poll = False
         self._last_call = -1.0
-        self._inbox: list[Event] = []
-        self.broker.subscribe(self._inbox.append)
+        self._inbox: list[tuple[Event, Any]] = []
+        self._ending: set[int] = set()       # leases whose end is in the inbox
+        self.broker.subscribe(self._on_event)
         self._setup_facility()
         self.names: list[str] = []
         self.index: dict[str, int] = {}
@@ -430,6 +435,10 @@ class Simulation:
         if not self.facility["launch"] or (c >= len(self.named_agents)
                                            and not self.facility["launch_populations"]):
             return
+        if lid in self._ending:
+            # it ended in the same broker call that started it: nothing to run, and the
+            # binding, which heard the end before the work existed, would never stop it
+            return
         if lease is None or lease.state != "active":
             lease = self._b_lease(lid)
         if lease.dim != self.dim:
@@ -571,13 +580,28 @@ class Simulation:
         self._b_poll()
         self._drain()
 
+    def _on_event(self, e: Event) -> None:
+        """The broker's subscriber: queue the event, with what the ledger will need of its
+        lease read now. One broker call (a poll across several event times) can grant a
+        lease, end it and give its row to a later grant before :meth:`_drain` runs, and
+        ``lease(id)`` of such a lease raises ``UnknownLease``."""
+        k = e.kind
+        lease = None
+        if k == "granted" or k == "activated":
+            lease = self.broker.lease(e.lease_id)
+        elif k == "expired" or k == "revoked" or k == "released":
+            self._ending.add(e.lease_id)
+        self._inbox.append((e, lease))
+
     def _drain(self) -> None:
         inbox = self._inbox
         while inbox:
             batch = inbox[:]
             inbox.clear()
-            for e in batch:
-                self.ledger.on_event(e)
+            for e, lease in batch:
+                self.ledger.on_event(e, lease)
+                if e.kind == "expired" or e.kind == "revoked" or e.kind == "released":
+                    self._ending.discard(e.lease_id)
             self._schedule_enforce()      # an expiry's kill is due after its grace
 
     def _sample(self, t: float) -> None:
