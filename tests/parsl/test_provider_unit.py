@@ -11,7 +11,7 @@ from parsl.jobs.states import JobState
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission import ServiceClass
 from bursarcore.adapters.parsl import BursarProvider, LocalLauncher, WorkerLauncher
-from bursarcore.errors import InvalidArgument
+from bursarcore.errors import InvalidArgument, UnknownLease
 from bursarcore.service.locked import LockedBroker
 
 
@@ -32,8 +32,9 @@ class Recorder:
         self.stopped.append(handle)
 
 
-def make(pool=16, env=None, classes=None, **kw):
-    b = Broker(Pool(gpu=pool), clock=ManualClock(1000.0), classes=classes)
+def make(pool=16, env=None, classes=None, reuse_after=None, **kw):
+    more = {} if reuse_after is None else {"reuse_after": reuse_after}
+    b = Broker(Pool(gpu=pool), clock=ManualClock(1000.0), classes=classes, **more)
     b.register("sci", env or Envelope(credits=1000, guaranteed={"gpu": 4},
                                       sustained={"gpu": 16}, ceiling={"gpu": 16}))
     b.register("other", Envelope(credits=1000, sustained={"gpu": 16}, ceiling={"gpu": 16}))
@@ -136,6 +137,56 @@ def test_an_expired_lease_ends_the_block_as_timeout_not_failed():
     st = p.status([job])[0]
     assert st.state == JobState.TIMEOUT and "expired" in st.message
     assert rec.stopped == [job] and p.stats["expired"] == 1
+
+
+def _take_the_row(b, lb, lid):
+    """Another campaign's grant reuses the ended lease's row (reuse_after=0): the broker
+    no longer has its record."""
+    d = lb.acquire(Intent("other", units={"gpu": 1}, duration=1000))
+    assert d.granted and (d.lease.id ^ lid) & 0xFFFFFFFF == 0 and d.lease.id != lid
+    with pytest.raises(UnknownLease, match="reused"):
+        b.lease(lid)
+
+
+def test_an_expired_lease_whose_record_was_reused_still_ends_as_timeout():
+    env = Envelope(credits=1000, sustained={"gpu": 0}, ceiling={"gpu": 16}, burst={"gpu": 400})
+    b, lb, p, rec = make(env=env, renew_margin=20, reuse_after=0)
+    job = p.submit("cmd", 1)
+    p.refresh()
+    lid = rec.started[0][2]
+    b.clock.advance(85)
+    p.refresh()                               # renewal refused: no tokens left
+    b.clock.advance(20)                       # expired at +100
+    _take_the_row(b, lb, lid)
+    p.refresh()
+    st = p.status([job])[0]
+    assert st.state == JobState.TIMEOUT and f"lease {lid} expired" in st.message
+    assert rec.stopped == [job] and p.stats["expired"] == 1 and p.stats["revoked"] == 0
+
+
+def test_a_revoked_or_released_lease_whose_record_was_reused_is_cancelled():
+    b, lb, p, rec = make(reuse_after=0)
+    job = p.submit("cmd", 1)
+    p.refresh()
+    lid = rec.started[0][2]
+    lb.remove_nodes("gpu", [b.lease(lid).placement[0][0]], grace=5)
+    p.refresh()                               # the provider sees it revoking, deadline +5
+    b.clock.advance(5)
+    lb.poll()                                 # revoked at +5
+    _take_the_row(b, lb, lid)
+    p.refresh()
+    st = p.status([job])[0]
+    assert st.state == JobState.CANCELLED and f"lease {lid} revoked" in st.message
+    assert p.stats["revoked"] == 1 and p.stats["expired"] == 0
+    # released behind the provider's back, before its expiry: cancelled, not timed out
+    job2 = p.submit("cmd", 1)
+    p.refresh()
+    lid2 = rec.started[-1][2]
+    lb.release(lid2)
+    _take_the_row(b, lb, lid2)
+    p.refresh()
+    st = p.status([job2])[0]
+    assert st.state == JobState.CANCELLED and "ended" in st.message and p.stats["expired"] == 0
 
 
 def test_a_revoked_lease_tears_the_block_down_and_reports_cancelled():

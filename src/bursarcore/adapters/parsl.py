@@ -59,7 +59,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..admission import Intent
 from ..broker import Lease
-from ..errors import BursarError, InvalidArgument
+from ..errors import BursarError, InvalidArgument, UnknownLease
 
 __all__ = ["BursarProvider", "WorkerLauncher", "LocalLauncher", "BindingLauncher", "lease_env"]
 
@@ -596,7 +596,7 @@ class _Provider:
     def _advance_running(self, b: _Block, live: dict, tnow: float) -> None:
         lease = live.get(b.lease.id)
         if lease is None:
-            self._ended(b)
+            self._ended(b, tnow=tnow)
             return
         b.lease = lease
         if lease.state == "revoking" and lease.revoke_at is not None and tnow >= lease.revoke_at:
@@ -628,7 +628,7 @@ class _Provider:
                 wait = d.retry_after if d.retry_after is not None else 5.0
                 b.next_renew = time.monotonic() + min(max(self.poll_period, wait), 30.0)
 
-    def _ended(self, b: _Block, enforce: bool = False) -> None:
+    def _ended(self, b: _Block, enforce: bool = False, tnow: float | None = None) -> None:
         """The lease is gone (or past its revocation deadline): stop the workers and
         report the block ended, not failed."""
         with self._lock:
@@ -639,6 +639,8 @@ class _Provider:
         if state is None:
             try:
                 state = self.api.lease(b.lease.id).state
+            except UnknownLease:
+                state = _gone(b.lease, self._now() if tnow is None else tnow)
             except BursarError:
                 state = "ended"
         if state == "expired":
@@ -651,6 +653,20 @@ class _Provider:
         with self._lock:
             b.state, b.final = ENDED, final
         log.info("block %s ended: %s", b.job_id, final[1])
+
+
+def _gone(last: Lease, now: float) -> str:
+    """How a lease ended whose record the broker no longer keeps (its row was reused after
+    ``reuse_after`` later leases ended, docs/policy.md "Memory"), from the provider's last
+    snapshot of it: ``expired`` if its expiry has passed and no earlier revocation deadline
+    was announced, ``revoked`` if one was, else ``ended`` (released by someone else, or
+    revoked without the provider seeing the notice)."""
+    exp, rev = last.expiry, last.revoke_at
+    if last.state == "revoking" and rev is not None and (exp is None or rev < exp):
+        return "revoked" if now >= rev else "ended"
+    if exp is not None and now >= exp:
+        return "expired"
+    return "ended"
 
 
 def _make_provider_class() -> type:
