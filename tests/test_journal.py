@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import signal
 import sqlite3
@@ -12,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,7 +114,6 @@ def test_backends_write_identical_journals():
     if len(ENGINES) < 2:
         pytest.skip("compiled engine not built (BURSARCORE_NO_EXTENSIONS=1)")
     rng = random.Random(5)
-    ops = [OP.example() for _ in range(0)]  # noqa: F841 (hypothesis examples are not used)
     journals = []
     for backend in ENGINES:
         rng.seed(5)

@@ -33,10 +33,10 @@ import numpy as np
 from . import _backend, units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool, _number
-from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE,
-                              GRANTED, HOUR_NS, LEASE_STATES, MAXV, OK, PATHS, PPM, REASONS,
-                              RECLAIM, REFUSED, RELEASED, REVOKED, REVOKING, SLOW, STARTING,
-                              TOKENS, TTL, WARM, CANCELLED, REUSE_AFTER, ROW_MASK, EngineState)
+from .admission.state import (ACTIVE, CAPACITY, CREDIT, CREDITS, DEADLINE, GRANTED, HOUR_NS,
+                              LEASE_STATES, MAXV, OK, PPM, REASONS, RECLAIM, REFUSED, RELEASED,
+                              REVOKED, REVOKING, STARTING, TOKENS, TTL, WARM, CANCELLED,
+                              REUSE_AFTER, ROW_MASK, EngineState)
 from .batchprep import finish, minmax
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
@@ -633,8 +633,6 @@ class Broker:
             r = lid & ROW_MASK
             n, d, lk, lintent, lcost = (int(st.units[r]), int(st.dim[r]), int(st.lcls[r]),
                                         int(st.intent[r]), int(st.cost[r]))
-        if iid is None and lid is not None:
-            iid = None
         ev = Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
                    deadline=None if deadline is None else deadline / NS,
                    reason=REASONS[reason] if reason else None, units=n)

@@ -293,11 +293,11 @@ def format_demo(r: DemoResult) -> str:
         f"(sustained {r.storm_sustained}, ceiling {r.storm_ceiling})",
         f"    extracted above sustained {r.storm_extracted_above_sustained:10,.0f} GPU-s  "
         f"(bucket B {r.storm_bucket:,.0f} + refill {r.storm_refilled:,.0f})",
-        f"  interactive (32-GPU guarantee)",
+        "  interactive (32-GPU guarantee)",
         f"    grant latency p50 / p95  {r.interactive_p50:6.1f} / {r.interactive_p95:.1f} s   "
         f"over {r.interactive_requests} requests; refused for capacity: "
         f"{r.interactive_refused_for_capacity}",
-        f"  utilisation",
+        "  utilisation",
         f"    with opportunistic backfill {100 * r.utilisation:5.1f} %   "
         f"(firm leases alone: {100 * r.utilisation_no_backfill:.1f} %)",
         f"  pool: {r.pilots} pilots of the local binding, {r.pool_nodes} nodes "

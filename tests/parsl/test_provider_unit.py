@@ -346,3 +346,24 @@ def test_a_facility_binding_launches_the_workers():
     p.cancel([job])
     assert fb.revoked == [(lid, 3.0)] and fb.killed == [lid]
     assert b.lease(lid).state == "released"
+
+
+def test_every_exported_name_resolves_and_parsl_is_imported_only_for_the_provider():
+    """``BursarProvider`` is made on first access (it subclasses Parsl's provider), so
+    importing the module does not import Parsl; ``__all__`` and ``dir()`` name it, and a
+    star import gets it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, bursarcore.adapters.parsl as m\n"
+            "assert 'parsl' not in sys.modules\n"
+            "assert set(m.__all__) <= set(dir(m)), set(m.__all__) - set(dir(m))\n"
+            "ns = {}\n"
+            "exec('from bursarcore.adapters.parsl import *', ns)\n"
+            "assert set(m.__all__) <= set(ns)\n"
+            "from parsl.providers.base import ExecutionProvider\n"
+            "assert issubclass(ns['BursarProvider'], ExecutionProvider)\n"
+            "assert m.BursarProvider is ns['BursarProvider']\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -55,13 +55,18 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..admission import Intent
 from ..broker import Lease
 from ..errors import BursarError, InvalidArgument, UnknownLease
 
 __all__ = ["BursarProvider", "WorkerLauncher", "LocalLauncher", "BindingLauncher", "lease_env"]
+
+if TYPE_CHECKING:
+    # made on first access by the module's __getattr__ (below): it subclasses Parsl's
+    # ExecutionProvider, and importing this module must not import Parsl
+    BursarProvider: type
 
 log = logging.getLogger("bursarcore.adapters.parsl")
 
@@ -266,7 +271,7 @@ class _Provider:
         self.adaptive = bool(adaptive)
         self.min_units = (1 if adaptive else gpus_per_block) if min_units is None else int(min_units)
         if not 0 <= self.min_units <= gpus_per_block:
-            raise InvalidArgument("min_units", f"must be in [0, gpus_per_block]", min_units)
+            raise InvalidArgument("min_units", "must be in [0, gpus_per_block]", min_units)
         self.init_blocks, self.min_blocks, self.max_blocks = init_blocks, min_blocks, max_blocks
         self.parallelism = float(parallelism)
         self.nodes_per_block = nodes_per_block
@@ -691,9 +696,14 @@ _cls: type | None = None
 
 
 def __getattr__(name: str) -> Any:
+    """``BursarProvider`` is made (and Parsl imported) on first access (PEP 562)."""
     global _cls
     if name == "BursarProvider":
         if _cls is None:
             _cls = _make_provider_class()
         return _cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"BursarProvider"})

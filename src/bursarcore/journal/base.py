@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, JournalCorrupt
 from .fill import as_tuple, pack_tuples
-from .records import FIELDS, OP, OPS, OUTCOMES, RECORD_DTYPE, to_dict  # noqa: F401
+from .records import OP, OPS, OUTCOMES, RECORD_DTYPE, to_dict
 
 __all__ = ["Journal", "RowStore", "check_rows", "crc"]
 

@@ -9,7 +9,6 @@ yardstick for the 128-bit arithmetic in the compiled kernel.
 
 from __future__ import annotations
 
-import heapq  # noqa: F401  (the heap below is array-based so both backends share it)
 import math
 
 from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, FS_REBASE, GEN_MASK,
