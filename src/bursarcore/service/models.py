@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..admission.envelope import MAX_DURATION
 from ..admission.state import LEASE_STATES
 from ..broker import Consumption, Decision, Lease, Quote, Supply
 
@@ -27,7 +28,6 @@ __all__ = [
     "MAX_BATCH", "MAX_GRID",
 ]
 
-TEN_YEARS = 10 * 365 * 86400.0
 MAX_UNITS = 1 << 40
 MAX_TIME = 4.0e9           # Unix seconds, well inside the engine's int64 ns range
 MAX_BATCH = 1000
@@ -36,7 +36,7 @@ NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME)]
 MIN_SECONDS = 1e-3         # shorter durations round to nothing in the engine's ns
-Seconds = Annotated[float, Field(ge=MIN_SECONDS, le=TEN_YEARS)]
+Seconds = Annotated[float, Field(ge=MIN_SECONDS, le=MAX_DURATION)]
 MaxUnits = Annotated[int, Field(ge=1, le=MAX_UNITS)]
 MinUnits = Annotated[int, Field(ge=0, le=MAX_UNITS)]
 Credits = Annotated[float, Field(ge=0, le=1e15)]
@@ -148,7 +148,7 @@ class NodesIn(_In):
 
 class RemoveNodesIn(_In):
     nodes: list[Name] = Field(min_length=1, max_length=MAX_BATCH)
-    grace: Annotated[float, Field(ge=0, le=TEN_YEARS)] = 0.0
+    grace: Annotated[float, Field(ge=0, le=MAX_DURATION)] = 0.0
 
 
 # ---------------------------------------------------------------------------- responses
