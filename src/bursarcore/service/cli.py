@@ -31,8 +31,10 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000,
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 or :: "
+                        "for every interface: put TLS in front, docs/service.md)")
+    p.add_argument("--port", type=_port, default=8000,
                    help="port (default 8000; 0 picks a free one, see --ready-file)")
     p.add_argument("--config", metavar="PATH",
                    help="broker configuration, JSON: pool, classes, campaigns (docs/service.md)")
@@ -73,6 +75,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true",
                    help="log every request line (never headers, so never tokens)")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 65535] (got {text!r})")
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in [0, 65535] (got {port})")
+    return port
 
 
 def _paths(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -164,7 +176,10 @@ def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
          access_log: bool) -> int:
     import uvicorn
 
-    sock = _bind(host, port)
+    try:
+        sock = _bind(host, port)
+    except (OSError, OverflowError) as e:   # in use, not an address of this host, ...
+        raise SystemExit(f"bursar serve: cannot listen on {host} port {port}: {e}") from None
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
