@@ -28,12 +28,13 @@ attempt, ``retries`` extra attempts, waits capped at ``max_wait``.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -171,6 +172,33 @@ def _envelope_body(env: Envelope) -> dict:
     return {k: v for k, v in d.items() if v is not None or k == "credits"}
 
 
+class _SSE:
+    """Server-sent events, line by line: ``feed(line)`` returns ``(seq, Event)`` when a
+    line ends an event that carries data, else None (comments, ``retry:``, keep-alives)."""
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.data: list[str] = []
+
+    def feed(self, line: str) -> tuple[int, Event] | None:
+        if line == "":
+            data, self.data = self.data, []
+            if not data:
+                return None
+            d = json.loads("\n".join(data))
+            seq = int(self.id) if self.id is not None else int(d["seq"])
+            return seq, event_from(d)
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            self.data.append(value)
+        elif name == "id":
+            self.id = value
+        return None
+
+
 # ---------------------------------------------------------------------------- requests
 @dataclass
 class _Req:
@@ -183,6 +211,7 @@ class _Req:
     idempotent: bool = False
     timeout: float | None = None
     needs_campaign: bool = field(default=False)
+    operator_path: str | None = None  # with no campaign and an operator token: this path
 
 
 def _q(s: str) -> str:
@@ -379,7 +408,34 @@ class _Base:
         return _Req("GET", "/v1/campaigns/{campaign}/events", parse, campaign,
                     params={"after": int(after), "timeout": float(timeout), "limit": int(limit)},
                     idempotent=True, timeout=self.timeout + float(timeout),
-                    needs_campaign=True)
+                    needs_campaign=True, operator_path="/v1/events")
+
+    # -- server-sent events: the request and its retry policy (the clients iterate) -------
+    _SSE_CHUNK = 300.0         # seconds a stream is asked to last before a reconnect
+
+    def _stream_args(self, campaign: str, cursor: int, left: float | None
+                     ) -> tuple[str, dict, dict, Any]:
+        secs = self._SSE_CHUNK if left is None else min(self._SSE_CHUNK, max(left, 1e-3))
+        url = f"{self.base_url}/v1/campaigns/{_q(campaign)}/events/stream"
+        headers = {**self._headers, "Accept": "text/event-stream",
+                   "Last-Event-ID": str(int(cursor))}
+        # the server writes at least every 15 s (a keep-alive comment)
+        timeout = httpx.Timeout(self.timeout, read=self.timeout + 15.0)
+        return url, {"after": int(cursor), "max_seconds": secs}, headers, timeout
+
+    def _stream_error(self, campaign: str, r: Any) -> None:
+        """Raise what a non-2xx answer to the stream means (as for any call)."""
+        self._result(_Req("GET", "/v1/campaigns/{campaign}/events/stream", lambda d: d,
+                          campaign), r)
+
+    def _stream_retry(self, attempt: int, exc: BaseException) -> float:
+        """The wait before reconnecting after ``exc``; raises once retries are spent."""
+        if attempt >= self.retries:
+            if isinstance(exc, httpx.TimeoutException):
+                raise ServiceTimeout("GET events/stream: no answer in time") from None
+            raise Unavailable(f"GET events/stream: {type(exc).__name__}") from None
+        self.retried += 1
+        return self._delay(attempt)
 
     def _r_journal(self, campaign, after, limit, filters) -> _Req:
         params = {"after": int(after), "limit": int(limit)}
@@ -443,10 +499,13 @@ class BursarClient(_Base):
         campaign = req.campaign
         if req.needs_campaign and campaign is None:
             campaign = self.campaign
-            if campaign is None:
+            if campaign is None and req.operator_path is None:
                 raise InvalidArgument("campaign", "an operator token must name the campaign")
         req.campaign = campaign
-        url = self._url(req, campaign)
+        if campaign is None and req.operator_path is not None:
+            url = self.base_url + req.operator_path
+        else:
+            url = self._url(req, campaign)
         deadline = time.monotonic() + self.max_wait + (req.timeout or self.timeout) * (self.retries + 1)
         attempt = 0
         while True:
@@ -526,14 +585,67 @@ class BursarClient(_Base):
 
     def events(self, after: int = -1, timeout: float = 0.0, limit: int = 100,
                campaign: str | None = None) -> EventPage:
-        """Events after the cursor ``after``, long-polling up to ``timeout`` s."""
+        """Events after the cursor ``after``, long-polling up to ``timeout`` s for the
+        first; at most ``limit``. An operator token without ``campaign``: every
+        campaign's."""
         return self._do(self._r_events(after, timeout, limit, campaign))
 
-    def poll(self, timeout: float = 0.0) -> list[Event]:
-        """Like :meth:`Broker.poll`: the events since the last poll (a client-side cursor)."""
-        page = self.events(self._cursor, timeout)
-        self._cursor = page.next
-        return page.events
+    def poll(self, timeout: float = 0.0, limit: int = 100) -> list[Event]:
+        """Like :meth:`Broker.poll`: every event since the last poll (the client keeps the
+        cursor), of the token's campaign (an operator token: of every campaign), fetched
+        ``limit`` a request; waits up to ``timeout`` s for the first. If a request fails
+        the cursor stays, so the next poll returns those events again."""
+        out: list[Event] = []
+        page = self.events(self._cursor, timeout, limit)
+        while True:
+            out.extend(page.events)
+            if len(page.events) < limit:
+                self._cursor = page.next
+                return out
+            page = self.events(page.next, 0.0, limit)
+
+    def stream(self, after: int = -1, max_seconds: float | None = None,
+               campaign: str | None = None) -> Iterator[tuple[int, Event]]:
+        """Server-sent events (``/events/stream``): yields ``(seq, event)`` as each event
+        becomes durable, from the cursor ``after`` on. The server ends a stream after a
+        while and a connection may drop: the iterator reconnects from the last seq
+        (``Last-Event-ID``; after errors with backoff, up to ``retries`` in a row) until
+        ``max_seconds`` have passed (None: for ever; break out of the loop to stop). Pass
+        the last seq as ``after`` to resume later."""
+        camp = campaign if campaign is not None else self.campaign
+        if camp is None:
+            raise InvalidArgument("campaign", "an operator token must name the campaign")
+        end = None if max_seconds is None else time.monotonic() + float(max_seconds)
+        cursor, attempt = int(after), 0
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            url, params, headers, timeout = self._stream_args(camp, cursor, left)
+            self.requests += 1
+            try:
+                with self._http.stream("GET", url, params=params, headers=headers,
+                                       timeout=timeout) as r:
+                    self._note_time(r)
+                    if r.status_code >= 400:
+                        r.read()
+                        if (r.status_code == 429 or r.status_code >= 502) \
+                                and attempt < self.retries:
+                            time.sleep(self._delay(attempt, r))
+                            attempt += 1
+                            self.retried += 1
+                            continue
+                        self._stream_error(camp, r)
+                    sse = _SSE()
+                    for line in r.iter_lines():
+                        got = sse.feed(line)
+                        if got is not None:
+                            attempt = 0
+                            cursor = got[0]
+                            yield got
+            except httpx.HTTPError as e:
+                time.sleep(self._stream_retry(attempt, e))
+                attempt += 1
 
     def journal(self, after: int = -1, limit: int = 100, campaign: str | None = None,
                 **filters: Any) -> tuple[list[dict], int]:
@@ -588,10 +700,13 @@ class AsyncBursarClient(_Base):
         campaign = req.campaign
         if req.needs_campaign and campaign is None:
             campaign = await self.campaign()
-            if campaign is None:
+            if campaign is None and req.operator_path is None:
                 raise InvalidArgument("campaign", "an operator token must name the campaign")
         req.campaign = campaign
-        url = self._url(req, campaign)
+        if campaign is None and req.operator_path is not None:
+            url = self.base_url + req.operator_path
+        else:
+            url = self._url(req, campaign)
         deadline = time.monotonic() + self.max_wait + (req.timeout or self.timeout) * (self.retries + 1)
         attempt = 0
         while True:
@@ -672,10 +787,53 @@ class AsyncBursarClient(_Base):
                      campaign: str | None = None) -> EventPage:
         return await self._do(self._r_events(after, timeout, limit, campaign))
 
-    async def poll(self, timeout: float = 0.0) -> list[Event]:
-        page = await self.events(self._cursor, timeout)
-        self._cursor = page.next
-        return page.events
+    async def poll(self, timeout: float = 0.0, limit: int = 100) -> list[Event]:
+        out: list[Event] = []
+        page = await self.events(self._cursor, timeout, limit)
+        while True:
+            out.extend(page.events)
+            if len(page.events) < limit:
+                self._cursor = page.next
+                return out
+            page = await self.events(page.next, 0.0, limit)
+
+    async def stream(self, after: int = -1, max_seconds: float | None = None,
+                     campaign: str | None = None) -> AsyncIterator[tuple[int, Event]]:
+        """:meth:`BursarClient.stream` as an async iterator (``async for``)."""
+        camp = campaign if campaign is not None else await self.campaign()
+        if camp is None:
+            raise InvalidArgument("campaign", "an operator token must name the campaign")
+        end = None if max_seconds is None else time.monotonic() + float(max_seconds)
+        cursor, attempt = int(after), 0
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            url, params, headers, timeout = self._stream_args(camp, cursor, left)
+            self.requests += 1
+            try:
+                async with self._http.stream("GET", url, params=params, headers=headers,
+                                             timeout=timeout) as r:
+                    self._note_time(r)
+                    if r.status_code >= 400:
+                        await r.aread()
+                        if (r.status_code == 429 or r.status_code >= 502) \
+                                and attempt < self.retries:
+                            await asyncio.sleep(self._delay(attempt, r))
+                            attempt += 1
+                            self.retried += 1
+                            continue
+                        self._stream_error(camp, r)
+                    sse = _SSE()
+                    async for line in r.aiter_lines():
+                        got = sse.feed(line)
+                        if got is not None:
+                            attempt = 0
+                            cursor = got[0]
+                            yield got
+            except httpx.HTTPError as e:
+                await asyncio.sleep(self._stream_retry(attempt, e))
+                attempt += 1
 
     async def journal(self, after: int = -1, limit: int = 100, campaign: str | None = None,
                       **filters: Any) -> tuple[list[dict], int]:

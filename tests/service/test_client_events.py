@@ -1,0 +1,141 @@
+"""The client's ways to receive events, against the real service over loopback:
+``poll()`` (every event since the last poll, like ``Broker.poll``; an operator's covers
+every campaign), ``events()`` pages, and ``stream()`` over server-sent events, which
+reconnects from the last seq."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bursarcore import Event, Intent
+from bursarcore.client import AsyncBursarClient, BursarClient
+from bursarcore.errors import InvalidArgument, UnknownCampaign
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, base_config):
+    from bursarcore.service.testing import ServerProcess
+
+    s = ServerProcess(tmp_path_factory.mktemp("events"), base_config).start()
+    yield s
+    s.stop()
+
+
+def _expire(c, campaign, n, duration=0.3):
+    """``n`` short leases; returns their ids once all have expired (and been journaled)."""
+    ids = [c.acquire(Intent(campaign, units={"gpu": 1}, duration=duration)).lease.id
+           for _ in range(n)]
+    end = time.monotonic() + 10
+    while any(l.id in ids for l in c.leases(campaign)) and time.monotonic() < end:
+        time.sleep(0.05)
+    return ids
+
+
+def _settle(c):
+    """Wait until no more events arrive (earlier tests' expiries)."""
+    while c.events(after=c._cursor, timeout=0.5).events:
+        c.poll()
+
+
+def test_poll_returns_every_event_since_the_last_poll_across_pages(srv):
+    with BursarClient(srv.url, srv.tokens["alpha"]) as c:
+        c.poll()
+        _settle(c)
+        assert c.poll() == []
+        ids = _expire(c, "alpha", 3)
+        got = []
+        end = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < end:
+            got += c.poll(timeout=2, limit=1)      # one event a request: all still come
+        assert [(e.kind, e.lease_id) for e in got] == [("expired", i) for i in ids]
+        assert all(isinstance(e, Event) and e.campaign == "alpha" for e in got)
+        assert c.poll() == []                      # the cursor moved past them
+
+
+def test_an_operators_poll_covers_every_campaign(srv):
+    with BursarClient(srv.url, srv.tokens["operator"]) as op, \
+            BursarClient(srv.url, srv.tokens["alpha"]) as a, \
+            BursarClient(srv.url, srv.tokens["beta"]) as b:
+        op.poll()
+        _settle(op)
+        la = _expire(a, "alpha", 1)[0]
+        lb = _expire(b, "beta", 1)[0]
+        got = []
+        end = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < end:
+            got += op.poll(timeout=2)
+        assert sorted((e.campaign, e.lease_id) for e in got) == [("alpha", la), ("beta", lb)]
+        page = op.events(after=-1, limit=1000)
+        assert {e.campaign for e in page.events} >= {"alpha", "beta"}
+        assert [e.lease_id for e in op.events(after=-1, campaign="beta", limit=1000).events
+                ].count(lb) == 1
+        with pytest.raises(InvalidArgument, match="campaign"):
+            next(op.stream())                      # no broker-wide stream: name one
+
+
+def test_stream_yields_events_as_they_happen_and_resumes_from_a_seq(srv):
+    with BursarClient(srv.url, srv.tokens["beta"]) as c:
+        start = c.events(after=-1, limit=1000)
+        cursor = start.next
+        while start.events:
+            start = c.events(after=cursor, limit=1000)
+            cursor = start.next
+        lid = c.acquire(Intent("beta", units={"gpu": 1}, duration=0.3)).lease.id
+        t0 = time.monotonic()
+        seq, ev = next(iter(c.stream(after=cursor, max_seconds=10)))
+        assert time.monotonic() - t0 < 8
+        assert (ev.kind, ev.lease_id, ev.campaign) == ("expired", lid, "beta")
+        page = c.events(after=cursor)
+        assert page.seqs[0] == seq and page.events[0] == ev    # the same event, same cursor
+        # resuming from its seq: nothing more (the stream ends at max_seconds)
+        t0 = time.monotonic()
+        assert list(c.stream(after=seq, max_seconds=0.5)) == []
+        assert 0.4 < time.monotonic() - t0 < 5
+        # another campaign's stream is not there for this token
+        with pytest.raises(UnknownCampaign):
+            next(c.stream(campaign="alpha"))
+
+
+def test_stream_reconnects_when_the_server_ends_it(srv):
+    with BursarClient(srv.url, srv.tokens["alpha"]) as c:
+        c._SSE_CHUNK = 0.4                 # the server closes every stream after 0.4 s
+        cursor = c.events(after=-1, limit=1000)
+        after = cursor.next
+        while cursor.events:
+            cursor = c.events(after=after, limit=1000)
+            after = cursor.next
+        lid = c.acquire(Intent("alpha", units={"gpu": 1}, duration=1.5)).lease.id
+        before = c.requests
+        got = []
+        for seq, ev in c.stream(after=after, max_seconds=10):
+            got.append(ev)
+            if ev.lease_id == lid:
+                break
+        assert got[-1].kind == "expired" and got[-1].lease_id == lid
+        assert c.requests - before >= 3    # 1.5 s of 0.4 s streams: it reconnected
+
+
+def test_async_stream_and_poll(srv):
+    async def main():
+        async with AsyncBursarClient(srv.url, srv.tokens["beta"]) as c:
+            await c.poll()
+            while (await c.events(after=c._cursor, timeout=0.5)).events:
+                await c.poll()
+            d = await c.acquire(Intent("beta", units={"gpu": 1}, duration=0.3))
+            start = c._cursor
+            streamed = None
+            async for seq, ev in c.stream(after=start, max_seconds=10):
+                streamed = (seq, ev)
+                break
+            polled = []
+            end = time.monotonic() + 10
+            while not polled and time.monotonic() < end:
+                polled = await c.poll(timeout=2)
+            return d.lease.id, streamed, polled
+
+    lid, (seq, ev), polled = asyncio.run(main())
+    assert (ev.kind, ev.lease_id) == ("expired", lid)
+    assert polled == [ev]
