@@ -148,8 +148,10 @@ backend = "compiled"
 
 # -- the view of a state ---------------------------------------------------------------------
 cdef struct Eng:
-    Py_ssize_t D, K, NT, bins, W, calloc, L, A, HC
-    int64_t bin_ns
+    # scalars as ``long long``, not int64_t (``long`` here): under strict aliasing a store
+    # through an int64_t* cannot change them, so the compiler keeps them in registers
+    long long D, K, NT, bins, W, calloc, L, A, HC
+    long long bin_ns
     # pool, per dimension
     int64_t* cap
     int64_t* headroom
@@ -194,7 +196,7 @@ cdef struct Eng:
     double* fsS
     double* fsG
     int64_t* fs_par
-    int64_t fs_t           # cache: the last time fs_weight computed, and its weight
+    long long fs_t         # cache: the last time fs_weight computed, and its weight
     double fs_w
     bint fs_ok
     # leases
@@ -462,19 +464,21 @@ cdef inline i128 k_cost(int64_t n, int64_t dur, int64_t pm) noexcept nogil:
 # -- tokens and holdings (SPEC §4.2) ---------------------------------------------------------
 cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
-    cdef i128 dt = <i128>t - e.tlast[i]
-    cdef int64_t H, rate, T
-    cdef i128 add, room
-    if dt <= 0:
+    cdef int64_t tl = e.tlast[i], H, rate, T
+    cdef i128 dt, add, room
+    if tl >= t:
         return
+    dt = <i128>t - tl
     e.tlast[i] = t
     H = e.H[i]
     e.acc[i] = wadd(e.acc[i], <i128>H * dt)
     rate = e.s[i] - H
     T = e.T[i]
     if rate > 0:
-        add = <i128>rate * dt
         room = <i128>e.Bcap[i] - T
+        if room == 0:                 # a full bucket (or an unlimited one): nothing to add
+            return
+        add = <i128>rate * dt
         if room < add:
             add = room
         e.T[i] = <int64_t>(T + add)
@@ -1133,6 +1137,182 @@ cdef inline int64_t _cap(i128 x) noexcept nogil:
     return MAXV if x > MAXV else <int64_t>x
 
 
+cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
+                             const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
+                             const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
+                             int64_t* orz, int64_t* ol, Py_ssize_t j, Py_ssize_t m,
+                             int* err) noexcept nogil:
+    """k_batch without a journal. An item that is a full warm grant (n = nmax, within its
+    ceiling, the warm capacity, its tokens and credits, with room for the lease) is
+    committed here with the writes k_admit makes for it, after the same checks in a
+    cheaper form: its limits are compared with nmax (no reason, no path, no reclaim
+    capacity: nmax <= lim_warm <= lim_cap, as oppa >= 0), and its price comes from a cache
+    while it cannot change (an unpriced class, or no priced demand: κ = 0). Any other item
+    goes through k_admit, exactly as in k_batch (which the differential tests compare with
+    the reference, item by item)."""
+    cdef int64_t buf[4]
+    cdef Py_ssize_t D = e.D, K = e.K, calloc = e.calloc
+    cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
+    cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
+    cdef int64_t left, pm = 0, excess, lid, r, off, top, jj, cd = -1, ck = -1, cpm = 0
+    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, g, Hf
+    cdef i128 pm128, den, prod, price, debit, dem, ccost = 0
+    cdef double w
+    cdef const int64_t* kc
+    cdef const int32_t* fs
+    cdef int32_t* ar
+    cdef int rc
+    buf[0] = buf[1] = buf[2] = buf[3] = 0
+    while j < m:
+        c = camps[j]
+        d = dims[j]
+        k = ks[j]
+        if <uint64_t>c >= <uint64_t>calloc or <uint64_t>d >= <uint64_t>D \
+                or <uint64_t>k >= <uint64_t>K:                  # (negatives wrap high)
+            err[0] = E_INDEX
+            return j
+        nmin = nmins[j]
+        nmax = nmaxs[j]
+        dur = durs[j]
+        fast = False
+        while True:                  # one pass: a break sends the item to k_admit
+            if nmax < 1 or nmin > nmax or dur <= 0:
+                break
+            k_settle(e, c, d, t)
+            i = c * D + d
+            kc = e.cls + k * NCOL
+            firm = kc[PREEMPT] == 0
+            H = e.H[i]
+            if nmax > e.b[i] - H:                                   # ceiling
+                break
+            free = k_free(e, d)
+            if firm:
+                lim_warm = imin(free, e.cap[d] - e.F[d] - e.U[d] + k_unmet(e, c, d))
+            else:
+                lim_warm = imax(0, free - e.headroom[d])
+            if nmax > lim_warm:                                     # warm capacity
+                break
+            s = e.s[i]
+            T = e.T[i]
+            base = imax(0, s - H)
+            if instant:                                             # tokens
+                if T <= 0 and nmax > base:
+                    break
+            else:
+                mb = nmax - base
+                if not (mb < 0 if mul_over64(mb, dur, &need) else T >= need):
+                    break
+            if d == cd and k == ck:                                 # the price
+                pm = cpm
+            else:
+                pm128 = k_price_f(e, d, k, free)
+                if pm128 < 0 or pm128 > I64_MAX:
+                    break
+                pm = <int64_t>pm128
+                dem = <i128>e.ring_sum[d] + e.pend[d]
+                cached = kc[PRICED] == 0 or e.NT == 0 or (dem == 0 and e.cong_thr[0] > 0)
+                if cached:
+                    cd = d
+                    ck = k
+                    cpm = pm
+            left = e.left[c]
+            price = 0
+            if pm != 0:
+                if left < MAXV and kc[FREEBROKE] == 0:                  # credits
+                    den = <i128>dur * pm
+                    if mul_over(nmax, den, &prod) or <i128>left * HOUR < prod:
+                        break
+                if nmax != cn or dur != cdur or pm != cpm_cost:     # a one-item memo
+                    cn = nmax
+                    cdur = dur
+                    cpm_cost = pm
+                    ccost = k_cost(nmax, dur, pm)
+                price = ccost
+            if e.scal[2] + 1 > e.L and not k_reusable(e):           # room for the lease
+                break
+            if e.arena_top[0] + nmax > e.A or nmax > e.top[d] or e.scal[3] >= e.HC:
+                break
+            fast = True
+            break
+        if fast:
+            if not instant:
+                excess = imax(0, H + nmax - s) - imax(0, H - s)
+                if excess != 0:
+                    debit = <i128>excess * dur
+                    e.T[i] = wadd(T, -debit)
+                    e.tok_debited[i] = wadd(e.tok_debited[i], debit)
+            else:
+                excess = 0
+            if kc[FREEBROKE] != 0 and price > left:
+                price = 0
+            if price != 0:
+                if left < MAXV:
+                    e.left[c] = wadd(left, -price)
+                e.escrow[c] = wadd(e.escrow[c], price)
+                e.cred_debited[c] = wadd(e.cred_debited[c], price)
+            if d == 0:              # k_hold(e, c, d, nmax, firm), tlast[i] settled at t
+                w = e.fs_w if e.fs_ok and e.fs_t == e.tlast[i] else k_fs_weight(e, e.tlast[i])
+                e.fsS[c] = e.fsS[c] + <double>H * (w - e.fsG[c])
+                e.fsG[c] = w
+            e.H[i] = H + nmax
+            if firm:
+                g = e.g[i]
+                Hf = e.Hf[i]
+                e.Hf[i] = Hf + nmax
+                e.F[d] += nmax
+                e.U[d] += imax(0, g - Hf - nmax) - imax(0, g - Hf)
+            lid = k_new_row(e)
+            r = lid & ROW_MASK
+            e.camp[r] = c
+            e.dim[r] = d
+            e.units[r] = nmax
+            e.firm[r] = firm
+            e.lcls[r] = k
+            e.t_grant[r] = t
+            e.dur[r] = dur
+            e.excess[r] = excess
+            e.cost[r] = <int64_t>price
+            e.intent[r] = intent0 + j
+            e.revoke_at[r] = 0
+            # k_place
+            off = e.arena_top[0]
+            top = e.top[d]
+            fs = e.free_slots + d * e.W + top - 1
+            ar = e.arena + off
+            ar[0] = fs[0]           # nmax >= 1; a plain loop for the rest (few units)
+            jj = 1
+            while jj < nmax:
+                ar[jj] = fs[-jj]
+                jj += 1
+            e.top[d] = top - nmax
+            e.arena_top[0] = off + nmax
+            e.slot_off[r] = off
+            e.occ[d] += nmax
+            if not firm:
+                e.oppa[d] += nmax
+            e.state[r] = L_ACTIVE
+            e.t_start[r] = t
+            e.t_end[r] = t + dur
+            k_heap_push(e, t + dur, lid)
+            on[j] = nmax
+            orz[j] = R_OK
+            ol[j] = lid
+            j += 1
+            continue
+        cd = -1                      # the item may add priced demand: drop the cached price
+        rc = k_admit(e, c, d, k, nmin, nmax, dur, -1, t, intent0 + j, buf)
+        if rc < 0:
+            err[0] = rc
+            return j
+        if rc == O_SLOW:
+            return j
+        on[j] = buf[0]
+        orz[j] = buf[1]
+        ol[j] = buf[2]
+        j += 1
+    return m
+
+
 cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const int64_t* dims,
                         const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
                         int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
@@ -1143,6 +1323,9 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
     cdef int r
     cdef Dec x
     cdef Py_ssize_t i
+    if rec == NULL:
+        return k_batch_fast(e, camps, ks, dims, nmins, nmaxs, durs, t, intent0, on, orz, ol, j,
+                            m, err)
     buf[0] = buf[1] = buf[2] = buf[3] = 0
     while j < m:
         c = camps[j]
