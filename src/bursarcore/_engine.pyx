@@ -28,6 +28,15 @@ Design
   bind (``T >= q·dur``, ``X >= q·den``: multiplications) and divides only when they do or
   when a refusal needs its reason; congestion thresholds compare ``num < thr·den``; the
   common cost fits one 64-bit division by a constant. ``decide`` returns every limit exact.
+* **A fused pass for the batch's common item.** Without a journal, ``admit_batch`` runs
+  ``k_batch_fast``: an item that is a full warm grant (its max fits its ceiling, the warm
+  capacity, its tokens and credits, and there is room for its lease) is committed there
+  with exactly the writes ``k_admit`` makes for it, its limits only compared with the max
+  and its price taken from a cache while congestion cannot move it; any other item goes
+  through ``k_admit``. ~410 instructions per warm grant against ~670 through ``k_admit``
+  (callgrind); ``tests/test_batch_fast_diff.py`` puts items at each limit and one off it.
+  ``Eng``'s scalar fields are ``long long`` rather than ``int64_t`` (``long``), so that
+  under strict aliasing a store through an ``int64_t*`` cannot change them.
 * **No reallocation in C.** The expiry heap grows exactly when the reference grows it (a
   push into a full heap): the C code stops before the push, the shell calls
   ``st.grow_heap()`` and resumes, so the arrays stay identical in size too. The lease
@@ -1279,11 +1288,11 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             top = e.top[d]
             fs = e.free_slots + d * e.W + top - 1
             ar = e.arena + off
-            ar[0] = fs[0]           # nmax >= 1; a plain loop for the rest (few units)
-            jj = 1
-            while jj < nmax:
-                ar[jj] = fs[-jj]
-                jj += 1
+            ar[0] = fs[0]           # nmax >= 1: the first two by hand (most leases are small)
+            if nmax > 1:
+                ar[1] = fs[-1]
+                for jj in range(2, nmax):
+                    ar[jj] = fs[-jj]
             e.top[d] = top - nmax
             e.arena_top[0] = off + nmax
             e.slot_off[r] = off
