@@ -72,6 +72,7 @@ cdef extern from *:
     ctypedef unsigned long long u128 "unsigned __int128"
     bint __builtin_mul_overflow(i128 a, i128 b, i128* r) noexcept nogil
     bint mul_over64 "__builtin_mul_overflow"(int64_t a, int64_t b, int64_t* r) noexcept nogil
+    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 cdef extern from *:
     """
@@ -1140,6 +1141,7 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
 
 
 DEF REC_WIDTH = 11
+DEF PF_AHEAD = 6
 
 
 cdef inline int64_t _cap(i128 x) noexcept nogil:
@@ -1164,7 +1166,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
     cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
     cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
     cdef int64_t left, pm = 0, excess, lid, r, off, top, jj, cd = -1, ck = -1, cpm = 0
-    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, g, Hf
+    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, g, Hf, pc, pd, pi
     cdef i128 pm128, den, prod, price, debit, dem, ccost = 0
     cdef double w
     cdef const int64_t* kc
@@ -1183,6 +1185,25 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
         nmin = nmins[j]
         nmax = nmaxs[j]
         dur = durs[j]
+        if j + PF_AHEAD < m:         # the campaign rows of a later item, from memory now
+            pc = camps[j + PF_AHEAD]
+            pd = dims[j + PF_AHEAD]
+            if <uint64_t>pc < <uint64_t>calloc and <uint64_t>pd < <uint64_t>D:
+                pi = pc * D + pd
+                prefetch(&e.tlast[pi])
+                prefetch(&e.H[pi])
+                prefetch(&e.T[pi])
+                prefetch(&e.s[pi])
+                prefetch(&e.b[pi])
+                prefetch(&e.acc[pi])
+                prefetch(&e.Bcap[pi])
+                prefetch(&e.g[pi])
+                prefetch(&e.Hf[pi])
+                prefetch(&e.left[pc])
+                prefetch(&e.escrow[pc])
+                prefetch(&e.cred_debited[pc])
+                prefetch(&e.fsS[pc])
+                prefetch(&e.fsG[pc])
         fast = False
         while True:                  # one pass: a break sends the item to k_admit
             if nmax < 1 or nmin > nmax or dur <= 0:
