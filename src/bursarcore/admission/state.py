@@ -223,20 +223,30 @@ class EngineState:
             new = max(2 * L, n + min_free, 1024)
             if new > 1 << ROW_BITS:
                 raise OverflowError(f"lease store of {new} rows: rows must be < 2**{ROW_BITS}")
-            for f in _L_FIELDS:
-                self._resize(f, new, n)
+            # all or nothing: a MemoryError part way shrinks what already grew back to its
+            # old length (rows from n on are zero, so keeping n restores it exactly)
+            ring = np.zeros(new, dtype=np.int64)
+            grown: list[tuple[str, int, int]] = []
+            try:
+                for f in _L_FIELDS:
+                    self._resize(f, new, n)
+                    grown.append((f, L, n))
+                for f in ("heap_t", "heap_id"):
+                    size = getattr(self, f).shape[0]   # no reference kept: resize in place
+                    if size < new + 1:                 # grow_heap may have made it larger
+                        self._resize(f, new + 1, size)
+                        grown.append((f, size, size))
+            except BaseException:
+                for f, size, keep in reversed(grown):
+                    self._resize(f, size, keep)
+                raise
             # the FIFO of ended rows is a ring as long as the store: lay it out afresh
             head, tail = int(self.lfree[0]), int(self.lfree[1])
             q = self.freeq
-            ring = np.zeros(new, dtype=np.int64)
             if tail > head:
                 ring[: tail - head] = q[np.arange(head, tail) % L]
             self.freeq = ring
             self.lfree[0], self.lfree[1] = 0, tail - head
-            for f in ("heap_t", "heap_id"):
-                size = getattr(self, f).shape[0]   # no reference kept: resize works in place
-                if size < new + 1:                 # grow_heap may already have made it larger
-                    self._resize(f, new + 1, size)
         used = int(self.arena_top[0])
         size = self.arena.shape[0]
         if used + min_arena > size:

@@ -1,0 +1,59 @@
+"""Growing the lease store is all or nothing: a MemoryError while its ~18 arrays grow one
+by one leaves every array as it was (same lengths, same values), so the state stays
+usable and the kernels' shape checks still pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore.admission import state as state_mod
+from bursarcore.admission.state import _L_FIELDS, EngineState
+
+GROWN = _L_FIELDS + ("heap_t", "heap_id", "freeq", "lfree", "scal")
+
+
+def snapshot(s: EngineState) -> dict[str, np.ndarray]:
+    return {f: getattr(s, f).copy() for f in GROWN}
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+@pytest.mark.parametrize("fail_at", range(1, len(_L_FIELDS) + 3))
+def test_a_memory_error_part_way_through_growth_changes_nothing(monkeypatch, backend, fail_at):
+    if backend == "compiled":
+        pytest.importorskip("bursarcore._engine")
+        from bursarcore.broker import ENGINES
+        if "compiled" not in ENGINES:
+            pytest.skip("compiled engine not built")
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, reuse_after=0)
+    b.register("a", Envelope(credits=1e9, sustained={"gpu": 64}, ceiling={"gpu": 64}))
+    st = b.st
+    # fill the store to its last row, with one ended row waiting in the FIFO
+    L = st.camp.shape[0]
+    lids = [b.acquire(Intent("a", units={"gpu": 1}, duration=60)).lease.id for _ in range(3)]
+    b.release(lids[0])
+    st.scal[2] = L                          # the high-water mark at the end of the store
+    before = snapshot(st)
+    calls = {"n": 0}
+    real = state_mod.EngineState._resize
+
+    def resize(self, name, new, keep):
+        if new > getattr(self, name).shape[0]:      # a growth, not the shrink back
+            calls["n"] += 1
+            if calls["n"] == fail_at:
+                raise MemoryError(f"no room for {name}")
+        return real(self, name, new, keep)
+
+    monkeypatch.setattr(state_mod.EngineState, "_resize", resize)
+    with pytest.raises(MemoryError):
+        st.grow_leases(L + 1)              # more than the reusable row: the store must grow
+    monkeypatch.setattr(state_mod.EngineState, "_resize", real)
+    after = snapshot(st)
+    for f in GROWN:
+        assert after[f].shape == before[f].shape, f
+        assert np.array_equal(after[f], before[f]), f
+    st.scal[2] = 3                          # the real high-water mark: the broker works on
+    assert b.acquire(Intent("a", units={"gpu": 1}, duration=60)).granted
+    st.grow_leases(L + 1)                  # and a growth that succeeds lengthens them all
+    assert {getattr(st, f).shape[0] for f in _L_FIELDS} == {st.camp.shape[0]} != {L}
