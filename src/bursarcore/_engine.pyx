@@ -481,7 +481,8 @@ cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcep
     dt = <i128>t - tl
     e.tlast[i] = t
     H = e.H[i]
-    e.acc[i] = wadd(e.acc[i], <i128>H * dt)
+    # wadd keeps the low 64 bits of H·dt: the wrapping 64-bit product is those bits
+    e.acc[i] = <int64_t>(<uint64_t>e.acc[i] + <uint64_t>H * (<uint64_t>t - <uint64_t>tl))
     rate = e.s[i] - H
     T = e.T[i]
     if rate > 0:
