@@ -1223,6 +1223,8 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 lim_warm = imax(0, free - e.headroom[d])
             if nmax > lim_warm:                                     # warm capacity
                 break
+            if d == 0 and not (e.fs_ok and e.fs_t == e.tlast[i]):
+                break        # the fair-share weight at this time is not cached yet: k_admit
             s = e.s[i]
             T = e.T[i]
             base = imax(0, s - H)
@@ -1281,8 +1283,8 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                     e.left[c] = wadd(left, -price)
                 e.escrow[c] = wadd(e.escrow[c], price)
                 e.cred_debited[c] = wadd(e.cred_debited[c], price)
-            if d == 0:              # k_hold(e, c, d, nmax, firm), tlast[i] settled at t
-                w = e.fs_w if e.fs_ok and e.fs_t == e.tlast[i] else k_fs_weight(e, e.tlast[i])
+            if d == 0:              # k_hold(e, c, d, nmax, firm): its weight is cached
+                w = e.fs_w
                 e.fsS[c] = e.fsS[c] + <double>H * (w - e.fsG[c])
                 e.fsG[c] = w
             e.H[i] = H + nmax
