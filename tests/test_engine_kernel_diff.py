@@ -612,8 +612,8 @@ class BrokerDiff(RuleBasedStateMachine):
         sa, sb = (b.state() for b in self.bk)
         assert sa.pop("backend") == "compiled" and sb.pop("backend") == "reference"
         assert sa == sb
-        assert [e.to_dict() for e in self.bk[0]._events] == \
-            [e.to_dict() for e in self.bk[1]._events]
+        assert [e.to_dict() for e in self.bk[0]._queued_events()] == \
+            [e.to_dict() for e in self.bk[1]._queued_events()]
         same_state(self.bk[0].st, self.bk[1].st)
 
 

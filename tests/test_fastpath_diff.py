@@ -61,6 +61,9 @@ class Counting:
     def expire(self, t):
         return self.fast.expire(t)
 
+    def events(self, ev, take):
+        return self.fast.events(ev, take)
+
 
 def _journal(jkind, tmp, i):
     if jkind == "memory":
@@ -256,7 +259,7 @@ class FastDiff(RuleBasedStateMachine):
                     _typed(b._revoking), _typed(b._deficit_last.tolist())) for b in self.bk]
             for kind, p, o in zip(self.kinds[1:], pend[1:], own[1:]):
                 assert p == pend[0] and o == own[0], kind
-        ev = [_typed(b._events) for b in self.bk]
+        ev = [_typed(b._queued_events()) for b in self.bk]
         for kind, e in zip(self.kinds[1:], ev[1:]):
             assert e == ev[0], kind
         seen = [_typed(s) for s in self.seen]

@@ -48,14 +48,18 @@ Design
   ``EngineState.add_campaign`` (its column sums are cached with the view).
 * Not thread-safe, like the reference: one caller at a time per state (the broker).
 * **``FastAcquire``** is not a kernel of the state but ``Broker.acquire``'s common case
-  (validate a plain ``Intent``, read the clock, expire, admit, build the ``Decision``, its
-  ``Lease`` and the ``expired`` events) in one C call; it hands everything else back to
-  the broker's general path (returns None before changing anything) or calls the broker's
+  (validate a plain ``Intent``, read the clock, expire, admit, build the ``Decision`` and
+  its ``Lease``, queue the ``expired`` events) in one C call; it hands everything else back
+  to the broker's general path (returns None before changing anything) or calls the broker's
   own methods (``_serve_pending``, ``_slow``, ``_retry_after``, ``_reserve``) where the
   general path would. Its reference is :mod:`bursarcore.reference.fastpath`; the
   decisions, events and state are checked against the general path by
   ``tests/test_fastpath_diff.py``. The result objects are the broker's frozen, slotted
   dataclasses, filled slot by slot (``_Maker``) instead of through their ``__init__``.
+  ``expired`` events are queued as fields (``_ExpiredRun``, in their place in
+  ``Broker._events``) and built when ``Broker.poll`` takes them (``FastAcquire.events``):
+  an expiry then touches no Python object, and the events are built in one loop that
+  prefetches the campaign names.
 """
 
 import numpy as np
@@ -1771,13 +1775,15 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
 
 
 # -- Broker.acquire's common case in one call (see bursarcore.reference.fastpath) -----------
-from cpython.list cimport PyList_Append
+from cpython.list cimport (PyList_Append, PyList_New, PyList_SET_ITEM, PyList_GET_ITEM,
+                           PyList_GET_SIZE)
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport rint, isfinite, fabs
+from libc.stdlib cimport realloc as c_realloc, free as c_free
 
 DEF ADV_CHUNK = 256
 DEF PLACE_MAX = 64
@@ -1950,6 +1956,44 @@ cdef class _Maker:
         return o
 
 
+DEF RUN_W = 4            # an expiry queued in a run: end (ns), campaign, lease id, units
+DEF RUN_AHEAD = 8        # building events: prefetch the campaign name this many ahead
+
+
+cdef class _ExpiredRun:
+    """``expired`` events that ``FastAcquire._expire`` queued in ``Broker._events``, built
+    into :class:`Event` objects only when :meth:`Broker.poll` takes them
+    (``FastAcquire.events``). Each is the fields its event needs, copied from the lease's
+    row as it expired: by the time of the poll, the row can hold a later lease."""
+
+    cdef object owner          # the FastAcquire that queued it
+    cdef int64_t* rec          # RUN_W int64 per event
+    cdef Py_ssize_t n, cap
+
+    def __dealloc__(self):
+        c_free(self.rec)
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        return f"<{self.n} expired events, built when polled>"
+
+    cdef int reserve(self, Py_ssize_t m) except -1:
+        """Room for ``m`` more events."""
+        cdef Py_ssize_t cap = self.cap
+        cdef int64_t* p
+        if self.n + m <= cap:
+            return 0
+        cap = max(2 * cap, self.n + m, 64)
+        p = <int64_t*>c_realloc(self.rec, cap * RUN_W * sizeof(int64_t))
+        if p == NULL:
+            raise MemoryError()
+        self.rec = p
+        self.cap = cap
+        return 0
+
+
 cdef class FastAcquire:
     """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
     values, no policy event due (the pending queue is served through
@@ -2008,6 +2052,8 @@ cdef class FastAcquire:
     cdef object jobj, Journal, MemoryJournal, replace
     cdef int jmode
     cdef bint jend
+    # runs of expiries queued in Broker._events since the last poll (_ExpiredRun)
+    cdef Py_ssize_t nrun
 
     def __init__(self, broker, Decision, Lease, Event, Intent):
         b = broker
@@ -2045,6 +2091,7 @@ cdef class FastAcquire:
         self.jobj = None
         self.jmode = 0
         self.jend = False
+        self.nrun = 0
 
     def __call__(self, intent):
         return self.acquire(intent)
@@ -2506,33 +2553,52 @@ cdef class FastAcquire:
 
     cdef Py_ssize_t _expire(self, Eng* e, int64_t t, object jn) except -1:
         """Broker._expire_until: expire, drop from the victim sets, and queue an
-        ``expired`` event per lease (no subscriber: checked by the caller). With a journal,
+        ``expired`` event per lease (no subscriber: checked by the caller) — as fields in
+        the run of expiries ``Broker._events`` ends with (a new one if it ends with
+        anything else), built by :meth:`events` when ``poll`` takes them. With a journal,
         one lease at a time, each with its ``expire`` record (state right after it).
         Returns how many expired. Calls no code that can grow the state."""
         cdef int err = 0
         cdef Py_ssize_t m, j, chunk = ADV_CHUNK if jn is None else 1
         cdef int64_t lid, d, c, i, seq, r
-        cdef list events = self._attr("_events")
-        cdef object opp, rv, lid_obj
+        cdef int64_t* q
+        cdef list events
+        cdef object opp, rv, last
+        cdef _ExpiredRun run = None
         cdef Py_ssize_t total = 0
         while True:
             m = k_advance(e, t, self.adv, chunk, &err)
             total += m
+            if m:
+                if run is None:
+                    events = self._attr("_events")
+                    j = PyList_GET_SIZE(events)
+                    last = events[j - 1] if j else None
+                    if type(last) is _ExpiredRun and (<_ExpiredRun>last).owner is self:
+                        run = <_ExpiredRun>last
+                    else:
+                        run = _ExpiredRun.__new__(_ExpiredRun)
+                        run.owner = self
+                        PyList_Append(events, run)
+                        self.nrun += 1
+                run.reserve(m)
             for j in range(m):
                 lid = self.adv[j]
-                lid_obj = lid
                 r = lid & ROW_MASK
                 d = e.dim[r]
                 if e.firm[r] == 0:
                     opp = self.opp[d]
                     if PySet_GET_SIZE(opp):
-                        PySet_Discard(opp, lid_obj)
+                        PySet_Discard(opp, lid)
                 rv = self.revoking[d]
                 if PySet_GET_SIZE(rv):
-                    PySet_Discard(rv, lid_obj)
-                PyList_Append(events, self._expired(
-                    _div(e.t_end[r], 1000000000), self.names[e.camp[r]], lid_obj,
-                    e.units[r]))
+                    PySet_Discard(rv, lid)
+                q = run.rec + run.n * RUN_W
+                q[0] = e.t_end[r]
+                q[1] = e.camp[r]
+                q[2] = lid
+                q[3] = e.units[r]
+                run.n += 1
                 if jn is not None:
                     c = e.camp[r]
                     i = c * e.D + d
@@ -2545,6 +2611,57 @@ cdef class FastAcquire:
                 _raise(err, "a lease id in the expiry heap")
             if m < chunk:
                 return total
+
+    cpdef list events(self, list ev, bint take):
+        """``ev`` (``Broker._events``) with each run of expiries it holds replaced, where
+        it stands, by their :class:`Event` objects: a new list (``ev`` itself if it holds
+        none). ``take``: ``poll`` is taking them (the broker's list starts anew)."""
+        cdef Py_ssize_t i, j, n = PyList_GET_SIZE(ev), total = 0, k = 0, nn
+        cdef object x, o, tobj = None
+        cdef _ExpiredRun run
+        cdef const int64_t* q
+        cdef int64_t tprev = 0, c
+        cdef list out, names = self.names
+        cdef bint runs = False
+        if self.nrun == 0:
+            return ev
+        if take:
+            self.nrun = 0
+        for i in range(n):
+            x = <object>PyList_GET_ITEM(ev, i)
+            if type(x) is _ExpiredRun:
+                total += (<_ExpiredRun>x).n
+                runs = True
+            else:
+                total += 1
+        if not runs:
+            return ev
+        out = PyList_New(total)
+        nn = PyList_GET_SIZE(names)
+        for i in range(n):
+            x = <object>PyList_GET_ITEM(ev, i)
+            if type(x) is not _ExpiredRun:
+                Py_INCREF(x)
+                PyList_SET_ITEM(out, k, x)
+                k += 1
+                continue
+            run = <_ExpiredRun>x
+            q = run.rec
+            for j in range(run.n):
+                # the name's refcount is a cache miss per event: start it early
+                if j + RUN_AHEAD < run.n:
+                    c = q[RUN_AHEAD * RUN_W + 1]
+                    if 0 <= c < nn:
+                        prefetch(PyList_GET_ITEM(names, c))
+                if tobj is None or q[0] != tprev:   # expiries come in runs of one end
+                    tprev = q[0]
+                    tobj = _div(tprev, 1000000000)
+                o = self._expired(tobj, names[q[1]], q[2], q[3])
+                Py_INCREF(o)
+                PyList_SET_ITEM(out, k, o)
+                k += 1
+                q += RUN_W
+        return out
 
     cdef object _lease(self, Eng* e, int64_t lid, object lid_obj, int64_t iid, object iid_obj):
         """Broker.lease(lid) for an active lease just granted (placement from the slots);

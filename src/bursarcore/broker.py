@@ -1390,7 +1390,14 @@ class Broker:
         t = self._now()
         self._advance(t)
         ev, self._events = self._events, []
+        if self._fast is not None:         # expiries the compiled path queued unbuilt
+            ev = self._fast.events(ev, True)
         return ev
+
+    def _queued_events(self) -> list[Event]:
+        """The events the next :meth:`poll` returns so far, without taking them."""
+        ev = self._events
+        return list(ev if self._fast is None else self._fast.events(ev, False))
 
     # ------------------------------------------------------------------ supply (§8)
     @_op

@@ -330,6 +330,12 @@ class FastAcquire:
             if m < len(adv):
                 return total
 
+    def events(self, ev: list, take: bool) -> list:
+        """``Broker.poll``'s list from ``Broker._events``: ``ev`` itself. (The compiled
+        path queues its expiries as fields and builds their events here, when ``poll``
+        takes them; these are built as they expire, and are the same events.)"""
+        return ev
+
     def _lease(self, lid: int):
         """Broker.lease(lid) for an active lease just granted."""
         st = self.st
