@@ -1153,6 +1153,24 @@ cdef inline int64_t _cap(i128 x) noexcept nogil:
     return MAXV if x > MAXV else <int64_t>x
 
 
+cdef inline bint k_batch_item(Eng* e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                              int64_t nmax, int64_t dur, int64_t t, int64_t intent,
+                              int64_t* buf, int64_t* on, int64_t* orz, int64_t* ol,
+                              Py_ssize_t j, int* err) noexcept nogil:
+    """Item j of a batch through k_admit: True once decided (its outputs written); False
+    to stop at it (a SLOW item, or an error code in ``err``)."""
+    cdef int rc = k_admit(e, c, d, k, nmin, nmax, dur, -1, t, intent, buf)
+    if rc < 0:
+        err[0] = rc
+        return False
+    if rc == O_SLOW:
+        return False
+    on[j] = buf[0]
+    orz[j] = buf[1]
+    ol[j] = buf[2]
+    return True
+
+
 cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                              const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
                              const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
@@ -1177,7 +1195,6 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
     cdef const int64_t* kc
     cdef const int32_t* fs
     cdef int32_t* ar
-    cdef int rc
     buf[0] = buf[1] = buf[2] = buf[3] = 0
     while j < m:
         c = camps[j]
@@ -1337,15 +1354,9 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             j += 1
             continue
         cd = -1                      # the item may add priced demand: drop the cached price
-        rc = k_admit(e, c, d, k, nmin, nmax, dur, -1, t, intent0 + j, buf)
-        if rc < 0:
-            err[0] = rc
+        if not k_batch_item(e, c, d, k, nmin, nmax, dur, t, intent0 + j, buf, on, orz, ol, j,
+                            err):
             return j
-        if rc == O_SLOW:
-            return j
-        on[j] = buf[0]
-        orz[j] = buf[1]
-        ol[j] = buf[2]
         j += 1
     return m
 
@@ -1364,43 +1375,34 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
         return k_batch_fast(e, camps, ks, dims, nmins, nmaxs, durs, t, intent0, on, orz, ol, j,
                             m, err)
     buf[0] = buf[1] = buf[2] = buf[3] = 0
-    while j < m:
+    while j < m:     # with a journal: each item's rule inputs, exact, as the single path's
         c = camps[j]
         d = dims[j]
         k = ks[j]
         if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
             err[0] = E_INDEX
             return j
-        if rec != NULL:  # the journal's rule inputs, exact, as the single path records them
-            r = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, True, &x)
-            if r < 0:
-                err[0] = r
-                return j
-            i = c * e.D + d
-            before[0] = e.T[i]
-            before[1] = e.left[c]
-            before[2] = k_free(e, d)
-            before[3] = e.U[d]
-            before[4] = _cap(x.lim_ceil)
-            before[5] = _cap(x.lim_cap)
-            before[6] = _cap(x.lim_tok)
-            before[7] = _cap(x.lim_cred)
-        r = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf)
+        r = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, True, &x)
         if r < 0:
             err[0] = r
             return j
-        if r == O_SLOW:
+        i = c * e.D + d
+        before[0] = e.T[i]
+        before[1] = e.left[c]
+        before[2] = k_free(e, d)
+        before[3] = e.U[d]
+        before[4] = _cap(x.lim_ceil)
+        before[5] = _cap(x.lim_cap)
+        before[6] = _cap(x.lim_tok)
+        before[7] = _cap(x.lim_cred)
+        if not k_batch_item(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, buf, on,
+                            orz, ol, j, err):
             return j
-        on[j] = buf[0]
-        orz[j] = buf[1]
-        ol[j] = buf[2]
-        if rec != NULL:
-            i = c * e.D + d
-            for r in range(8):
-                rec[j * REC_WIDTH + r] = before[r]
-            rec[j * REC_WIDTH + 8] = e.T[i]
-            rec[j * REC_WIDTH + 9] = e.left[c]
-            rec[j * REC_WIDTH + 10] = e.H[i]
+        for r in range(8):
+            rec[j * REC_WIDTH + r] = before[r]
+        rec[j * REC_WIDTH + 8] = e.T[i]
+        rec[j * REC_WIDTH + 9] = e.left[c]
+        rec[j * REC_WIDTH + 10] = e.H[i]
         j += 1
     return m
 
