@@ -33,7 +33,7 @@ Design
   capacity, its tokens and credits, and there is room for its lease) is committed there
   with exactly the writes ``k_admit`` makes for it, its limits only compared with the max
   and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. ~455 instructions per warm grant against ~670 through ``k_admit``
+  through ``k_admit``. ~465 instructions per warm grant against ~670 through ``k_admit``
   (callgrind), ~45 of them prefetching the campaign rows of the item six ahead (a 10 k
   campaign batch's rows live in L3); ``tests/test_batch_fast_diff.py`` puts items at each
   limit and one off it.
@@ -821,6 +821,27 @@ cdef inline bint k_reusable(Eng* e) noexcept nogil:
     return e.lfree[2] >= 0 and e.lfree[1] - e.lfree[0] > e.lfree[2]
 
 
+cdef inline int64_t k_new_lease(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
+                                bint firm, int64_t state, int64_t t, int64_t dur,
+                                int64_t excess, int64_t cost, int64_t intent) noexcept nogil:
+    """Take a row (k_new_row) and write a new lease's record to it; its id. Placement
+    (start, end, slots) is the caller's."""
+    cdef int64_t lid = k_new_row(e), r = lid & ROW_MASK
+    e.camp[r] = c
+    e.dim[r] = d
+    e.units[r] = n
+    e.firm[r] = firm
+    e.state[r] = state
+    e.lcls[r] = k
+    e.t_grant[r] = t
+    e.dur[r] = dur
+    e.excess[r] = excess
+    e.cost[r] = cost
+    e.intent[r] = intent
+    e.revoke_at[r] = 0
+    return lid
+
+
 cdef inline int64_t k_new_row(Eng* e) noexcept nogil:
     """The id of a new lease: the oldest reusable ended row (its generation moved on), or
     the next unused row (the caller checked there is one)."""
@@ -868,8 +889,12 @@ cdef inline void k_place(Eng* e, int64_t lid, Py_ssize_t d, int64_t n, int64_t t
     cdef int64_t off = e.arena_top[0], top = e.top[d], j, r = lid & ROW_MASK
     cdef const int32_t* fs = e.free_slots + d * e.W + top - 1
     cdef int32_t* ar = e.arena + off
-    for j in range(n):
-        ar[j] = fs[-j]
+    if n > 0:             # the first two by hand: no vectorised prologue for a small lease
+        ar[0] = fs[0]
+        if n > 1:
+            ar[1] = fs[-1]
+            for j in range(2, n):
+                ar[j] = fs[-j]
     e.top[d] = top - n
     e.arena_top[0] = off + n
     e.slot_off[r] = off
@@ -920,20 +945,9 @@ cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, i
     e.escrow[c] = wadd(e.escrow[c], price)
     e.cred_debited[c] = wadd(e.cred_debited[c], price)
     k_hold(e, c, d, n, firm)
-    lid = k_new_row(e)
+    lid = k_new_lease(e, c, d, k, n, firm, L_STARTING if starting else L_ACTIVE, t, dur,
+                      excess, <int64_t>price, intent)
     r = lid & ROW_MASK
-    e.camp[r] = c
-    e.dim[r] = d
-    e.units[r] = n
-    e.firm[r] = firm
-    e.state[r] = L_STARTING if starting else L_ACTIVE
-    e.lcls[r] = k
-    e.t_grant[r] = t
-    e.dur[r] = dur
-    e.excess[r] = excess
-    e.cost[r] = <int64_t>price
-    e.intent[r] = intent
-    e.revoke_at[r] = 0
     if starting:
         e.prom[d] += n
         e.t_start[r] = 0
@@ -1190,13 +1204,11 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
     cdef Py_ssize_t D = e.D, K = e.K, calloc = e.calloc
     cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
     cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
-    cdef int64_t left, pm = 0, excess, lid, r, off, top, jj, cd = -1, ck = -1, cpm = 0
+    cdef int64_t left, pm = 0, excess, lid, cd = -1, ck = -1, cpm = 0
     cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, g, Hf, pc, pd, pi
     cdef i128 pm128, den, prod, price, debit, dem, ccost = 0
     cdef double w
     cdef const int64_t* kc
-    cdef const int32_t* fs
-    cdef int32_t* ar
     buf[0] = buf[1] = buf[2] = buf[3] = 0
     while j < m:
         c = camps[j]
@@ -1317,39 +1329,9 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 e.Hf[i] = Hf + nmax
                 e.F[d] += nmax
                 e.U[d] += imax(0, g - Hf - nmax) - imax(0, g - Hf)
-            lid = k_new_row(e)
-            r = lid & ROW_MASK
-            e.camp[r] = c
-            e.dim[r] = d
-            e.units[r] = nmax
-            e.firm[r] = firm
-            e.lcls[r] = k
-            e.t_grant[r] = t
-            e.dur[r] = dur
-            e.excess[r] = excess
-            e.cost[r] = <int64_t>price
-            e.intent[r] = intent0 + j
-            e.revoke_at[r] = 0
-            # k_place
-            off = e.arena_top[0]
-            top = e.top[d]
-            fs = e.free_slots + d * e.W + top - 1
-            ar = e.arena + off
-            ar[0] = fs[0]           # nmax >= 1: the first two by hand (most leases are small)
-            if nmax > 1:
-                ar[1] = fs[-1]
-                for jj in range(2, nmax):
-                    ar[jj] = fs[-jj]
-            e.top[d] = top - nmax
-            e.arena_top[0] = off + nmax
-            e.slot_off[r] = off
-            e.occ[d] += nmax
-            if not firm:
-                e.oppa[d] += nmax
-            e.state[r] = L_ACTIVE
-            e.t_start[r] = t
-            e.t_end[r] = t + dur
-            k_heap_push(e, t + dur, lid)
+            lid = k_new_lease(e, c, d, k, nmax, firm, L_ACTIVE, t, dur, excess,
+                              <int64_t>price, intent0 + j)
+            k_place(e, lid, d, nmax, t)
             on[j] = nmax
             orz[j] = R_OK
             ol[j] = lid
