@@ -30,10 +30,10 @@ Design
   common cost fits one 64-bit division by a constant. ``decide`` returns every limit exact.
 * **A fused pass for the batch's common item.** Without a journal, ``admit_batch`` runs
   ``k_batch_fast``: an item that is a full warm grant (its max fits its ceiling, the warm
-  capacity, its tokens and credits, and there is room for its lease) is committed there
-  with exactly the writes ``k_admit`` makes for it, its limits only compared with the max
+  capacity, its tokens and credits, and there is room for its lease) is committed by the
+  same ``k_commit`` as ``k_admit`` uses, after its limits are only compared with the max
   and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. ~465 instructions per warm grant against ~670 through ``k_admit``
+  through ``k_admit``. ~480 instructions per warm grant against ~670 through ``k_admit``
   (callgrind), ~45 of them prefetching the campaign rows of the item six ahead (a 10 k
   campaign batch's rows live in L3); ``tests/test_batch_fast_diff.py`` puts items at each
   limit and one off it.
@@ -925,11 +925,19 @@ cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, i
                       int64_t intent) noexcept nogil:
     """k_grant once its checks passed (room, heap) and (c, d) is settled at t: k_admit
     comes here straight from its decision, which checked and settled the same."""
+    return k_commit_cost(e, c, d, k, n, dur, k_cost(n, dur, pm), t, starting, intent)
+
+
+cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k,
+                                  int64_t n, int64_t dur, i128 price, int64_t t,
+                                  bint starting, int64_t intent) noexcept nogil:
+    """k_commit with the lease's cost at its price already known (``price``:
+    ``k_cost(n, dur, pm)``)."""
     cdef Py_ssize_t i = c * e.D + d
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef bint firm
     cdef int64_t H, s, excess, lid, r
-    cdef i128 debit, price
+    cdef i128 debit
     firm = kc[PREEMPT] == 0
     H = e.H[i]
     s = e.s[i]
@@ -937,7 +945,6 @@ cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, i
     debit = <i128>excess * dur
     e.T[i] = wadd(e.T[i], -debit)
     e.tok_debited[i] = wadd(e.tok_debited[i], debit)
-    price = k_cost(n, dur, pm)
     if kc[FREEBROKE] != 0 and price > e.left[c]:
         price = 0
     if e.left[c] < MAXV:
@@ -1194,20 +1201,20 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                              int* err) noexcept nogil:
     """k_batch without a journal. An item that is a full warm grant (n = nmax, within its
     ceiling, the warm capacity, its tokens and credits, with room for the lease) is
-    committed here with the writes k_admit makes for it, after the same checks in a
-    cheaper form: its limits are compared with nmax (no reason, no path, no reclaim
+    committed by k_commit, as k_admit would commit it, after the same checks in a cheaper
+    form: its limits are compared with nmax (no reason, no path, no reclaim
     capacity: nmax <= lim_warm <= lim_cap, as oppa >= 0), and its price comes from a cache
-    while it cannot change (an unpriced class, or no priced demand: κ = 0). Any other item
+    while it cannot change (an unpriced class, or no priced demand: κ = 0), its cost from a
+    one-item memo (k_commit_cost takes it). Any other item
     goes through k_admit, exactly as in k_batch (which the differential tests compare with
     the reference, item by item)."""
     cdef int64_t buf[4]
     cdef Py_ssize_t D = e.D, K = e.K, calloc = e.calloc
     cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
     cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
-    cdef int64_t left, pm = 0, excess, lid, cd = -1, ck = -1, cpm = 0
-    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, g, Hf, pc, pd, pi
-    cdef i128 pm128, den, prod, price, debit, dem, ccost = 0
-    cdef double w
+    cdef int64_t left, pm = 0, lid, cd = -1, ck = -1, cpm = 0
+    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pi
+    cdef i128 pm128, den, prod, price, dem, ccost = 0
     cdef const int64_t* kc
     buf[0] = buf[1] = buf[2] = buf[3] = 0
     while j < m:
@@ -1258,8 +1265,6 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 lim_warm = imax(0, free - e.headroom[d])
             if nmax > lim_warm:                                     # warm capacity
                 break
-            if d == 0 and not (e.fs_ok and e.fs_t == e.tlast[i]):
-                break        # the fair-share weight at this time is not cached yet: k_admit
             s = e.s[i]
             T = e.T[i]
             base = imax(0, s - H)
@@ -1303,35 +1308,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             fast = True
             break
         if fast:
-            if not instant:
-                excess = imax(0, H + nmax - s) - imax(0, H - s)
-                if excess != 0:
-                    debit = <i128>excess * dur
-                    e.T[i] = wadd(T, -debit)
-                    e.tok_debited[i] = wadd(e.tok_debited[i], debit)
-            else:
-                excess = 0
-            if kc[FREEBROKE] != 0 and price > left:
-                price = 0
-            if price != 0:
-                if left < MAXV:
-                    e.left[c] = wadd(left, -price)
-                e.escrow[c] = wadd(e.escrow[c], price)
-                e.cred_debited[c] = wadd(e.cred_debited[c], price)
-            if d == 0:              # k_hold(e, c, d, nmax, firm): its weight is cached
-                w = e.fs_w
-                e.fsS[c] = e.fsS[c] + <double>H * (w - e.fsG[c])
-                e.fsG[c] = w
-            e.H[i] = H + nmax
-            if firm:
-                g = e.g[i]
-                Hf = e.Hf[i]
-                e.Hf[i] = Hf + nmax
-                e.F[d] += nmax
-                e.U[d] += imax(0, g - Hf - nmax) - imax(0, g - Hf)
-            lid = k_new_lease(e, c, d, k, nmax, firm, L_ACTIVE, t, dur, excess,
-                              <int64_t>price, intent0 + j)
-            k_place(e, lid, d, nmax, t)
+            lid = k_commit_cost(e, c, d, k, nmax, dur, price, t, False, intent0 + j)
             on[j] = nmax
             orz[j] = R_OK
             ol[j] = lid
