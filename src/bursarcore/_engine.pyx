@@ -942,15 +942,17 @@ cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t
     H = e.H[i]
     s = e.s[i]
     excess = 0 if e.scal[1] != 0 else imax(0, H + n - s) - imax(0, H - s)
-    debit = <i128>excess * dur
-    e.T[i] = wadd(e.T[i], -debit)
-    e.tok_debited[i] = wadd(e.tok_debited[i], debit)
+    if excess != 0:       # (a lease within the sustained rate leaves the bucket as it is)
+        debit = <i128>excess * dur
+        e.T[i] = wadd(e.T[i], -debit)
+        e.tok_debited[i] = wadd(e.tok_debited[i], debit)
     if kc[FREEBROKE] != 0 and price > e.left[c]:
         price = 0
-    if e.left[c] < MAXV:
-        e.left[c] = wadd(e.left[c], -price)
-    e.escrow[c] = wadd(e.escrow[c], price)
-    e.cred_debited[c] = wadd(e.cred_debited[c], price)
+    if price != 0:        # (a free lease leaves the credit sums as they are)
+        if e.left[c] < MAXV:
+            e.left[c] = wadd(e.left[c], -price)
+        e.escrow[c] = wadd(e.escrow[c], price)
+        e.cred_debited[c] = wadd(e.cred_debited[c], price)
     k_hold(e, c, d, n, firm)
     lid = k_new_lease(e, c, d, k, n, firm, L_STARTING if starting else L_ACTIVE, t, dur,
                       excess, <int64_t>price, intent)
