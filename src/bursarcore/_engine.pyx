@@ -79,6 +79,7 @@ cdef extern from *:
     bint __builtin_mul_overflow(i128 a, i128 b, i128* r) noexcept nogil
     bint mul_over64 "__builtin_mul_overflow"(int64_t a, int64_t b, int64_t* r) noexcept nogil
     void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+    void prefetch_w "__builtin_prefetch"(const void* p, int rw) noexcept nogil
 
 cdef extern from *:
     """
@@ -1215,7 +1216,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
     cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
     cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
     cdef int64_t left, pm = 0, lid, cd = -1, ck = -1, cpm = 0
-    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pi
+    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pi, pr
     cdef i128 pm128, den, prod, price, dem, ccost = 0
     cdef const int64_t* kc
     buf[0] = buf[1] = buf[2] = buf[3] = 0
@@ -1249,6 +1250,25 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 prefetch(&e.cred_debited[pc])
                 prefetch(&e.fsS[pc])
                 prefetch(&e.fsG[pc])
+            # while grants take unused rows: the row a grant 24 items on will write, each
+            # record field's line once per 8 rows, fetched for writing
+            pr = e.scal[2] + 24
+            if (pr & 7) == 0 and pr < e.L and not k_reusable(e):
+                prefetch_w(&e.camp[pr], 1)
+                prefetch_w(&e.dim[pr], 1)
+                prefetch_w(&e.units[pr], 1)
+                prefetch_w(&e.firm[pr], 1)
+                prefetch_w(&e.state[pr], 1)
+                prefetch_w(&e.lcls[pr], 1)
+                prefetch_w(&e.t_grant[pr], 1)
+                prefetch_w(&e.dur[pr], 1)
+                prefetch_w(&e.excess[pr], 1)
+                prefetch_w(&e.cost[pr], 1)
+                prefetch_w(&e.intent[pr], 1)
+                prefetch_w(&e.revoke_at[pr], 1)
+                prefetch_w(&e.slot_off[pr], 1)
+                prefetch_w(&e.t_start[pr], 1)
+                prefetch_w(&e.t_end[pr], 1)
         fast = False
         while True:                  # one pass: a break sends the item to k_admit
             if nmax < 1 or nmin > nmax or dur <= 0:
