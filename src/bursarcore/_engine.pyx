@@ -33,10 +33,16 @@ Design
   capacity, its tokens and credits, and there is room for its lease) is committed by the
   same ``k_commit`` as ``k_admit`` uses, after its limits are only compared with the max
   and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. ~480 instructions per warm grant against ~670 through ``k_admit``
-  (callgrind), ~45 of them prefetching the campaign rows of the item six ahead (a 10 k
-  campaign batch's rows live in L3); ``tests/test_batch_fast_diff.py`` puts items at each
+  through ``k_admit``. ~435 instructions per warm grant against ~670 through ``k_admit``
+  (callgrind). It prefetches the campaign records of the item six ahead (a 10 k campaign
+  batch's records live in L3) and, while grants take unused lease rows, the lease-record
+  lines 24 grants ahead, for writing. ``tests/test_batch_fast_diff.py`` puts items at each
   limit and one off it.
+* **Campaigns as records.** A campaign's state is one :c:type:`CdRow` per dimension (two
+  cache lines) and one :c:type:`CRow` (one line), the rows of ``st.cdrow`` / ``st.crow``;
+  a decision reads three lines instead of one per field (fourteen in the batch pass, where
+  outstanding misses, not instructions, set the pace: 0.72x per round, paired runs). The
+  field arrays Python and the reference use are views of their columns.
   ``Eng``'s scalar fields are ``long long`` rather than ``int64_t`` (``long``), so that
   under strict aliasing a store through an ``int64_t*`` cannot change them.
 * **No reallocation in C.** The expiry heap grows exactly when the reference grows it (a
@@ -45,7 +51,7 @@ Design
   store, the slot arena and the free-slot stacks never grow here: a kernel that lacks room
   raises IndexError before changing anything (the reference does the same).
 * **Preconditions** (the broker validates them): indices in range (campaign rows
-  ``0 <= c < len(st.g)``, ``0 <= d < D``, class rows, lease rows) — out-of-range indices
+  ``0 <= c < len(st.cdrow)``, ``0 <= d < D``, class rows, lease rows) — out-of-range indices
   raise IndexError here, where numpy would wrap negative ones; ``g`` is set only by
   ``EngineState.add_campaign`` (its column sums are cached with the view).
 * Not thread-safe, like the reference: one caller at a time per state (the broker).
@@ -164,6 +170,24 @@ backend = "compiled"
 
 
 # -- the view of a state ---------------------------------------------------------------------
+cdef struct CdRow:
+    # a (campaign, dimension) record: admission.state._CD_FIELDS in order, 128 bytes, the
+    # fields a grant touches in the first line
+    int64_t tlast, H, T, s, b, Bcap, acc, tok_debited
+    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2
+
+
+cdef struct CRow:
+    # a campaign's record: admission.state._C_FIELDS, then fair share (SPEC §6) as float64
+    int64_t left, escrow, cred_debited, budget, spent, refunded
+    double fsS, fsG
+
+
+_CD_ORDER = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited", "g", "Hf",
+             "tok_minted", "tok_refunded", "tok_clipped")
+_C_ORDER = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
+
+
 cdef struct Eng:
     # scalars as ``long long``, not int64_t (``long`` here): under strict aliasing a store
     # through an int64_t* cannot change them, so the compiler keeps them in registers
@@ -189,29 +213,9 @@ cdef struct Eng:
     int64_t* scal
     int32_t* free_slots
     int64_t* top
-    # campaign x dimension
-    int64_t* g
-    int64_t* s
-    int64_t* b
-    int64_t* Bcap
-    int64_t* T
-    int64_t* tlast
-    int64_t* H
-    int64_t* Hf
-    int64_t* acc
-    int64_t* tok_minted
-    int64_t* tok_debited
-    int64_t* tok_refunded
-    int64_t* tok_clipped
-    # campaign
-    int64_t* left
-    int64_t* escrow
-    int64_t* spent
-    int64_t* refunded
-    int64_t* cred_debited
-    # fair share (SPEC §6): per campaign, and [half-life ns, epoch ns]
-    double* fsS
-    double* fsG
+    # campaigns: one record per (campaign, dimension), one per campaign
+    CdRow* cd
+    CRow* cr
     int64_t* fs_par
     long long fs_t         # cache: the last time fs_weight computed, and its weight
     double fs_w
@@ -265,8 +269,10 @@ cdef void* _data(list refs, object a, str name, int typenum, int ndim, Py_ssize_
         raise TypeError(f"EngineState.{name} must be a writeable C-contiguous "
                         f"{ndim}-d {'int32' if typenum == cnp.NPY_INT32 else 'int64'} array")
     if (d0 >= 0 and cnp.PyArray_DIM(arr, 0) != d0) or \
-            (ndim == 2 and d1 >= 0 and cnp.PyArray_DIM(arr, 1) != d1):
-        raise ValueError(f"EngineState.{name} has shape {a.shape}, expected ({d0}, {d1})")
+            (ndim >= 2 and d1 >= 0 and cnp.PyArray_DIM(arr, 1) != d1) or \
+            (ndim == 3 and cnp.PyArray_DIM(arr, 2) != _state.CD_WIDTH):
+        raise ValueError(f"EngineState.{name} has shape {a.shape}, expected ({d0}, {d1}"
+                         + (f", {_state.CD_WIDTH})" if ndim == 3 else ")"))
     refs.append(a)
     return cnp.PyArray_DATA(arr)
 
@@ -308,29 +314,14 @@ cdef _Ctx _build(object st):
     e.free_slots = <int32_t*>_data(refs, st.free_slots, "free_slots", cnp.NPY_INT32, 2, D, -1)
     e.top = _i64(refs, st, "top", 1, D, 0)
     C = st.C
-    e.calloc = st.g.shape[0]
+    e.calloc = st.cdrow.shape[0]
     if not 0 <= C <= e.calloc:
         raise ValueError("EngineState.C exceeds its campaign rows")
-    e.g = _i64(refs, st, "g", 2, e.calloc, D)
-    e.s = _i64(refs, st, "s", 2, e.calloc, D)
-    e.b = _i64(refs, st, "b", 2, e.calloc, D)
-    e.Bcap = _i64(refs, st, "Bcap", 2, e.calloc, D)
-    e.T = _i64(refs, st, "T", 2, e.calloc, D)
-    e.tlast = _i64(refs, st, "tlast", 2, e.calloc, D)
-    e.H = _i64(refs, st, "H", 2, e.calloc, D)
-    e.Hf = _i64(refs, st, "Hf", 2, e.calloc, D)
-    e.acc = _i64(refs, st, "acc", 2, e.calloc, D)
-    e.tok_minted = _i64(refs, st, "tok_minted", 2, e.calloc, D)
-    e.tok_debited = _i64(refs, st, "tok_debited", 2, e.calloc, D)
-    e.tok_refunded = _i64(refs, st, "tok_refunded", 2, e.calloc, D)
-    e.tok_clipped = _i64(refs, st, "tok_clipped", 2, e.calloc, D)
-    e.left = _i64(refs, st, "left", 1, e.calloc, 0)
-    e.escrow = _i64(refs, st, "escrow", 1, e.calloc, 0)
-    e.spent = _i64(refs, st, "spent", 1, e.calloc, 0)
-    e.refunded = _i64(refs, st, "refunded", 1, e.calloc, 0)
-    e.cred_debited = _i64(refs, st, "cred_debited", 1, e.calloc, 0)
-    e.fsS = <double*>_data(refs, st.fs_S, "fs_S", cnp.NPY_FLOAT64, 1, e.calloc, 0)
-    e.fsG = <double*>_data(refs, st.fs_G, "fs_G", cnp.NPY_FLOAT64, 1, e.calloc, 0)
+    if tuple(_state._CD_FIELDS) != _CD_ORDER or tuple(_state._C_FIELDS) != _C_ORDER \
+            or sizeof(CdRow) != _state.CD_WIDTH * 8 or sizeof(CRow) != _state.C_WIDTH * 8:
+        raise RuntimeError("bursarcore._engine: campaign records differ from admission.state's")
+    e.cd = <CdRow*>_data(refs, st.cdrow, "cdrow", cnp.NPY_INT64, 3, e.calloc, D)
+    e.cr = <CRow*>_data(refs, st.crow, "crow", cnp.NPY_INT64, 2, e.calloc, _state.C_WIDTH)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
@@ -365,7 +356,7 @@ cdef _Ctx _build(object st):
     e.gsum = <int64_t*>_data(refs, gsum, "gsum", cnp.NPY_INT64, 1, D, 0)
     for j in range(D):
         for i in range(C):
-            e.gsum[j] += e.g[i * D + j]
+            e.gsum[j] += e.cd[i * D + j].g
     x.refs = refs
     x.version = st.version
     x.owner = <void*>st
@@ -481,37 +472,37 @@ cdef inline i128 k_cost(int64_t n, int64_t dur, int64_t pm) noexcept nogil:
 # -- tokens and holdings (SPEC §4.2) ---------------------------------------------------------
 cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
-    cdef int64_t tl = e.tlast[i], H, rate, T
+    cdef int64_t tl = e.cd[i].tlast, H, rate, T
     cdef i128 dt, add, room
     if tl >= t:
         return
     dt = <i128>t - tl
-    e.tlast[i] = t
-    H = e.H[i]
+    e.cd[i].tlast = t
+    H = e.cd[i].H
     # wadd keeps the low 64 bits of H·dt: the wrapping 64-bit product is those bits
-    e.acc[i] = <int64_t>(<uint64_t>e.acc[i] + <uint64_t>H * (<uint64_t>t - <uint64_t>tl))
-    rate = e.s[i] - H
-    T = e.T[i]
+    e.cd[i].acc = <int64_t>(<uint64_t>e.cd[i].acc + <uint64_t>H * (<uint64_t>t - <uint64_t>tl))
+    rate = e.cd[i].s - H
+    T = e.cd[i].T
     if rate > 0:
-        room = <i128>e.Bcap[i] - T
+        room = <i128>e.cd[i].Bcap - T
         if room == 0:                 # a full bucket (or an unlimited one): nothing to add
             return
         add = <i128>rate * dt
         if room < add:
             add = room
-        e.T[i] = <int64_t>(T + add)
-        e.tok_minted[i] = wadd(e.tok_minted[i], add)
+        e.cd[i].T = <int64_t>(T + add)
+        e.cd[i].tok_minted = wadd(e.cd[i].tok_minted, add)
     elif rate < 0 and e.scal[1] != 0:
         add = -(<i128>rate) * dt
         if add > T:
             add = T
-        e.T[i] = <int64_t>(T - add)
-        e.tok_debited[i] = wadd(e.tok_debited[i], add)
+        e.cd[i].T = <int64_t>(T - add)
+        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, add)
 
 
 cdef inline int64_t k_unmet(Eng* e, Py_ssize_t c, Py_ssize_t d) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
-    return imax(0, e.g[i] - e.Hf[i])
+    return imax(0, e.cd[i].g - e.cd[i].Hf)
 
 
 cdef inline int64_t k_free(Eng* e, Py_ssize_t d) noexcept nogil:
@@ -530,8 +521,8 @@ cdef double k_fs_weight(Eng* e, int64_t t) noexcept nogil:
     if x > FS_REBASE:
         f = c_pow(2.0, -x)
         for c in range(e.calloc):
-            e.fsS[c] = e.fsS[c] * f
-            e.fsG[c] = e.fsG[c] * f
+            e.cr[c].fsS = e.cr[c].fsS * f
+            e.cr[c].fsG = e.cr[c].fsG * f
         e.fs_par[1] = t
         x = 0.0
     e.fs_w = c_pow(2.0, x)
@@ -545,13 +536,13 @@ cdef inline void k_hold(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t delta, bint 
     cdef int64_t before
     cdef double w
     if d == 0:   # fold the holding so far into c's fair-share usage (caller settled: tlast is now)
-        w = e.fs_w if e.fs_ok and e.fs_t == e.tlast[i] else k_fs_weight(e, e.tlast[i])
-        e.fsS[c] = e.fsS[c] + <double>e.H[i] * (w - e.fsG[c])
-        e.fsG[c] = w
-    e.H[i] += delta
+        w = e.fs_w if e.fs_ok and e.fs_t == e.cd[i].tlast else k_fs_weight(e, e.cd[i].tlast)
+        e.cr[c].fsS = e.cr[c].fsS + <double>e.cd[i].H * (w - e.cr[c].fsG)
+        e.cr[c].fsG = w
+    e.cd[i].H += delta
     if firm:
         before = k_unmet(e, c, d)
-        e.Hf[i] += delta
+        e.cd[i].Hf += delta
         e.F[d] += delta
         e.U[d] += k_unmet(e, c, d) - before
 
@@ -647,10 +638,10 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     cdef i128 pm, den = 0, X = 0, prod
     k_settle(e, c, d, t)
     firm = kc[PREEMPT] == 0
-    H = e.H[i]
-    s = e.s[i]
-    o.lim_ceil = e.b[i] - H
-    T = e.T[i]
+    H = e.cd[i].H
+    s = e.cd[i].s
+    o.lim_ceil = e.cd[i].b - H
+    T = e.cd[i].T
     base = imax(0, s - H)
     if e.scal[1] != 0:
         o.lim_tok = MAXV if T > 0 else base
@@ -668,7 +659,7 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     o.lim_cred = MAXV
     if pm != 0:
         den = <i128>dur * pm
-        left = e.left[c]
+        left = e.cr[c].left
         if not (left >= MAXV or kc[FREEBROKE] != 0):
             if den == 0:
                 return E_ZERODIV
@@ -749,18 +740,18 @@ cdef inline int64_t k_never(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, in
     cdef Py_ssize_t i = c * e.D + d
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef int64_t left
-    if nmin > e.b[i]:
+    if nmin > e.cd[i].b:
         return R_CEILING
     if kc[PREEMPT] != 0:
         if nmin > e.cap[d] - e.headroom[d]:
             return R_CAPACITY
-    elif nmin > e.cap[d] - (e.gsum[d] - e.g[i]):
+    elif nmin > e.cap[d] - (e.gsum[d] - e.cd[i].g):
         return R_CAPACITY
-    if e.scal[1] == 0 and <i128>imax(0, nmin - e.s[i]) * dur > e.Bcap[i]:
+    if e.scal[1] == 0 and <i128>imax(0, nmin - e.cd[i].s) * dur > e.cd[i].Bcap:
         return R_TOKENS
-    left = e.left[c]
+    left = e.cr[c].left
     if pm != 0 and left < MAXV and kc[FREEBROKE] == 0 \
-            and k_cost(nmin, dur, pm) > <i128>left + e.escrow[c]:
+            and k_cost(nmin, dur, pm) > <i128>left + e.cr[c].escrow:
         return R_CREDITS
     return R_OK
 
@@ -940,20 +931,20 @@ cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t
     cdef int64_t H, s, excess, lid, r
     cdef i128 debit
     firm = kc[PREEMPT] == 0
-    H = e.H[i]
-    s = e.s[i]
+    H = e.cd[i].H
+    s = e.cd[i].s
     excess = 0 if e.scal[1] != 0 else imax(0, H + n - s) - imax(0, H - s)
     if excess != 0:       # (a lease within the sustained rate leaves the bucket as it is)
         debit = <i128>excess * dur
-        e.T[i] = wadd(e.T[i], -debit)
-        e.tok_debited[i] = wadd(e.tok_debited[i], debit)
-    if kc[FREEBROKE] != 0 and price > e.left[c]:
+        e.cd[i].T = wadd(e.cd[i].T, -debit)
+        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, debit)
+    if kc[FREEBROKE] != 0 and price > e.cr[c].left:
         price = 0
     if price != 0:        # (a free lease leaves the credit sums as they are)
-        if e.left[c] < MAXV:
-            e.left[c] = wadd(e.left[c], -price)
-        e.escrow[c] = wadd(e.escrow[c], price)
-        e.cred_debited[c] = wadd(e.cred_debited[c], price)
+        if e.cr[c].left < MAXV:
+            e.cr[c].left = wadd(e.cr[c].left, -price)
+        e.cr[c].escrow = wadd(e.cr[c].escrow, price)
+        e.cr[c].cred_debited = wadd(e.cr[c].cred_debited, price)
     k_hold(e, c, d, n, firm)
     lid = k_new_lease(e, c, d, k, n, firm, L_STARTING if starting else L_ACTIVE, t, dur,
                       excess, <int64_t>price, intent)
@@ -1026,21 +1017,21 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
             fs[j] = ar[-j]
         e.top[d] = top + n
     refund = <i128>e.excess[r] * remaining
-    T = e.T[i]
-    room = <i128>e.Bcap[i] - T
+    T = e.cd[i].T
+    room = <i128>e.cd[i].Bcap - T
     got = refund if refund < room else room
-    e.T[i] = wadd(T, got)
-    e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
-    e.tok_clipped[i] = wadd(e.tok_clipped[i], refund - room if refund > room else 0)
+    e.cd[i].T = wadd(T, got)
+    e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
+    e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, refund - room if refund > room else 0)
     price = e.cost[r]
     if dur == 0:
         return E_ZERODIV
     back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
-    if e.left[c] < MAXV:
-        e.left[c] = wadd(e.left[c], back)
-    e.escrow[c] -= price
-    e.refunded[c] = wadd(e.refunded[c], back)
-    e.spent[c] = wadd(e.spent[c], <i128>price - back)
+    if e.cr[c].left < MAXV:
+        e.cr[c].left = wadd(e.cr[c].left, back)
+    e.cr[c].escrow -= price
+    e.cr[c].refunded = wadd(e.cr[c].refunded, back)
+    e.cr[c].spent = wadd(e.cr[c].spent, <i128>price - back)
     k_hold(e, c, d, -n, firm)
     e.state[r] = new_state
     k_free_row(e, r)
@@ -1061,8 +1052,8 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     kc = e.cls + k * NCOL
     k_settle(e, c, d, t)
     end = e.t_end[r]
-    H = e.H[i]
-    s = e.s[i]
+    H = e.cd[i].H
+    s = e.cd[i].s
     new_end = <i128>end + ext
     price_out[0] = 0
     if e.scal[1] != 0:
@@ -1071,13 +1062,13 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     else:
         ex_new = imax(0, H - s) - imax(0, H - n - s)
         delta = <i128>ex_new * (new_end - t) - <i128>e.excess[r] * (<i128>end - t)
-        if delta > e.T[i]:
+        if delta > e.cd[i].T:
             return R_TOKENS
     pm = k_price(e, d, k)
     if pm > I64_MAX or pm < I64_MIN:
         return E_RANGE
     price = k_cost(n, ext, <int64_t>pm)
-    left = e.left[c]
+    left = e.cr[c].left
     if kc[FREEBROKE] != 0 and price > left:
         price = 0
     price_out[0] = price
@@ -1088,19 +1079,19 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     if e.scal[3] >= e.HC:
         return E_HEAPFULL
     if delta >= 0:
-        e.T[i] = wadd(e.T[i], -delta)
-        e.tok_debited[i] = wadd(e.tok_debited[i], delta)
+        e.cd[i].T = wadd(e.cd[i].T, -delta)
+        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, delta)
     else:
-        room = <i128>e.Bcap[i] - e.T[i]
+        room = <i128>e.cd[i].Bcap - e.cd[i].T
         got = -delta if -delta < room else room
-        e.T[i] = wadd(e.T[i], got)
-        e.tok_refunded[i] = wadd(e.tok_refunded[i], got)
-        e.tok_clipped[i] = wadd(e.tok_clipped[i], -delta - room if -delta > room else 0)
+        e.cd[i].T = wadd(e.cd[i].T, got)
+        e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
+        e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, -delta - room if -delta > room else 0)
     e.excess[r] = ex_new
     if left < MAXV:
-        e.left[c] = wadd(e.left[c], -price)
-    e.escrow[c] = wadd(e.escrow[c], price)
-    e.cred_debited[c] = wadd(e.cred_debited[c], price)
+        e.cr[c].left = wadd(e.cr[c].left, -price)
+    e.cr[c].escrow = wadd(e.cr[c].escrow, price)
+    e.cr[c].cred_debited = wadd(e.cr[c].cred_debited, price)
     e.cost[r] = wadd(e.cost[r], price)
     e.dur[r] += ext
     e.t_end[r] = <int64_t>new_end
@@ -1216,7 +1207,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
     cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
     cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
     cdef int64_t left, pm = 0, lid, cd = -1, ck = -1, cpm = 0
-    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pi, pr
+    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pr
     cdef i128 pm128, den, prod, price, dem, ccost = 0
     cdef const int64_t* kc
     buf[0] = buf[1] = buf[2] = buf[3] = 0
@@ -1235,21 +1226,9 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             pc = camps[j + PF_AHEAD]
             pd = dims[j + PF_AHEAD]
             if <uint64_t>pc < <uint64_t>calloc and <uint64_t>pd < <uint64_t>D:
-                pi = pc * D + pd
-                prefetch(&e.tlast[pi])
-                prefetch(&e.H[pi])
-                prefetch(&e.T[pi])
-                prefetch(&e.s[pi])
-                prefetch(&e.b[pi])
-                prefetch(&e.acc[pi])
-                prefetch(&e.Bcap[pi])
-                prefetch(&e.g[pi])
-                prefetch(&e.Hf[pi])
-                prefetch(&e.left[pc])
-                prefetch(&e.escrow[pc])
-                prefetch(&e.cred_debited[pc])
-                prefetch(&e.fsS[pc])
-                prefetch(&e.fsG[pc])
+                prefetch(&e.cd[pc * D + pd].tlast)    # the record's two lines
+                prefetch(&e.cd[pc * D + pd].g)
+                prefetch(&e.cr[pc])
             # while grants take unused rows: the row a grant 24 items on will write, each
             # record field's line once per 8 rows, fetched for writing
             pr = e.scal[2] + 24
@@ -1277,8 +1256,8 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             i = c * D + d
             kc = e.cls + k * NCOL
             firm = kc[PREEMPT] == 0
-            H = e.H[i]
-            if nmax > e.b[i] - H:                                   # ceiling
+            H = e.cd[i].H
+            if nmax > e.cd[i].b - H:                                   # ceiling
                 break
             free = k_free(e, d)
             if firm:
@@ -1287,8 +1266,8 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 lim_warm = imax(0, free - e.headroom[d])
             if nmax > lim_warm:                                     # warm capacity
                 break
-            s = e.s[i]
-            T = e.T[i]
+            s = e.cd[i].s
+            T = e.cd[i].T
             base = imax(0, s - H)
             if instant:                                             # tokens
                 if T <= 0 and nmax > base:
@@ -1310,7 +1289,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                     cd = d
                     ck = k
                     cpm = pm
-            left = e.left[c]
+            left = e.cr[c].left
             price = 0
             if pm != 0:
                 if left < MAXV and kc[FREEBROKE] == 0:                  # credits
@@ -1370,8 +1349,8 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
             err[0] = r
             return j
         i = c * e.D + d
-        before[0] = e.T[i]
-        before[1] = e.left[c]
+        before[0] = e.cd[i].T
+        before[1] = e.cr[c].left
         before[2] = k_free(e, d)
         before[3] = e.U[d]
         before[4] = _cap(x.lim_ceil)
@@ -1383,9 +1362,9 @@ cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const i
             return j
         for r in range(8):
             rec[j * REC_WIDTH + r] = before[r]
-        rec[j * REC_WIDTH + 8] = e.T[i]
-        rec[j * REC_WIDTH + 9] = e.left[c]
-        rec[j * REC_WIDTH + 10] = e.H[i]
+        rec[j * REC_WIDTH + 8] = e.cd[i].T
+        rec[j * REC_WIDTH + 9] = e.cr[c].left
+        rec[j * REC_WIDTH + 10] = e.cd[i].H
         j += 1
     return m
 
@@ -2449,7 +2428,7 @@ cdef class FastAcquire:
             if err:
                 _raise(err)
             i = c * e.D + d
-            tb, cb, fr, un = e.T[i], e.left[c], k_free(e, d), e.U[d]
+            tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
             l0 = imin(dc.lim_ceil, MAXV)
             l1 = imin(dc.lim_cap, MAXV)
             l2 = imin(dc.lim_tok, MAXV)
@@ -2506,8 +2485,8 @@ cdef class FastAcquire:
             seq = jn.next_seq
             self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
                             nmax, dur, spend, _dl_field(has_dl, dl), ttl, units, lease, iid,
-                            cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.T[i], e.left[c],
-                            e.H[i]))
+                            cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.cd[i].T, e.cr[c].left,
+                            e.cd[i].H))
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
@@ -2590,8 +2569,8 @@ cdef class FastAcquire:
                     seq = jn.next_seq
                     self._jadd(jn, (seq, e.t_end[r], J_EXPIRE, 0, 0, 0, 0, 0, d, e.lcls[r],
                                     c, 0, 0, 0, -1, -1, -1, e.units[r], lid, e.intent[r],
-                                    e.cost[r], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.T[i],
-                                    e.left[c], e.H[i]))
+                                    e.cost[r], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
+                                    e.cr[c].left, e.cd[i].H))
             if err:
                 _raise(err, "a lease id in the expiry heap")
             if m < chunk:

@@ -37,15 +37,25 @@ LEASE_STATES = ("starting", "active", "revoking", "released", "expired", "revoke
 WARM, RECLAIM, COLD = range(3)
 PATHS = ("warm", "reclaim", "cold")
 
-_CD_FIELDS = ("g", "s", "b", "Bcap", "T", "tlast", "H", "Hf", "acc",
-              "tok_minted", "tok_debited", "tok_refunded", "tok_clipped")
-_C_FIELDS = ("budget", "left", "escrow", "spent", "refunded", "cred_debited")
+# Campaign state is kept as records: one per (campaign, dimension) in ``cdrow`` (CD_WIDTH
+# int64 columns, 128 bytes: two cache lines, the fields a grant reads and writes in the
+# first) and one per campaign in ``crow`` (C_WIDTH columns, 64 bytes: one line; the fair-
+# share pair are float64 in its last two columns), each on a 64-byte boundary, so a decision
+# reads a campaign's three lines instead of a line per field. Every field is also an
+# attribute, a view of its column (``st.T[c, d]``, ``st.left[c]``); the compiled engine's
+# row structs (``_engine.CdRow``, ``CRow``) list the columns in this order.
+_CD_FIELDS = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited",
+              "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped")
+CD_WIDTH = 16
+_C_FIELDS = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
+C_WIDTH = 8
 # fair share (SPEC §6), per campaign, float64: fs_S = ∫ H(τ)·2^((τ − E)/half-life) dτ over
 # the primary held dimension (unit-ns, E the epoch in fs_par[1]), folded at every change of
 # H; fs_G = 2^((τ − E)/half-life) at the campaign's last change. Usage decayed to t is
 # (fs_S + H·(w − fs_G)) / w with w = 2^((t − E)/half-life): exact at any t, and only
 # holding changes (which the journal carries) write it, so a replay rebuilds it bit for bit
-_CF_FIELDS = ("fs_S", "fs_G")
+_CF_FIELDS = ("fs_S", "fs_G")     # crow's columns 6 and 7, read as float64
+_ROW_FIELDS = _CD_FIELDS + _C_FIELDS + _CF_FIELDS
 FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves to t
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_start", "t_end",
              "dur", "excess", "cost", "slot_off", "revoke_at", "intent", "gen")
@@ -63,6 +73,14 @@ REUSE_AFTER = 1024
 
 
 _NO_BUMP = frozenset(("version", "_cctx"))
+
+
+def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous int64 array of zeros whose data starts on a 64-byte boundary."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n + 8, dtype=np.int64)
+    off = (-(buf.ctypes.data % 64) // 8) % 8
+    return buf[off:off + n].reshape(shape)
 
 
 class EngineState:
@@ -88,10 +106,25 @@ class EngineState:
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d.pop("_cctx", None)
+        for f in _ROW_FIELDS:              # views of cdrow / crow: rebuilt on load
+            d.pop(f, None)
         return d
 
     def __setstate__(self, d: dict) -> None:
+        d = dict(d)
+        if "cdrow" in d:
+            cd, cr = d.pop("cdrow"), d.pop("crow")
+        else:                              # pickled before campaigns were records
+            n, D = d["g"].shape
+            cd, cr = np.zeros((n, D, CD_WIDTH), np.int64), np.zeros((n, C_WIDTH), np.int64)
+            for j, f in enumerate(_CD_FIELDS):
+                cd[:, :, j] = d.pop(f)
+            for j, f in enumerate(_C_FIELDS):
+                cr[:, j] = d.pop(f)
+            for j, f in enumerate(_CF_FIELDS):
+                cr.view(np.float64)[:, len(_C_FIELDS) + j] = d.pop(f)
         self.__dict__.update(d)
+        self._set_rows(cd, cr, cd.shape[0])
         if "gen" not in d:                 # pickled before rows were reused
             L = d["camp"].shape[0]
             self.__dict__["gen"] = np.zeros(L, dtype=np.int64)
@@ -138,12 +171,7 @@ class EngineState:
         # campaigns
         self.C = 0
         self._calloc = 0
-        for f in _CD_FIELDS:
-            setattr(self, f, np.zeros((0, D), dtype=np.int64))
-        for f in _C_FIELDS:
-            setattr(self, f, np.zeros(0, dtype=np.int64))
-        for f in _CF_FIELDS:
-            setattr(self, f, np.zeros(0, dtype=np.float64))
+        self._set_rows(np.zeros((0, D, CD_WIDTH), np.int64), np.zeros((0, C_WIDTH), np.int64), 0)
         # leases and their slot arena
         for f in _L_FIELDS:
             setattr(self, f, np.zeros(0, dtype=np.int64))
@@ -161,18 +189,7 @@ class EngineState:
     # -- growth ------------------------------------------------------------------------
     def add_campaign(self, g, s, b, Bcap, budget, now_ns) -> int:
         if self.C == self._calloc:
-            new = max(16, 2 * self._calloc)
-            for f in _CD_FIELDS:
-                a = getattr(self, f)
-                b2 = np.zeros((new, self.D), dtype=np.int64)
-                b2[: self.C] = a[: self.C]
-                setattr(self, f, b2)
-            for f in _C_FIELDS + _CF_FIELDS:
-                a = getattr(self, f)
-                b2 = np.zeros(new, dtype=a.dtype)
-                b2[: self.C] = a[: self.C]
-                setattr(self, f, b2)
-            self._calloc = new
+            self._set_rows(self.cdrow, self.crow, max(16, 2 * self._calloc))
         c = self.C
         self.g[c], self.s[c], self.b[c], self.Bcap[c] = g, s, b, Bcap
         self.T[c] = Bcap
@@ -182,6 +199,24 @@ class EngineState:
         self.U += np.asarray(g, dtype=np.int64)
         self.C += 1
         return c
+
+    def _set_rows(self, cd: np.ndarray, cr: np.ndarray, n: int) -> None:
+        """Make ``cdrow`` / ``crow`` ``n`` records long, each record on a 64-byte boundary,
+        holding the first ``C`` records of ``cd`` / ``cr`` (zeros after them), and point
+        every campaign field at its column."""
+        new_cd = _aligned_zeros((n, self.D, CD_WIDTH))
+        new_cr = _aligned_zeros((n, C_WIDTH))
+        keep = min(self.C, cd.shape[0])
+        new_cd[:keep] = cd[:keep]
+        new_cr[:keep] = cr[:keep]
+        self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
+        for j, f in enumerate(_CD_FIELDS):
+            setattr(self, f, new_cd[:, :, j])
+        for j, f in enumerate(_C_FIELDS):
+            setattr(self, f, new_cr[:, j])
+        fl = new_cr.view(np.float64)
+        for j, f in enumerate(_CF_FIELDS):
+            setattr(self, f, fl[:, len(_C_FIELDS) + j])
 
     def _resize(self, name: str, new: int, keep: int) -> None:
         """Grow array ``name`` to ``new`` items, keeping its first ``keep`` and zeroing the

@@ -1,0 +1,113 @@
+"""Campaign state as records (``EngineState.cdrow`` / ``crow``), every field a column view.
+
+The compiled engine reads a campaign's fields from its records (``_engine.CdRow`` /
+``CRow``); Python code and the reference read and write the same numbers through the field
+views (``st.T[c, d]``, ``st.left[c]``). These tests check that the two stay one: growth,
+writes through a view, pickles (snapshots) new and old, and a malformed record array.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore.admission import state as S
+from bursarcore.broker import ENGINES
+
+BACKENDS = sorted(ENGINES)
+FIELDS = S._CD_FIELDS + S._C_FIELDS + S._CF_FIELDS
+
+
+def _broker(backend, n=40):
+    b = Broker(Pool(gpu=8 * n), clock=ManualClock(0.0), backend=backend)
+    for i in range(n):       # 40 campaigns: the records grow 16 -> 32 -> 64
+        b.register(f"c{i}", Envelope(credits=1_000 + i, service_class="agent-burst",
+                                     guaranteed={"gpu": i % 3}, sustained={"gpu": 4},
+                                     ceiling={"gpu": 8}, burst={"gpu": 100 + i}))
+    return b
+
+
+def _views_of_records(st):
+    for f in S._CD_FIELDS:
+        a = getattr(st, f)
+        assert a.shape == (st._calloc, st.D) and np.shares_memory(a, st.cdrow), f
+    for f in S._C_FIELDS + S._CF_FIELDS:
+        a = getattr(st, f)
+        assert a.shape == (st._calloc,) and np.shares_memory(a, st.crow), f
+    assert st.fs_S.dtype == st.fs_G.dtype == np.float64
+    assert st.cdrow.ctypes.data % 64 == 0 and st.crow.ctypes.data % 64 == 0
+    assert st.cdrow.shape[2] == S.CD_WIDTH and st.crow.shape[1] == S.C_WIDTH
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_growth_keeps_every_field_and_its_view(backend):
+    b = _broker(backend)
+    st = b.st
+    _views_of_records(st)
+    assert st._calloc == 64 and st.C == 40
+    for c in range(40):
+        assert st.b[c, 0] == 8 * 10**0 and st.g[c, 0] == c % 3
+        assert st.budget[c] == st.left[c] == (1_000 + c) * S.CREDIT
+        assert st.Bcap[c, 0] == st.T[c, 0] == (100 + c) * 10**9
+    assert not st.cdrow[40:].any() and not st.crow[40:].any()   # records past C are zero
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_write_through_a_view_is_what_the_engine_reads(backend):
+    b = _broker(backend)
+    b.st.T[7, 0] = 0                 # campaign c7 has no tokens left
+    b.st.left[9] = 0                 # and c9 no credits
+    # 5 GPUs for 10 s needs 10 GPU-s of tokens (each campaign has >= 100) and some credits
+    got = {c: b.acquire(Intent(c, {"gpu": 5}, duration=10.0)) for c in ("c7", "c9", "c8")}
+    assert got["c7"].outcome != "granted" and got["c7"].reason == "tokens"
+    assert got["c9"].outcome != "granted" and got["c9"].reason == "credits"
+    assert got["c8"].outcome == "granted"
+    assert b.st.H[8, 0] == 5 and b.st.crow[8, S._C_FIELDS.index("escrow")] > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickles_new_and_old_load_as_records(backend):
+    b = _broker(backend)
+    for c in range(0, 40, 3):
+        b.acquire(Intent(f"c{c}", {"gpu": (1, 6)}, duration=30.0))
+    b.clock.advance(5)
+    b.poll()
+    st = b.st
+    new = pickle.loads(pickle.dumps(st))
+    d = dict(st.__getstate__())
+    assert not set(FIELDS) & set(d)           # only the records are pickled
+    old_d = {k: v for k, v in d.items() if k not in ("cdrow", "crow")}
+    for f in FIELDS:                          # a snapshot from before: a array per field
+        old_d[f] = np.array(getattr(st, f))
+    old = S.EngineState.__new__(S.EngineState)
+    old.__setstate__(pickle.loads(pickle.dumps(old_d)))    # (no array shared with st)
+    for back in (new, old):
+        _views_of_records(back)
+        assert back.C == st.C and back._calloc == st._calloc
+        for f in FIELDS:
+            assert np.array_equal(getattr(back, f), getattr(st, f)), f
+    # the engine decides on a loaded state as on the original
+    k = ENGINES[backend]
+    t = 6 * 10**9
+    for s2 in (st, new, old):
+        s2.grow_leases(1, 8)
+    ids = [k.grant(s2, 4, 0, 2, 3, 10**10, 0, t, False, 1) for s2 in (st, new, old)]
+    assert ids[0] == ids[1] == ids[2]
+    for f in FIELDS:
+        assert np.array_equal(getattr(new, f), getattr(st, f)), f
+        assert np.array_equal(getattr(old, f), getattr(st, f)), f
+
+
+@pytest.mark.skipif("compiled" not in ENGINES, reason="compiled engine not built")
+def test_a_malformed_record_array_is_refused_by_name():
+    b = _broker("compiled", 4)
+    st = b.st
+    st.cdrow = np.zeros((st._calloc, st.D, S.CD_WIDTH - 1), dtype=np.int64)
+    with pytest.raises(ValueError, match=r"EngineState\.cdrow has shape"):
+        b.acquire(Intent("c0", {"gpu": 1}, duration=1.0))
+    st.cdrow = np.zeros((st._calloc, st.D, S.CD_WIDTH), dtype=np.int32)
+    with pytest.raises(TypeError, match=r"EngineState\.cdrow must be"):
+        b.acquire(Intent("c0", {"gpu": 1}, duration=1.0))
