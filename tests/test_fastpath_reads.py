@@ -114,16 +114,20 @@ def test_a_broker_subclass_with_a_property_takes_the_general_path():
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_lease_store_grows_in_place_under_acquire(monkeypatch, backend):
     """The fast path holds no view of the state across ``_reserve``, so ``_resize`` can
-    ``ndarray.resize`` the lease arrays (it copies an array anything else references)."""
+    ``ndarray.resize`` the lease records' buffer (it copies one anything else references)."""
     if backend not in ENGINES:
         pytest.skip("compiled engine not built")
     copied = []
     orig = state_mod.EngineState._resize
 
+    def owner(self, name):                       # lrow is a view of its buffer
+        a = self.__dict__.get(name)
+        return id(a.base if name == "lrow" else a)
+
     def resize(self, name, new, keep):
-        before = id(self.__dict__.get(name))     # (a reference would itself force a copy)
+        before = owner(self, name)               # (a reference would itself force a copy)
         orig(self, name, new, keep)
-        if id(self.__dict__[name]) != before and name not in ("heap_t", "heap_id"):
+        if owner(self, name) != before and name not in ("heap_t", "heap_id"):
             copied.append(name)
 
     monkeypatch.setattr(state_mod.EngineState, "_resize", resize)

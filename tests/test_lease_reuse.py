@@ -18,7 +18,7 @@ import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission.classes import DEFAULT_CLASSES, ServiceClass
-from bursarcore.admission.state import ROW_BITS, ROW_MASK, EngineState
+from bursarcore.admission.state import _L_FIELDS, ROW_BITS, ROW_MASK, EngineState
 from bursarcore.broker import ENGINES
 from bursarcore.errors import UnknownLease
 from bursarcore.journal import records as J
@@ -215,6 +215,8 @@ def test_pickles_carry_the_queue_and_old_ones_load(backend):
     # a snapshot from before rows were reused: no generations, no queue
     old = EngineState.__new__(EngineState)
     d = dict(b.st.__getstate__())
+    lrow = d.pop("lrow")                  # (and before leases were records: a column each)
+    d.update({f: lrow[:, j].copy() for j, f in enumerate(_L_FIELDS)})
     for f in ("gen", "freeq", "lfree"):
         d.pop(f)
     old.__setstate__(d)

@@ -1,6 +1,7 @@
-"""Growing the lease store is all or nothing: a MemoryError while its ~18 arrays grow one
-by one leaves every array as it was (same lengths, same values), so the state stays
-usable and the kernels' shape checks still pass."""
+"""Growing the lease store is all or nothing: a MemoryError while its records and the
+expiry heap's two arrays grow one by one leaves every array as it was (same lengths, same
+values), so the state stays usable and the kernels' shape checks still pass. And growth
+keeps the records, in place or by copying, on a 64-byte boundary."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission import state as state_mod
-from bursarcore.admission.state import _L_FIELDS, EngineState
+from bursarcore.admission.state import _L_FIELDS, L_WIDTH, EngineState
 
-GROWN = _L_FIELDS + ("heap_t", "heap_id", "freeq", "lfree", "scal")
+GROWN = _L_FIELDS + ("lrow", "heap_t", "heap_id", "freeq", "lfree", "scal")
 
 
 def snapshot(s: EngineState) -> dict[str, np.ndarray]:
@@ -19,7 +20,7 @@ def snapshot(s: EngineState) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
-@pytest.mark.parametrize("fail_at", range(1, len(_L_FIELDS) + 3))
+@pytest.mark.parametrize("fail_at", range(1, 4))     # lrow, heap_t, heap_id
 def test_a_memory_error_part_way_through_growth_changes_nothing(monkeypatch, backend, fail_at):
     if backend == "compiled":
         pytest.importorskip("bursarcore._engine")
@@ -57,3 +58,35 @@ def test_a_memory_error_part_way_through_growth_changes_nothing(monkeypatch, bac
     assert b.acquire(Intent("a", units={"gpu": 1}, duration=60)).granted
     st.grow_leases(L + 1)                  # and a growth that succeeds lengthens them all
     assert {getattr(st, f).shape[0] for f in _L_FIELDS} == {st.camp.shape[0]} != {L}
+
+
+@pytest.mark.parametrize("how", ["in place", "held elsewhere", "off the boundary"])
+def test_growth_keeps_the_records(how):
+    b = Broker(Pool(gpu=4096), clock=ManualClock(0.0), backend="reference")
+    b.register("a", Envelope(credits=1e9, sustained={"gpu": 4096}, ceiling={"gpu": 4096}))
+    st = b.st
+    for i in range(1500):                   # past the first 1024 rows: one growth already
+        b.acquire(Intent("a", units={"gpu": 1}, duration=60 + i))
+    L, n = st.lrow.shape[0], st.nleases
+    if how == "off the boundary":           # records 8 bytes past the boundary _aligned picks
+        buf = np.zeros(L * L_WIDTH + 16, dtype=np.int64)
+        off = (-(buf.ctypes.data % 64) // 8) % 8 + 1
+        lr = buf[off:off + L * L_WIDTH].reshape(L, L_WIDTH)
+        lr[:] = st.lrow
+        st._set_leases(buf, L)
+        st.__dict__["lrow"] = lr            # (as a realloc that moved the boundary leaves it)
+        for j, f in enumerate(_L_FIELDS):
+            st.__dict__[f] = lr[:, j]
+        del buf, lr                         # (the state's views are then all that hold it)
+    before = st.lrow[:n].copy()
+    held = st.t_end if how == "held elsewhere" else None   # a view: no resize in place
+    st.grow_leases(L + 1)
+    assert st.lrow.shape[0] == 2 * L > n
+    assert np.array_equal(st.lrow[:n], before) and not st.lrow[n:].any()
+    assert st.lrow.ctypes.data % 64 == 0
+    for j, f in enumerate(_L_FIELDS):
+        assert np.shares_memory(getattr(st, f), st.lrow) and getattr(st, f).shape == (2 * L,)
+    if held is not None:
+        assert np.array_equal(held[:n], before[:, _L_FIELDS.index("t_end")])
+    d = b.acquire(Intent("a", units={"gpu": 1}, duration=5))
+    assert d.granted and st.t_end[d.lease.id] == 5 * 10**9

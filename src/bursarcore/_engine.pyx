@@ -33,16 +33,19 @@ Design
   capacity, its tokens and credits, and there is room for its lease) is committed by the
   same ``k_commit`` as ``k_admit`` uses, after its limits are only compared with the max
   and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. ~435 instructions per warm grant against ~670 through ``k_admit``
+  through ``k_admit``. ~426 instructions per warm grant against ~670 through ``k_admit``
   (callgrind). It prefetches the campaign records of the item six ahead (a 10 k campaign
-  batch's records live in L3) and, while grants take unused lease rows, the lease-record
-  lines 24 grants ahead, for writing. ``tests/test_batch_fast_diff.py`` puts items at each
-  limit and one off it.
-* **Campaigns as records.** A campaign's state is one :c:type:`CdRow` per dimension (two
-  cache lines) and one :c:type:`CRow` (one line), the rows of ``st.cdrow`` / ``st.crow``;
-  a decision reads three lines instead of one per field (fourteen in the batch pass, where
-  outstanding misses, not instructions, set the pace: 0.72x per round, paired runs). The
-  field arrays Python and the reference use are views of their columns.
+  batch's records live in L3) and, for writing, the lease record that the grant twelve on
+  would take (``k_row_ahead``). ``tests/test_batch_fast_diff.py`` puts items at each limit
+  and one off it.
+* **Records, not a line per field.** A campaign's state is one :c:type:`CdRow` per
+  dimension (two cache lines) and one :c:type:`CRow` (one line), the rows of ``st.cdrow`` /
+  ``st.crow``; a lease is one :c:type:`LRow` (two lines), a row of ``st.lrow``. A grant
+  reads three campaign lines and writes two lease lines, where it touched one line per
+  field before (fourteen and fifteen): in the batch pass outstanding misses, not
+  instructions, set the pace (per round 0.72x for the campaign records, 0.77x more for the
+  lease records, paired runs). The field arrays that Python and the reference use are views
+  of the records' columns.
   ``Eng``'s scalar fields are ``long long`` rather than ``int64_t`` (``long``), so that
   under strict aliasing a store through an ``int64_t*`` cannot change them.
 * **No reallocation in C.** The expiry heap grows exactly when the reference grows it (a
@@ -186,6 +189,14 @@ cdef struct CRow:
 _CD_ORDER = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited", "g", "Hf",
              "tok_minted", "tok_refunded", "tok_clipped")
 _C_ORDER = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
+_L_ORDER = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off", "t_grant",
+            "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
+
+
+cdef struct LRow:
+    # a lease's record: admission.state._L_FIELDS in order, 128 bytes
+    int64_t camp, dim, units, firm, state, lcls, t_end, slot_off
+    int64_t t_grant, t_start, dur, excess, cost, revoke_at, intent, gen
 
 
 cdef struct Eng:
@@ -220,23 +231,8 @@ cdef struct Eng:
     long long fs_t         # cache: the last time fs_weight computed, and its weight
     double fs_w
     bint fs_ok
-    # leases
-    int64_t* camp
-    int64_t* dim
-    int64_t* units
-    int64_t* firm
-    int64_t* state
-    int64_t* lcls
-    int64_t* t_grant
-    int64_t* t_start
-    int64_t* t_end
-    int64_t* dur
-    int64_t* excess
-    int64_t* cost
-    int64_t* slot_off
-    int64_t* revoke_at
-    int64_t* intent
-    int64_t* gen              # per row: its generation (admission.state.ROW_BITS)
+    # leases: one record per row
+    LRow* lr
     int64_t* freeq            # ring of ended rows (length L) and [head, tail, reuse_after]
     int64_t* lfree
     int32_t* arena
@@ -326,23 +322,10 @@ cdef _Ctx _build(object st):
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
     e.fs_ok = False
-    e.L = st.camp.shape[0]
-    e.camp = _i64(refs, st, "camp", 1, e.L, 0)
-    e.dim = _i64(refs, st, "dim", 1, e.L, 0)
-    e.units = _i64(refs, st, "units", 1, e.L, 0)
-    e.firm = _i64(refs, st, "firm", 1, e.L, 0)
-    e.state = _i64(refs, st, "state", 1, e.L, 0)
-    e.lcls = _i64(refs, st, "lcls", 1, e.L, 0)
-    e.t_grant = _i64(refs, st, "t_grant", 1, e.L, 0)
-    e.t_start = _i64(refs, st, "t_start", 1, e.L, 0)
-    e.t_end = _i64(refs, st, "t_end", 1, e.L, 0)
-    e.dur = _i64(refs, st, "dur", 1, e.L, 0)
-    e.excess = _i64(refs, st, "excess", 1, e.L, 0)
-    e.cost = _i64(refs, st, "cost", 1, e.L, 0)
-    e.slot_off = _i64(refs, st, "slot_off", 1, e.L, 0)
-    e.revoke_at = _i64(refs, st, "revoke_at", 1, e.L, 0)
-    e.intent = _i64(refs, st, "intent", 1, e.L, 0)
-    e.gen = _i64(refs, st, "gen", 1, e.L, 0)
+    if tuple(_state._L_FIELDS) != _L_ORDER or sizeof(LRow) != _state.L_WIDTH * 8:
+        raise RuntimeError("bursarcore._engine: lease records differ from admission.state's")
+    e.L = st.lrow.shape[0]
+    e.lr = <LRow*>_data(refs, st.lrow, "lrow", cnp.NPY_INT64, 2, e.L, _state.L_WIDTH)
     e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
     e.lfree = _i64(refs, st, "lfree", 1, 3, 0)
     e.A = st.arena.shape[0]
@@ -813,24 +796,36 @@ cdef inline bint k_reusable(Eng* e) noexcept nogil:
     return e.lfree[2] >= 0 and e.lfree[1] - e.lfree[0] > e.lfree[2]
 
 
+cdef inline int64_t k_row_ahead(Eng* e, int64_t a) noexcept nogil:
+    """The row the lease ``a`` new leases on takes, if none ends before: an ended row from
+    the FIFO while more than ``reuse_after`` wait there (k_new_row), then unused rows."""
+    cdef int64_t q = e.lfree[1] - e.lfree[0] - e.lfree[2], h
+    if e.lfree[2] < 0 or q <= 0:
+        return e.scal[2] + a
+    if q > a:
+        h = e.lfree[0] + a
+        return e.freeq[h % e.L]
+    return e.scal[2] + a - q
+
+
 cdef inline int64_t k_new_lease(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
                                 bint firm, int64_t state, int64_t t, int64_t dur,
                                 int64_t excess, int64_t cost, int64_t intent) noexcept nogil:
     """Take a row (k_new_row) and write a new lease's record to it; its id. Placement
     (start, end, slots) is the caller's."""
     cdef int64_t lid = k_new_row(e), r = lid & ROW_MASK
-    e.camp[r] = c
-    e.dim[r] = d
-    e.units[r] = n
-    e.firm[r] = firm
-    e.state[r] = state
-    e.lcls[r] = k
-    e.t_grant[r] = t
-    e.dur[r] = dur
-    e.excess[r] = excess
-    e.cost[r] = cost
-    e.intent[r] = intent
-    e.revoke_at[r] = 0
+    e.lr[r].camp = c
+    e.lr[r].dim = d
+    e.lr[r].units = n
+    e.lr[r].firm = firm
+    e.lr[r].state = state
+    e.lr[r].lcls = k
+    e.lr[r].t_grant = t
+    e.lr[r].dur = dur
+    e.lr[r].excess = excess
+    e.lr[r].cost = cost
+    e.lr[r].intent = intent
+    e.lr[r].revoke_at = 0
     return lid
 
 
@@ -841,8 +836,8 @@ cdef inline int64_t k_new_row(Eng* e) noexcept nogil:
     if k_reusable(e):
         r = e.freeq[e.lfree[0] % e.L]
         e.lfree[0] += 1
-        g = (e.gen[r] + 1) & GEN_MASK
-        e.gen[r] = g
+        g = (e.lr[r].gen + 1) & GEN_MASK
+        e.lr[r].gen = g
         return r | (g << ROW_BITS)
     r = e.scal[2]                 # an unused row: generation 0 (rows past the high-water
     e.scal[2] = r + 1             # mark are zero), so its id is the row
@@ -860,7 +855,7 @@ cdef inline int64_t k_row(Eng* e, int64_t lid) noexcept nogil:
     """The row of lease ``lid``, or -1 if out of range or stale (its row holds a later
     lease)."""
     cdef int64_t r = lid & ROW_MASK
-    if lid < 0 or r >= e.L or e.gen[r] != (lid >> ROW_BITS):
+    if lid < 0 or r >= e.L or e.lr[r].gen != (lid >> ROW_BITS):
         return -1
     return r
 
@@ -889,14 +884,14 @@ cdef inline void k_place(Eng* e, int64_t lid, Py_ssize_t d, int64_t n, int64_t t
                 ar[j] = fs[-j]
     e.top[d] = top - n
     e.arena_top[0] = off + n
-    e.slot_off[r] = off
+    e.lr[r].slot_off = off
     e.occ[d] += n
-    if e.firm[r] == 0:
+    if e.lr[r].firm == 0:
         e.oppa[d] += n
-    e.state[r] = L_ACTIVE
-    e.t_start[r] = t
-    e.t_end[r] = t + e.dur[r]
-    k_heap_push(e, t + e.dur[r], lid)
+    e.lr[r].state = L_ACTIVE
+    e.lr[r].t_start = t
+    e.lr[r].t_end = t + e.lr[r].dur
+    k_heap_push(e, t + e.lr[r].dur, lid)
 
 
 cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
@@ -951,17 +946,17 @@ cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t
     r = lid & ROW_MASK
     if starting:
         e.prom[d] += n
-        e.t_start[r] = 0
-        e.t_end[r] = 0
-        e.slot_off[r] = -1
+        e.lr[r].t_start = 0
+        e.lr[r].t_end = 0
+        e.lr[r].slot_off = -1
     else:
         k_place(e, lid, d, n, t)
     return lid
 
 
 cdef inline int k_activate(Eng* e, int64_t lid, int64_t t) noexcept nogil:
-    cdef Py_ssize_t d = e.dim[lid & ROW_MASK]
-    cdef int64_t n = e.units[lid & ROW_MASK]
+    cdef Py_ssize_t d = e.lr[lid & ROW_MASK].dim
+    cdef int64_t n = e.lr[lid & ROW_MASK].units
     cdef int err
     if d < 0 or d >= e.D:
         return E_INDEX
@@ -979,9 +974,9 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
     """End lease ``lid`` (the caller checked it is current: ``k_row``) and queue its row
     for reuse."""
     cdef int64_t r = lid & ROW_MASK
-    cdef Py_ssize_t c = e.camp[r], d = e.dim[r], i
-    cdef int64_t n = e.units[r], state = e.state[r], dur, off, top, j, price, T
-    cdef bint firm = e.firm[r] != 0
+    cdef Py_ssize_t c = e.lr[r].camp, d = e.lr[r].dim, i
+    cdef int64_t n = e.lr[r].units, state = e.lr[r].state, dur, off, top, j, price, T
+    cdef bint firm = e.lr[r].firm != 0
     cdef i128 remaining, refund, room, got, back
     cdef const int32_t* ar
     cdef int32_t* fs
@@ -992,16 +987,16 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
     if state != L_STARTING:
         if e.top[d] + n > e.W:
             return E_STACK
-        if e.slot_off[r] < 0 or e.slot_off[r] + n > e.A:
+        if e.lr[r].slot_off < 0 or e.lr[r].slot_off + n > e.A:
             return E_INDEX
     i = c * e.D + d
     k_settle(e, c, d, t)
-    dur = e.dur[r]
+    dur = e.lr[r].dur
     if state == L_STARTING:
         remaining = dur
         e.prom[d] -= n
     else:
-        remaining = <i128>e.t_end[r] - t
+        remaining = <i128>e.lr[r].t_end - t
         if remaining < 0:
             remaining = 0
         e.occ[d] -= n
@@ -1009,21 +1004,21 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
             e.rev[d] -= n
         elif not firm:
             e.oppa[d] -= n
-        off = e.slot_off[r]
+        off = e.lr[r].slot_off
         top = e.top[d]
         fs = e.free_slots + d * e.W + top
         ar = e.arena + off + n - 1
         for j in range(n):
             fs[j] = ar[-j]
         e.top[d] = top + n
-    refund = <i128>e.excess[r] * remaining
+    refund = <i128>e.lr[r].excess * remaining
     T = e.cd[i].T
     room = <i128>e.cd[i].Bcap - T
     got = refund if refund < room else room
     e.cd[i].T = wadd(T, got)
     e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
     e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, refund - room if refund > room else 0)
-    price = e.cost[r]
+    price = e.lr[r].cost
     if dur == 0:
         return E_ZERODIV
     back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
@@ -1033,7 +1028,7 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
     e.cr[c].refunded = wadd(e.cr[c].refunded, back)
     e.cr[c].spent = wadd(e.cr[c].spent, <i128>price - back)
     k_hold(e, c, d, -n, firm)
-    e.state[r] = new_state
+    e.lr[r].state = new_state
     k_free_row(e, r)
     return 0
 
@@ -1042,8 +1037,8 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
                         i128* price_out) noexcept nogil:
     """Returns a reason code (>= 0) or an error code (< 0); the price in ``price_out``."""
     cdef int64_t r = lid & ROW_MASK          # (the caller checked lid: k_row)
-    cdef Py_ssize_t c = e.camp[r], d = e.dim[r], k = e.lcls[r], i
-    cdef int64_t n = e.units[r], end, H, s, ex_new, left
+    cdef Py_ssize_t c = e.lr[r].camp, d = e.lr[r].dim, k = e.lr[r].lcls, i
+    cdef int64_t n = e.lr[r].units, end, H, s, ex_new, left
     cdef i128 new_end, delta, pm, price, room, got
     cdef const int64_t* kc
     if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
@@ -1051,7 +1046,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     i = c * e.D + d
     kc = e.cls + k * NCOL
     k_settle(e, c, d, t)
-    end = e.t_end[r]
+    end = e.lr[r].t_end
     H = e.cd[i].H
     s = e.cd[i].s
     new_end = <i128>end + ext
@@ -1061,7 +1056,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         delta = 0
     else:
         ex_new = imax(0, H - s) - imax(0, H - n - s)
-        delta = <i128>ex_new * (new_end - t) - <i128>e.excess[r] * (<i128>end - t)
+        delta = <i128>ex_new * (new_end - t) - <i128>e.lr[r].excess * (<i128>end - t)
         if delta > e.cd[i].T:
             return R_TOKENS
     pm = k_price(e, d, k)
@@ -1087,14 +1082,14 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         e.cd[i].T = wadd(e.cd[i].T, got)
         e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
         e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, -delta - room if -delta > room else 0)
-    e.excess[r] = ex_new
+    e.lr[r].excess = ex_new
     if left < MAXV:
         e.cr[c].left = wadd(e.cr[c].left, -price)
     e.cr[c].escrow = wadd(e.cr[c].escrow, price)
     e.cr[c].cred_debited = wadd(e.cr[c].cred_debited, price)
-    e.cost[r] = wadd(e.cost[r], price)
-    e.dur[r] += ext
-    e.t_end[r] = <int64_t>new_end
+    e.lr[r].cost = wadd(e.lr[r].cost, price)
+    e.lr[r].dur += ext
+    e.lr[r].t_end = <int64_t>new_end
     k_heap_push(e, <int64_t>new_end, lid)
     return R_OK
 
@@ -1111,9 +1106,9 @@ cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen
         if lid < 0 or row >= e.L:
             err[0] = E_INDEX
             return m
-        s = e.state[row]
-        if (e.gen[row] == (lid >> ROW_BITS) and (s == L_ACTIVE or s == L_REVOKING)
-                and e.t_end[row] == te):
+        s = e.lr[row].state
+        if (e.lr[row].gen == (lid >> ROW_BITS) and (s == L_ACTIVE or s == L_REVOKING)
+                and e.lr[row].t_end == te):
             r = k_end_lease(e, lid, te, L_EXPIRED)
             if r < 0:
                 err[0] = r
@@ -1150,7 +1145,7 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
             return err
         lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, False, intent)   # checked just above
         out[2] = lid
-        out[3] = e.cost[lid & ROW_MASK]
+        out[3] = e.lr[lid & ROW_MASK].cost
         return O_GRANTED
     if r.n < nmin:
         why = k_never(e, c, d, k, nmin, dur, r.pm)
@@ -1164,6 +1159,7 @@ cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_
 
 DEF REC_WIDTH = 11
 DEF PF_AHEAD = 6
+DEF PF_ROWS = 12
 
 
 cdef inline int64_t _cap(i128 x) noexcept nogil:
@@ -1229,25 +1225,12 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
                 prefetch(&e.cd[pc * D + pd].tlast)    # the record's two lines
                 prefetch(&e.cd[pc * D + pd].g)
                 prefetch(&e.cr[pc])
-            # while grants take unused rows: the row a grant 24 items on will write, each
-            # record field's line once per 8 rows, fetched for writing
-            pr = e.scal[2] + 24
-            if (pr & 7) == 0 and pr < e.L and not k_reusable(e):
-                prefetch_w(&e.camp[pr], 1)
-                prefetch_w(&e.dim[pr], 1)
-                prefetch_w(&e.units[pr], 1)
-                prefetch_w(&e.firm[pr], 1)
-                prefetch_w(&e.state[pr], 1)
-                prefetch_w(&e.lcls[pr], 1)
-                prefetch_w(&e.t_grant[pr], 1)
-                prefetch_w(&e.dur[pr], 1)
-                prefetch_w(&e.excess[pr], 1)
-                prefetch_w(&e.cost[pr], 1)
-                prefetch_w(&e.intent[pr], 1)
-                prefetch_w(&e.revoke_at[pr], 1)
-                prefetch_w(&e.slot_off[pr], 1)
-                prefetch_w(&e.t_start[pr], 1)
-                prefetch_w(&e.t_end[pr], 1)
+            # the lease record a grant PF_ROWS on would write (if every item until then is
+            # a grant), both lines, fetched for writing
+            pr = k_row_ahead(e, PF_ROWS)
+            if pr < e.L:
+                prefetch_w(&e.lr[pr], 1)
+                prefetch_w(&e.lr[pr].t_grant, 1)
         fast = False
         while True:                  # one pass: a break sends the item to k_admit
             if nmax < 1 or nmin > nmax or dur <= 0:
@@ -1566,11 +1549,11 @@ def preempt(st, int64_t lid, int64_t t, int64_t grace):
     """Mark an active opportunistic lease revoking; returns its revocation deadline."""
     cdef _Ctx x = _ctx(st)
     cdef int64_t r = _ll(x, lid)
-    cdef Py_ssize_t d = x.e.dim[r]
+    cdef Py_ssize_t d = x.e.lr[r].dim
     _dd(x, d)
-    cdef int64_t n = x.e.units[r]
-    x.e.state[r] = L_REVOKING
-    x.e.revoke_at[r] = t + grace
+    cdef int64_t n = x.e.lr[r].units
+    x.e.lr[r].state = L_REVOKING
+    x.e.lr[r].revoke_at = t + grace
     x.e.rev[d] += n
     x.e.oppa[d] -= n
     return t + grace
@@ -2363,7 +2346,7 @@ cdef class FastAcquire:
             e = &cx.e
             lid = buf[2]
             lid_obj = lid
-            if e.firm[lid & ROW_MASK] == 0:
+            if e.lr[lid & ROW_MASK].firm == 0:
                 PySet_Add(self.opp[d], lid_obj)
             return self._decision("granted", iid_obj, name, buf[0],
                                   self._lease(e, lid, lid_obj, iid, iid_obj), "warm", None,
@@ -2446,9 +2429,9 @@ cdef class FastAcquire:
                 if r == O_GRANTED:
                     lid = buf[2]
                     lid_obj = lid
-                    if e.firm[lid & ROW_MASK] == 0:
+                    if e.lr[lid & ROW_MASK].firm == 0:
                         PySet_Add(self.opp[d], lid_obj)
-                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.cost[lid & ROW_MASK]
+                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.lr[lid & ROW_MASK].cost
                     lease_obj = self._lease(e, lid, lid_obj, iid, iid_obj)
                     cx = self._cx()
                     e = &cx.e
@@ -2479,7 +2462,7 @@ cdef class FastAcquire:
                         lease = x.id
                         if k_row(e, lease) < 0:
                             raise IndexError(f"lease {lease} out of range or stale")
-                        cost = e.cost[lease & ROW_MASK]
+                        cost = e.lr[lease & ROW_MASK].cost
             # -- Broker._record_decision, journal.add
             i = c * e.D + d
             seq = jn.next_seq
@@ -2549,8 +2532,8 @@ cdef class FastAcquire:
             for j in range(m):
                 lid = self.adv[j]
                 r = lid & ROW_MASK
-                d = e.dim[r]
-                if e.firm[r] == 0:
+                d = e.lr[r].dim
+                if e.lr[r].firm == 0:
                     opp = self.opp[d]
                     if PySet_GET_SIZE(opp):
                         PySet_Discard(opp, lid)
@@ -2558,18 +2541,18 @@ cdef class FastAcquire:
                 if PySet_GET_SIZE(rv):
                     PySet_Discard(rv, lid)
                 q = run.rec + run.n * RUN_W
-                q[0] = e.t_end[r]
-                q[1] = e.camp[r]
+                q[0] = e.lr[r].t_end
+                q[1] = e.lr[r].camp
                 q[2] = lid
-                q[3] = e.units[r]
+                q[3] = e.lr[r].units
                 run.n += 1
                 if jn is not None:
-                    c = e.camp[r]
+                    c = e.lr[r].camp
                     i = c * e.D + d
                     seq = jn.next_seq
-                    self._jadd(jn, (seq, e.t_end[r], J_EXPIRE, 0, 0, 0, 0, 0, d, e.lcls[r],
-                                    c, 0, 0, 0, -1, -1, -1, e.units[r], lid, e.intent[r],
-                                    e.cost[r], _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
+                    self._jadd(jn, (seq, e.lr[r].t_end, J_EXPIRE, 0, 0, 0, 0, 0, d, e.lr[r].lcls,
+                                    c, 0, 0, 0, -1, -1, -1, e.lr[r].units, lid, e.lr[r].intent,
+                                    e.lr[r].cost, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
                                     e.cr[c].left, e.cd[i].H))
             if err:
                 _raise(err, "a lease id in the expiry heap")
@@ -2631,7 +2614,7 @@ cdef class FastAcquire:
         """Broker.lease(lid) for an active lease just granted (placement from the slots);
         ``lid_obj`` and ``iid_obj`` are lid and the intent id as Python ints."""
         cdef int64_t r = lid & ROW_MASK
-        cdef int64_t d = e.dim[r], n = e.units[r], off = e.slot_off[r], j, q, nd = 0
+        cdef int64_t d = e.lr[r].dim, n = e.lr[r].units, off = e.lr[r].slot_off, j, q, nd = 0
         cdef int64_t nodes[PLACE_MAX]
         cdef int64_t counts[PLACE_MAX]
         cdef cnp.ndarray owner_arr
@@ -2671,17 +2654,17 @@ cdef class FastAcquire:
             p_obj = (nn[nodes[j]], <object>counts[j])
             Py_INCREF(p_obj)
             PyTuple_SET_ITEM(placement, j, p_obj)
-        campaign = self.names[e.camp[r]]
+        campaign = self.names[e.lr[r].camp]
         dim = self.dims[d]
         units = n
-        state = _STATE_NAMES[e.state[r]]
-        firm = e.firm[r] != 0
-        cls = self.cls_names[e.lcls[r]]
-        granted = _div(e.t_grant[r], 1000000000)
-        start = _div(e.t_start[r], 1000000000)
-        expiry = _div(e.t_end[r], 1000000000)
-        cost = _div(e.cost[r], 1000000)
-        intent = iid_obj if e.intent[r] == iid else <object>e.intent[r]
+        state = _STATE_NAMES[e.lr[r].state]
+        firm = e.lr[r].firm != 0
+        cls = self.cls_names[e.lr[r].lcls]
+        granted = _div(e.lr[r].t_grant, 1000000000)
+        start = _div(e.lr[r].t_start, 1000000000)
+        expiry = _div(e.lr[r].t_end, 1000000000)
+        cost = _div(e.lr[r].cost, 1000000)
+        intent = iid_obj if e.lr[r].intent == iid else <object>e.lr[r].intent
         o = mk.new()
         mk.put(o, 0, lid_obj)
         mk.put(o, 1, campaign)

@@ -85,7 +85,7 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
                  const int64_t[::1] nmin, const int64_t[::1] nmax, const int64_t[::1] dur,
                  const int64_t[::1] out_n, const int64_t[::1] out_r,
                  const int64_t[::1] out_l, const int64_t[:, ::1] rec,
-                 const int64_t[:] rank, const double[::1] deficit, const int64_t[::1] cost):
+                 const int64_t[:] rank, const double[::1] deficit, const int64_t[:] cost):
     """Write items j0..j0+m of a batch as ``acquire`` records into ``raw`` (the bytes of m
     rows); the arguments are validated by the Python wrapper, indices here."""
     cdef Py_ssize_t m = raw.shape[0] // sizeof(Rec), i, j

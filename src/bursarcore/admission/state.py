@@ -57,8 +57,13 @@ C_WIDTH = 8
 _CF_FIELDS = ("fs_S", "fs_G")     # crow's columns 6 and 7, read as float64
 _ROW_FIELDS = _CD_FIELDS + _C_FIELDS + _CF_FIELDS
 FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves to t
-_L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_grant", "t_start", "t_end",
-             "dur", "excess", "cost", "slot_off", "revoke_at", "intent", "gen")
+# A lease is a record too: one row of ``lrow`` (L_WIDTH int64 columns, 128 bytes on a 64-byte
+# boundary), so a grant writes two lines and an expiry reads them, wherever its row is; every
+# field is a view of its column (``st.t_end[r]``). The compiled ``_engine.LRow`` lists them
+# in this order.
+_L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off",
+             "t_grant", "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
+L_WIDTH = 16
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
 # its first lease, so a store that never reuses a row has ids 0, 1, 2...). Generations wrap
@@ -75,12 +80,21 @@ REUSE_AFTER = 1024
 _NO_BUMP = frozenset(("version", "_cctx"))
 
 
+def _aligned_buf(n: int) -> np.ndarray:
+    """Zeros for ``n`` int64 values and up to 7 more: room to start them on a 64-byte
+    boundary (``_aligned``)."""
+    return np.zeros(n + 8, dtype=np.int64)
+
+
+def _aligned(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The C-contiguous ``shape`` view of ``buf`` that starts on its first 64-byte boundary."""
+    off = (-(buf.ctypes.data % 64) // 8) % 8
+    return buf[off:off + int(np.prod(shape))].reshape(shape)
+
+
 def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
     """A C-contiguous int64 array of zeros whose data starts on a 64-byte boundary."""
-    n = int(np.prod(shape))
-    buf = np.zeros(n + 8, dtype=np.int64)
-    off = (-(buf.ctypes.data % 64) // 8) % 8
-    return buf[off:off + n].reshape(shape)
+    return _aligned(_aligned_buf(int(np.prod(shape))), shape)
 
 
 class EngineState:
@@ -106,7 +120,7 @@ class EngineState:
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d.pop("_cctx", None)
-        for f in _ROW_FIELDS:              # views of cdrow / crow: rebuilt on load
+        for f in _ROW_FIELDS + _L_FIELDS:  # views of cdrow / crow / lrow: rebuilt on load
             d.pop(f, None)
         return d
 
@@ -123,14 +137,23 @@ class EngineState:
                 cr[:, j] = d.pop(f)
             for j, f in enumerate(_CF_FIELDS):
                 cr.view(np.float64)[:, len(_C_FIELDS) + j] = d.pop(f)
+        if "lrow" in d:
+            lr = d.pop("lrow")
+        else:                              # pickled before leases were records
+            L = d["camp"].shape[0]
+            lr = np.zeros((L, L_WIDTH), np.int64)
+            if "gen" not in d:             # pickled before rows were reused
+                d["freeq"] = np.zeros(L, dtype=np.int64)
+                # rows that ended before are not queued (they stay unused); new ends are
+                d["lfree"] = np.array([0, 0, REUSE_AFTER], dtype=np.int64)
+            for j, f in enumerate(_L_FIELDS):
+                if f in d:
+                    lr[:, j] = d.pop(f)
         self.__dict__.update(d)
         self._set_rows(cd, cr, cd.shape[0])
-        if "gen" not in d:                 # pickled before rows were reused
-            L = d["camp"].shape[0]
-            self.__dict__["gen"] = np.zeros(L, dtype=np.int64)
-            self.__dict__["freeq"] = np.zeros(L, dtype=np.int64)
-            # rows that ended before are not queued (they stay unused); new ends are
-            self.__dict__["lfree"] = np.array([0, 0, REUSE_AFTER], dtype=np.int64)
+        buf = _aligned_buf(lr.shape[0] * L_WIDTH)
+        self._set_leases(buf, lr.shape[0])
+        self.lrow[:] = lr
         self.__dict__["version"] = d.get("version", 0) + 1
 
     def __init__(self, capacity: list[int], headroom: list[int], slot_counts: list[int],
@@ -173,8 +196,7 @@ class EngineState:
         self._calloc = 0
         self._set_rows(np.zeros((0, D, CD_WIDTH), np.int64), np.zeros((0, C_WIDTH), np.int64), 0)
         # leases and their slot arena
-        for f in _L_FIELDS:
-            setattr(self, f, np.zeros(0, dtype=np.int64))
+        self._set_leases(_aligned_buf(0), 0)
         self.freeq = np.zeros(0, dtype=np.int64)
         if reuse_after is not None and (isinstance(reuse_after, bool) or int(reuse_after) < 0):
             raise ValueError("reuse_after must be None or an integer >= 0")
@@ -218,11 +240,48 @@ class EngineState:
         for j, f in enumerate(_CF_FIELDS):
             setattr(self, f, fl[:, len(_C_FIELDS) + j])
 
+    def _set_leases(self, buf: np.ndarray, n: int) -> None:
+        """Make ``lrow`` the ``n`` records in ``buf`` (from its first 64-byte boundary: its
+        ``base`` is ``buf``) and point every lease field at its column."""
+        self.lrow = lr = _aligned(buf, (n, L_WIDTH))
+        for j, f in enumerate(_L_FIELDS):
+            setattr(self, f, lr[:, j])
+
+    def _grow_leases(self, new: int, keep: int) -> None:
+        """``lrow`` ``new`` records long, keeping its first ``keep`` (zeros after them). In
+        place when nothing else holds the records (``ndarray.resize``: a realloc, which
+        moves large blocks by remapping their pages, and zero-fills the rest); else by
+        copying. A MemoryError changes nothing."""
+        d = self.__dict__
+        old = d["lrow"].shape[0]
+        buf = d["lrow"].base
+        off = d["lrow"].ctypes.data - buf.ctypes.data
+        for f in _L_FIELDS + ("lrow", "_cctx"):    # the views: then only buf holds it
+            d.pop(f, None)
+        try:
+            try:
+                buf.resize(new * L_WIDTH + 8, refcheck=True)
+            except ValueError:             # held elsewhere: copy instead
+                nb = _aligned_buf(new * L_WIDTH)
+                _aligned(nb, (keep, L_WIDTH))[:] = buf[off // 8:off // 8 + keep * L_WIDTH].reshape(keep, L_WIDTH)
+                buf = nb
+            else:
+                lr = _aligned(buf, (new, L_WIDTH))
+                if lr.ctypes.data - buf.ctypes.data != off:   # the 64-byte boundary moved
+                    lr[:keep] = buf[off // 8:off // 8 + keep * L_WIDTH].reshape(keep, L_WIDTH).copy()
+                lr[keep:min(old + 1, new)] = 0   # (+1: the old rows, shifted by < 64 bytes)
+        except BaseException:              # MemoryError: buf is as it was
+            self._set_leases(buf, old)
+            raise
+        self._set_leases(buf, new)
+
     def _resize(self, name: str, new: int, keep: int) -> None:
         """Grow array ``name`` to ``new`` items, keeping its first ``keep`` and zeroing the
         rest (what a fresh ``np.zeros`` plus a copy gives). In place when nothing else
         holds the array (``ndarray.resize``: a realloc, which moves large blocks by
         remapping their pages instead of copying them); else by copying."""
+        if name == "lrow":
+            return self._grow_leases(new, keep)
         d = self.__dict__
         d.pop("_cctx", None)               # the compiled view holds a reference
         a = d.pop(name)
@@ -263,9 +322,8 @@ class EngineState:
             ring = np.zeros(new, dtype=np.int64)
             grown: list[tuple[str, int, int]] = []
             try:
-                for f in _L_FIELDS:
-                    self._resize(f, new, n)
-                    grown.append((f, L, n))
+                self._resize("lrow", new, n)
+                grown.append(("lrow", L, n))
                 for f in ("heap_t", "heap_id"):
                     size = getattr(self, f).shape[0]   # no reference kept: resize in place
                     if size < new + 1:                 # grow_heap may have made it larger

@@ -119,7 +119,7 @@ if _ext is not None:
         _cfill(rows.view(np.uint8), seq0, j0, t, d, ttl, iid0, _c64(ci), _c64(ks), _c64(nmin),
                _c64(nmax), _c64(dur), _c64(out_n), _c64(out_r), _c64(out_l), _c64(rec),
                np.asarray(rank, dtype=_I64), np.ascontiguousarray(deficit, dtype=np.float64),
-               _c64(cost))
+               np.asarray(cost, dtype=_I64))    # (a column of the lease records: strided)
 
     def crc32_rows(raw, itemsize: int) -> np.ndarray:
         return _ccrc(memoryview(raw).cast("B"), itemsize)
