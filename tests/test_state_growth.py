@@ -90,3 +90,37 @@ def test_growth_keeps_the_records(how):
         assert np.array_equal(held[:n], before[:, _L_FIELDS.index("t_end")])
     d = b.acquire(Intent("a", units={"gpu": 1}, duration=5))
     assert d.granted and st.t_end[d.lease.id] == 5 * 10**9
+
+
+class _NoRoom(np.ndarray):
+    """A records buffer whose realloc fails (a MemoryError from ``ndarray.resize``)."""
+
+    def resize(self, *a, **k):
+        raise MemoryError("no room to grow the records")
+
+
+def test_a_failed_growth_leaves_records_that_sit_off_the_boundary_where_they_are():
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend="reference")
+    b.register("a", Envelope(credits=1e9, sustained={"gpu": 64}, ceiling={"gpu": 64}))
+    st = b.st
+    for i in range(10):
+        b.acquire(Intent("a", units={"gpu": 1}, duration=60 + i))
+    L, n = st.lrow.shape[0], st.nleases
+    buf = np.zeros(L * L_WIDTH + 16, dtype=np.int64).view(_NoRoom)
+    at = (-(buf.ctypes.data % 64) // 8) % 8 + 1          # one value past the boundary
+    buf[at:at + L * L_WIDTH] = st.lrow.ravel()
+    st._set_leases(buf, L, at)
+    before = np.array(st.lrow)
+    del buf
+    st.scal[2] = L                          # full: the next growth must resize the records
+    with pytest.raises(MemoryError):
+        st.grow_leases(1)
+    assert st.lrow.shape == (L, L_WIDTH) and np.array_equal(np.array(st.lrow), before)
+    assert st.t_end[n - 1] == 69 * 10**9 and np.shares_memory(st.t_end, st.lrow)
+
+
+def test_a_field_view_cannot_be_resized_apart_from_its_records():
+    st = Broker(Pool(gpu=4), clock=ManualClock(0.0), backend="reference").st
+    for name in ("t_end", "T", "left", "fs_S"):
+        with pytest.raises(ValueError, match=f"EngineState.{name} is a view"):
+            st._resize(name, 10**4, 0)

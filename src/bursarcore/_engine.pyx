@@ -314,6 +314,7 @@ cdef _Ctx _build(object st):
     if not 0 <= C <= e.calloc:
         raise ValueError("EngineState.C exceeds its campaign rows")
     if tuple(_state._CD_FIELDS) != _CD_ORDER or tuple(_state._C_FIELDS) != _C_ORDER \
+            or tuple(_state._CF_FIELDS) != ("fs_S", "fs_G") \
             or sizeof(CdRow) != _state.CD_WIDTH * 8 or sizeof(CRow) != _state.C_WIDTH * 8:
         raise RuntimeError("bursarcore._engine: campaign records differ from admission.state's")
     e.cd = <CdRow*>_data(refs, st.cdrow, "cdrow", cnp.NPY_INT64, 3, e.calloc, D)

@@ -15,6 +15,8 @@ unmet guarantees, reclaimable) so no decision scans the leases (doorman's store 
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 __all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
@@ -64,6 +66,7 @@ FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off",
              "t_grant", "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
 L_WIDTH = 16
+_VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
 # its first lease, so a store that never reuses a row has ids 0, 1, 2...). Generations wrap
@@ -240,10 +243,13 @@ class EngineState:
         for j, f in enumerate(_CF_FIELDS):
             setattr(self, f, fl[:, len(_C_FIELDS) + j])
 
-    def _set_leases(self, buf: np.ndarray, n: int) -> None:
-        """Make ``lrow`` the ``n`` records in ``buf`` (from its first 64-byte boundary: its
-        ``base`` is ``buf``) and point every lease field at its column."""
-        self.lrow = lr = _aligned(buf, (n, L_WIDTH))
+    def _set_leases(self, buf: np.ndarray, n: int, at: int | None = None) -> None:
+        """Make ``lrow`` the ``n`` records in ``buf`` (its ``base`` is ``buf``) from value
+        ``at``, by default its first 64-byte boundary, and point every lease field at its
+        column."""
+        lr = _aligned(buf, (n, L_WIDTH)) if at is None else \
+            buf[at:at + n * L_WIDTH].reshape(n, L_WIDTH)
+        self.lrow = lr
         for j, f in enumerate(_L_FIELDS):
             setattr(self, f, lr[:, j])
 
@@ -255,23 +261,25 @@ class EngineState:
         d = self.__dict__
         old = d["lrow"].shape[0]
         buf = d["lrow"].base
-        off = d["lrow"].ctypes.data - buf.ctypes.data
+        at = (d["lrow"].ctypes.data - buf.ctypes.data) // 8     # where the records start
         for f in _L_FIELDS + ("lrow", "_cctx"):    # the views: then only buf holds it
             d.pop(f, None)
         try:
             try:
-                buf.resize(new * L_WIDTH + 8, refcheck=True)
+                buf.resize(new * L_WIDTH + 8, refcheck=True)   # (the bytes keep their place)
             except ValueError:             # held elsewhere: copy instead
                 nb = _aligned_buf(new * L_WIDTH)
-                _aligned(nb, (keep, L_WIDTH))[:] = buf[off // 8:off // 8 + keep * L_WIDTH].reshape(keep, L_WIDTH)
-                buf = nb
+                _aligned(nb, (keep, L_WIDTH))[:] = buf[at:at + keep * L_WIDTH].reshape(keep, L_WIDTH)
+                buf, at = nb, None
             else:
                 lr = _aligned(buf, (new, L_WIDTH))
-                if lr.ctypes.data - buf.ctypes.data != off:   # the 64-byte boundary moved
-                    lr[:keep] = buf[off // 8:off // 8 + keep * L_WIDTH].reshape(keep, L_WIDTH).copy()
+                to = (lr.ctypes.data - buf.ctypes.data) // 8
+                if to != at:               # the 64-byte boundary moved: shift the records
+                    ctypes.memmove(lr.ctypes.data, buf.ctypes.data + 8 * at, 8 * keep * L_WIDTH)
+                    at = None
                 lr[keep:min(old + 1, new)] = 0   # (+1: the old rows, shifted by < 64 bytes)
-        except BaseException:              # MemoryError: buf is as it was
-            self._set_leases(buf, old)
+        except BaseException:              # MemoryError: the records are as they were
+            self._set_leases(buf, old, at)
             raise
         self._set_leases(buf, new)
 
@@ -282,6 +290,8 @@ class EngineState:
         remapping their pages instead of copying them); else by copying."""
         if name == "lrow":
             return self._grow_leases(new, keep)
+        if name in _VIEWS:
+            raise ValueError(f"EngineState.{name} is a view of its records: resize those")
         d = self.__dict__
         d.pop("_cctx", None)               # the compiled view holds a reference
         a = d.pop(name)
