@@ -1,0 +1,143 @@
+"""Two builds of bursarcore, timed round by round in turn: a per-round ratio that the host's
+load swings cancel out of.
+
+On a shared machine the same build's median moves by up to 2x from one minute to the next,
+so two builds run one after the other compare the minutes, not the builds. Here one
+process per build sets up the same workload, and the parent lets them run one round each
+in turn (A B, then B A, ...), so both see the same moment; the ratio B/A of each pair of
+rounds is the measure, summarised by its quartiles.
+
+    python benchmarks/paired_rounds.py OLD/src NEW/src [--workload summary-batch]
+        [--pairs 3] [--rounds 40]
+
+``OLD/src`` and ``NEW/src`` are the ``src`` directories of two checkouts with their
+extensions built in place (``BURSAR_BUILD_ONLY=_engine python setup.py build_ext
+--inplace``). Workloads (``benchmarks/test_bench_engine.py``):
+
+- ``summary-batch``: ``admit_batch`` of 10,000 at 10,000 campaigns, every intent granted,
+  the lease store grown beforehand (so no round pays for a growth);
+- ``batch``: the realistic ``admit_batch`` of 10,000 plus ``poll()`` (expiries, pending);
+- ``summary-acquire``: 10,000 ``acquire`` calls at 10,000 campaigns plus ``poll()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N = 10_000
+
+
+def _child(src: str, workload: str, rounds: int, seed: int) -> None:
+    sys.path.insert(0, src)
+    sys.path.insert(0, HERE)
+    import numpy as np
+
+    import bursarcore
+    from test_bench_engine import STEP, intents, make_broker, summary_broker, warm
+
+    if not bursarcore.__file__.startswith(os.path.abspath(src)):
+        raise SystemExit(f"bursarcore imported from {bursarcore.__file__}, not {src}")
+    rng = np.random.default_rng(seed)
+    if workload == "summary-batch":
+        b = summary_broker("compiled", N)
+        b.st.grow_leases(rounds * N + 2 * N)
+        u = np.full(N, 2, dtype=np.int64)
+        work = [rng.integers(0, N, N) for _ in range(rounds)]
+        clock = {"t": 0.0}
+
+        def one(i):
+            clock["t"] += 0.01
+            b.admit_batch(work[i], u, 5.0, now=clock["t"])
+    elif workload == "batch":
+        b, rng = make_broker("compiled", N, seed=7 + seed)
+        clock = {"t": warm(b, rng, N)}
+        work = [intents(rng, N, N) for _ in range(rounds)]
+
+        def one(i):
+            clock["t"] += STEP
+            b.admit_batch(*work[i], now=clock["t"])
+            b.poll()
+    elif workload == "summary-acquire":
+        from bursarcore import Intent
+        b = summary_broker("compiled", N)
+        names = b.campaigns
+        calls = [Intent(names[c], {"gpu": 2}, duration=5.0)
+                 for c in rng.integers(0, N, N * (rounds + 2)).tolist()]
+        acquire, advance = b.acquire, b.clock.advance
+
+        def one(i):
+            for j, intent in enumerate(calls[i * N:(i + 1) * N]):
+                if j % 100 == 0:
+                    advance(0.01)
+                acquire(intent)
+            b.poll()
+        one(rounds)         # two rounds of traffic before timing (leases live 5 s)
+        one(rounds + 1)
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+    print("ready", flush=True)
+    for i in range(rounds):
+        sys.stdin.readline()
+        t0 = time.perf_counter()
+        one(i)
+        print(f"{time.perf_counter() - t0:.9f}", flush=True)
+
+
+def _quartiles(x: list[float]) -> tuple[float, float, float]:
+    x = sorted(x)
+    q = lambda f: x[int(f * (len(x) - 1))]  # noqa: E731
+    return q(0.25), q(0.5), q(0.75)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", help="the src directory of the first (old) build")
+    ap.add_argument("b", help="the src directory of the second (new) build")
+    ap.add_argument("--workload", default="summary-batch",
+                    choices=("summary-batch", "batch", "summary-acquire"))
+    ap.add_argument("--pairs", type=int, default=3, help="process pairs, each a new seed")
+    ap.add_argument("--rounds", type=int, default=40, help="rounds per process (2 untimed)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        src, workload, rounds, seed = args.child
+        return _child(src, workload, int(rounds), int(seed))
+    ta, tb, ratio = [], [], []
+    for seed in range(args.pairs):
+        ps = [subprocess.Popen([sys.executable, __file__, "x", "x", "--child", src,
+                                args.workload, str(args.rounds), str(seed)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+              for src in (args.a, args.b)]
+        for p in ps:
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit("a child failed to start (see its traceback above)")
+        for i in range(args.rounds):
+            got = {}
+            for p in (ps if i % 2 == 0 else ps[::-1]):
+                p.stdin.write("\n")
+                p.stdin.flush()
+                got[p.pid] = float(p.stdout.readline())
+            if i >= 2:
+                a, b = got[ps[0].pid], got[ps[1].pid]
+                ta.append(a)
+                tb.append(b)
+                ratio.append(b / a)
+        for p in ps:
+            p.stdin.close()
+            p.wait()
+    for name, src, t in (("A", args.a, ta), ("B", args.b, tb)):
+        q1, q2, _ = _quartiles(t)
+        print(f"{name} {src}: best {min(t) * 1e3:.3f} ms, p25 {q1 * 1e3:.3f}, "
+              f"median {q2 * 1e3:.3f}")
+    q1, q2, q3 = _quartiles(ratio)
+    print(f"B/A per round ({args.workload}, {len(ratio)} pairs of rounds): "
+          f"p25 {q1:.3f}, median {q2:.3f}, p75 {q3:.3f}")
+
+
+if __name__ == "__main__":
+    main()
