@@ -427,6 +427,14 @@ class Broker:
         # per key (campaign, dim, class, duration, max_spend): its pending intents
         self._pkeys: dict[tuple, _PKey] = {}
         self._pass = 0                        # passes over the queue so far (reason stamps)
+        # the probe's key rows (see _nothing_grantable), rebuilt after the keys change
+        self._prows: np.ndarray | None = None
+        self._pkeyl: list[_PKey] = []
+        self._pbufs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._pflip = 0
+        # the last probe that found nothing, its reasons not yet stored on its keys:
+        # (pass, keys, reasons) (see _store_probe)
+        self._probe: tuple[int, list[_PKey], np.ndarray] | None = None
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
         self._next_intent = 0
@@ -891,6 +899,7 @@ class Broker:
         if deadline is not None:
             expires = min(expires, deadline)
         key = (c, d, k, dur, spend)
+        self._prows = None
         q = self._pkeys.get(key)
         if q is None:
             q = self._pkeys[key] = _PKey(key)
@@ -986,6 +995,7 @@ class Broker:
 
     def _drop_pending(self, iid: int) -> _Pending:
         p = self._pending.pop(iid)
+        self._prows = None
         q = p.key
         lst = q.by_nmin[p.nmin]
         if lst[0] == iid:                 # grants and expiries mostly take the oldest
@@ -1003,7 +1013,8 @@ class Broker:
 
     @staticmethod
     def _reason_of(p: _Pending) -> int:
-        """A pending intent's reason code: its own, or the one its key stored for it."""
+        """A pending intent's reason code: its own, or the one its key stored for it
+        (with the last probe's stored: :meth:`_store_probe`)."""
         q = p.key
         if p.rstamp >= q.stamp:
             return p.reason
@@ -1027,6 +1038,7 @@ class Broker:
         exact = (not self._queue_by_key or len(self._pending) == 1
                  or bool(self._pyev and self._pyev[0][0] < t))
         if exact:
+            self._store_probe()
             for p in self._pending.values():     # every reason into its intent
                 p.reason = self._reason_of(p)
                 p.rstamp = P
@@ -1034,6 +1046,7 @@ class Broker:
             # the probe decides (and so settles) every key when it finds nothing to grant
             if self._nothing_grantable(t, P, exact):
                 return
+            self._store_probe()
             # a pass that orders grants: every pending (c, d) settled at t (the tokens
             # sort key), and deficits (O(campaigns), vectorised) — the common pass that
             # can grant nothing costs per key, whatever the number of campaigns
@@ -1181,21 +1194,43 @@ class Broker:
         not past its deadline."""
         # (the smallest nmin per key counts intents past their deadline too, which can
         # only send us to the full pass)
-        keys = list(self._pkeys)
-        rows = np.array([(k[0], k[1], k[2], q.nmins[0], k[3], k[4])
-                         for k, q in self._pkeys.items()], dtype=np.int64).reshape(-1, 6)
-        reasons = np.zeros(len(keys), dtype=np.int64)
+        rows = self._prows
+        if rows is None:                  # the keys changed since the last probe
+            keys = self._pkeyl = list(self._pkeys.values())
+            rows = self._prows = np.array(
+                [(q.c, q.d, q.k, q.nmins[0], q.dur, q.spend) for q in keys],
+                dtype=np.int64).reshape(-1, 6)
+            # two buffers: a probe that finds something grantable must not overwrite
+            # the reasons of the record it does not replace
+            self._pbufs = (np.zeros(len(keys), dtype=np.int64),
+                           np.zeros(len(keys), dtype=np.int64))
+        keys = self._pkeyl
+        reasons = self._pbufs[self._pflip]
         if self._k.decide_keys(self.st, rows, t, reasons) >= 0:     # one C loop over keys
             return False
-        why = dict(zip(keys, reasons.tolist()))
         if not exact:
-            for key, q in self._pkeys.items():
-                q.stamp, q.seg_at, q.seg_why = P, [-1], [why[key]]
+            # the reasons go to the keys (stamp P) when next read (_store_probe): until
+            # then nothing reads them, and a later probe rewrites every key of this one
+            self._probe = (P, keys, reasons)
+            self._pflip ^= 1
             return True
+        why = dict(zip(((q.c, q.d, q.k, q.dur, q.spend) for q in keys), reasons.tolist()))
         for p in self._pending.values():
             if p.deadline is None or p.deadline >= t:
                 p.reason = why[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
         return True
+
+    def _store_probe(self) -> None:
+        """Store the reasons of the last probe that found nothing grantable on its keys
+        (stamp P, each key's one reason for all its intents), as that probe would have;
+        done before anything reads or writes key stamps (a pass, ``pending``)."""
+        rec = self._probe
+        if rec is None:
+            return
+        self._probe = None
+        P, keys, reasons = rec
+        for q, why in zip(keys, reasons.tolist()):
+            q.stamp, q.seg_at, q.seg_why = P, [-1], [why]
 
     @_op
     def cancel(self, intent_id: int) -> bool:
@@ -1217,6 +1252,7 @@ class Broker:
 
     def pending(self, campaign: str | None = None) -> list[dict]:
         c = None if campaign is None else self.campaign_index(campaign)
+        self._store_probe()
         return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
                  "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
                  "duration": p.dur / NS, "reason": REASONS[self._reason_of(p)],
