@@ -195,3 +195,66 @@ def test_pass_cost_does_not_grow_with_queue_depth():
     assert 0 < len(calls) <= 4
     assert {p["reason"] for p in b.pending()} == {"ceiling"}
     assert np.all(np.array([p["min"] for p in b.pending()]) == 2)
+
+
+class _Eager(Broker):
+    """The probe's reasons stored on the keys at once (as before the record was kept)."""
+
+    def _nothing_grantable(self, t, P, exact):
+        found = super()._nothing_grantable(t, P, exact)
+        self._store_probe()
+        return found
+
+
+@pytest.mark.parametrize("backend", sorted(ENGINES))
+@pytest.mark.parametrize("seed", range(3))
+def test_probe_rows_and_record(backend, seed):
+    """The probe's key rows are kept between probes and its reasons wait in one record
+    until something reads key stamps (none reads them while it waits): the rows it decides are always those of the queue's
+    keys now (in their order), a probe never writes into the reasons of the record it may
+    not replace (one that finds something grantable leaves it as it was), and the run
+    equals one that stores every probe's reasons at once."""
+    ops = _ops(100 + seed, 700)
+    lazy = _broker(backend, True, True)
+    eager = _Eager(Pool(gpu=24, cpu=8), clock=ManualClock(0.0), backend=backend, ttl=40.0,
+                   journal=MemoryJournal(chunk=16))
+    for name, env in lazy.envelopes.items():
+        eager.register(name, env)
+    kern = lazy._k
+    seen = {"probes": 0, "kept": 0, "reads": 0}
+
+    class Checking:
+        def __getattr__(self, name):
+            return getattr(kern, name)
+
+        @staticmethod
+        def decide_keys(st, rows, t, out):
+            fresh = [[q.c, q.d, q.k, q.nmins[0], q.dur, q.spend]
+                     for q in lazy._pkeys.values()]
+            assert rows.tolist() == fresh
+            rec = lazy._probe
+            before = None if rec is None else rec[2][:len(rec[1])].copy()
+            assert rec is None or rec[2] is not out
+            j = kern.decide_keys(st, rows, t, out)
+            seen["probes"] += 1
+            if rec is not None and j >= 0:
+                seen["kept"] += 1
+                assert lazy._probe is rec and np.array_equal(rec[2][:len(rec[1])], before)
+            return j
+
+    def reason_of(p):                      # key stamps are read only with no record
+        assert lazy._probe is None
+        seen["reads"] += 1
+        return Broker._reason_of(p)
+
+    lazy._k = Checking()
+    lazy._reason_of = reason_of
+    for i, (x, y) in enumerate(zip(_run(lazy, ops), _run(eager, ops))):
+        assert x == y, f"step {i}: {ops[i] if i < len(ops) else 'end'}"
+    a, b = lazy.journal.rows(), eager.journal.rows()
+    assert a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert lazy._pass == eager._pass
+    lazy._store_probe()
+    assert ([(q.stamp, q.seg_at, q.seg_why) for q in lazy._pkeys.values()]
+            == [(q.stamp, q.seg_at, q.seg_why) for q in eager._pkeys.values()])
+    assert seen["probes"] > 50 and seen["kept"] > 0 and seen["reads"] > 0
