@@ -1488,26 +1488,56 @@ def decide_keys(st, keys, int64_t t, out_reason):
     """The pending pass's "can anything be granted" probe: row j of ``keys`` (int64, shape
     (K, 6): campaign, dim, class, nmin, duration, max_spend) is decided at nmin = nmax =
     its nmin, in order; returns the first row that could be granted, or -1 with every
-    row's reason in ``out_reason``. See :func:`bursarcore.reference.engine.decide_keys`."""
+    row's reason in ``out_reason``. See :func:`bursarcore.reference.engine.decide_keys`.
+
+    Decided as ``k_admit`` decides (the token and credit limits by comparison unless
+    they bind): n and the reason are exact either way. Plain C-contiguous int64 arrays
+    are read through their data pointers (the broker's, every probe); anything else
+    through typed memoryviews."""
     cdef _Ctx x = _ctx(st)
-    cdef const int64_t[:, ::1] kv = keys
-    cdef int64_t[::1] ov = out_reason
-    cdef Py_ssize_t j, K = kv.shape[0]
-    cdef Py_ssize_t c, d, k
+    cdef const int64_t* kp = NULL
+    cdef int64_t* op = NULL
+    cdef cnp.ndarray a
+    cdef const int64_t[:, ::1] kv
+    cdef int64_t[::1] ov
+    cdef Py_ssize_t j, K = 0
+    if type(keys) is np.ndarray:
+        a = <cnp.ndarray>keys
+        if cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 2 \
+                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_DIM(a, 1) == 6:
+            K = cnp.PyArray_DIM(a, 0)
+            kp = <const int64_t*>cnp.PyArray_DATA(a)
+            op = _i64_buffer(out_reason, K)
+    if kp == NULL or op == NULL:
+        kv = keys
+        ov = out_reason
+        K = kv.shape[0]
+        if kv.shape[1] != 6 or ov.shape[0] < K:
+            raise ValueError("decide_keys: keys must have shape (K, 6) and out_reason length >= K")
+        if K == 0:
+            return -1
+        kp = &kv[0, 0]
+        op = &ov[0]
+    return _decide_keys(x, kp, K, t, op)
+
+
+cdef Py_ssize_t _decide_keys(_Ctx x, const int64_t* kp, Py_ssize_t K, int64_t t,
+                             int64_t* op) except -2:
+    cdef Py_ssize_t j, c, d, k
+    cdef const int64_t* row
     cdef Dec r
     cdef int err
-    if kv.shape[1] != 6 or ov.shape[0] < K:
-        raise ValueError("decide_keys: keys must have shape (K, 6) and out_reason length >= K")
     for j in range(K):
-        c, d, k = kv[j, 0], kv[j, 1], kv[j, 2]
+        row = kp + 6 * j
+        c, d, k = row[0], row[1], row[2]
         _cd(x, c, d)
         _kk(x, k)
-        err = k_decide(&x.e, c, d, k, kv[j, 3], kv[j, 3], kv[j, 4], kv[j, 5], t, True, &r)
+        err = k_decide(&x.e, c, d, k, row[3], row[3], row[4], row[5], t, False, &r)
         if err:
             _raise(err)
-        if r.n >= kv[j, 3]:
+        if r.n >= row[3]:
             return j
-        ov[j] = r.reason
+        op[j] = r.reason
     return -1
 
 
