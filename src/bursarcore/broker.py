@@ -735,11 +735,14 @@ class Broker:
         st = self.st
         # an operation never places more slot ids than are free now (the rest is refused
         # or waits), so an intent's max of up to 2**40 units does not size the arena
-        slots = min(slots, int(st.top.sum()))
+        # (the sum only when the arena could be short: a smaller slots needs no more room)
         n = st.scal.item(2)
-        if ((n + leases > st.camp.shape[0] and n + leases > st.camp.shape[0] + st.reusable())
-                or st.arena_top.item(0) + slots > st.arena.shape[0]):
-            st.grow_leases(leases, slots)
+        rows_short = (n + leases > st.camp.shape[0]
+                      and n + leases > st.camp.shape[0] + st.reusable())
+        if rows_short or st.arena_top.item(0) + slots > st.arena.shape[0]:
+            slots = min(slots, int(st.top.sum()))
+            if rows_short or st.arena_top.item(0) + slots > st.arena.shape[0]:
+                st.grow_leases(leases, slots)
         if st.scal.item(3) + leases + 1 > st.heap_t.shape[0]:
             st.grow_heap()
 
