@@ -2032,6 +2032,10 @@ cdef class FastAcquire:
     cdef bint jend
     # runs of expiries queued in Broker._events since the last poll (_ExpiredRun)
     cdef Py_ssize_t nrun
+    # the pending queue's probe done here (_serve): the broker's own _serve_pending and
+    # _nothing_grantable (not a subclass's), and the kernel module it was built with
+    cdef bint cprobe
+    cdef object kmod
 
     def __init__(self, broker, Decision, Lease, Event, Intent):
         b = broker
@@ -2070,6 +2074,10 @@ cdef class FastAcquire:
         self.jmode = 0
         self.jend = False
         self.nrun = 0
+        from .broker import Broker as _Broker
+        self.cprobe = (getattr(tp, "_serve_pending", None) is _Broker._serve_pending
+                       and getattr(tp, "_nothing_grantable", None) is _Broker._nothing_grantable)
+        self.kmod = b._k
 
     def __call__(self, intent):
         return self.acquire(intent)
@@ -2242,6 +2250,51 @@ cdef class FastAcquire:
         return r
 
     # -- acquire ----------------------------------------------------------------------------
+    cdef int _serve(self, int64_t t) except -1:
+        """``Broker._serve_pending(t)`` (queue not empty). When it would only probe — two
+        or more intents served by keys, no python event due before t, the key rows kept
+        (``_prows``) — and the probe finds nothing grantable, that probe is done here with
+        its writes (``_pass``, ``_probe``, ``_pflip``: see ``Broker._nothing_grantable``);
+        otherwise (nothing changed but the settles of the rows decided, which the broker's
+        probe repeats at the same t) the broker's method."""
+        cdef object rows, bufs, flip, reasons, P, P0
+        cdef cnp.ndarray a
+        cdef int64_t* op
+        cdef _Ctx cx
+        cdef Py_ssize_t j, K
+        if self.cprobe and len(self.pending) > 1 and self._attr("_k") is self.kmod \
+                and self._attr("_queue_by_key") is True \
+                and not (self.pyev and self.pyev[0][0] < t):
+            rows = self._attr("_prows")
+            if type(rows) is np.ndarray:
+                a = <cnp.ndarray>rows
+                bufs = self._attr("_pbufs")
+                flip = self._attr("_pflip")
+                K = cnp.PyArray_DIM(a, 0)
+                if cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 2 \
+                        and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_DIM(a, 1) == 6 \
+                        and K > 0 and type(bufs) is tuple and len(<tuple>bufs) == 2 \
+                        and type(flip) is int and (flip == 0 or flip == 1):
+                    reasons = (<tuple>bufs)[<int>flip]
+                    op = _i64_buffer(reasons, K)
+                    if op != NULL:
+                        # the pass is counted first, as the broker does (an error raised
+                        # by a row leaves it counted)
+                        P0 = self._attr("_pass")
+                        P = P0 + 1
+                        PyDict_SetItem(self.bd, "_pass", P)
+                        cx = self._cx()
+                        j = _decide_keys(cx, <const int64_t*>cnp.PyArray_DATA(a), K, t, op)
+                        cx = None
+                        if j < 0:
+                            PyDict_SetItem(self.bd, "_probe",
+                                           (P, self._attr("_pkeyl"), reasons))
+                            PyDict_SetItem(self.bd, "_pflip", 1 - <int>flip)
+                            return 0
+                        PyDict_SetItem(self.bd, "_pass", P0)    # the broker's pass counts it
+        self.b._serve_pending(t)
+        return 0
+
     cpdef object acquire(self, object intent):
         cdef object b = self.b, v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
         cdef PyObject* f[IN_N]
@@ -2358,7 +2411,7 @@ cdef class FastAcquire:
             freed = self._expire(e, t, None)
         cx = None                     # the calls below may grow the state
         if self.pending and (moved or freed):
-            b._serve_pending(t)
+            self._serve(t)
         if moved and t > <int64_t>self._attr("_t"):  # max(): a subscriber may have moved it
             PyDict_SetItem(self.bd, "_t", t)
         # -- Broker._acquire_ns / _decide_one
@@ -2419,7 +2472,7 @@ cdef class FastAcquire:
                 freed = self._expire(e, t, jn)
             cx = None
             if self.pending and (moved or freed):
-                b._serve_pending(t)
+                self._serve(t)
             if moved and t > <int64_t>self._attr("_t"):
                 PyDict_SetItem(self.bd, "_t", t)
             if note:
