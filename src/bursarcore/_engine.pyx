@@ -1975,7 +1975,8 @@ cdef class _ExpiredRun:
 cdef class FastAcquire:
     """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
     values, no policy event due (the pending queue is served through
-    ``Broker._serve_pending`` when the broker would serve it), a warm grant, a
+    ``Broker._serve_pending`` when the broker would serve it, or probed here when that
+    would only probe and find nothing grantable: ``_serve``), a warm grant, a
     refusal or a decision that needs the policy layer (``Broker._slow``). With a journal
     (one whose ``Journal.add`` is not overridden) it writes the general path's records —
     ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
