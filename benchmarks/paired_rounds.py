@@ -17,7 +17,10 @@ extensions built in place (``BURSAR_BUILD_ONLY=_engine python setup.py build_ext
 - ``summary-batch``: ``admit_batch`` of 10,000 at 10,000 campaigns, every intent granted,
   the lease store grown beforehand (so no round pays for a growth);
 - ``batch``: the realistic ``admit_batch`` of 10,000 plus ``poll()`` (expiries, pending);
-- ``summary-acquire``: 10,000 ``acquire`` calls at 10,000 campaigns plus ``poll()``.
+- ``summary-acquire``: 10,000 ``acquire`` calls at 10,000 campaigns plus ``poll()``;
+- ``acquire``: the realistic ``acquire`` (``test_acquire``) at 10,000 campaigns, 1,000
+  calls plus ``poll()`` a round, the clock moving on every call past a standing pending
+  queue of ~60 keys (two rounds of traffic before timing).
 """
 
 from __future__ import annotations
@@ -78,6 +81,24 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
             b.poll()
         one(rounds)         # two rounds of traffic before timing (leases live 5 s)
         one(rounds + 1)
+    elif workload == "acquire":
+        from bursarcore import Intent
+        from test_bench_engine import CALLS_SINGLE
+        b, rng = make_broker("compiled", N, seed=7 + seed)
+        warm(b, rng, N)
+        ci, u, dur = intents(rng, N, CALLS_SINGLE * (rounds + 2))
+        names = b.campaigns
+        calls = [Intent(names[c], {"gpu": (int(lo), int(hi))}, duration=float(d))
+                 for c, (lo, hi), d in zip(ci.tolist(), u.tolist(), dur.tolist())]
+        acquire, advance, dt = b.acquire, b.clock.advance, STEP / N
+
+        def one(i):
+            for intent in calls[(i + 2) * CALLS_SINGLE:(i + 3) * CALLS_SINGLE]:
+                advance(dt)
+                acquire(intent)
+            b.poll()
+        one(-2)
+        one(-1)
     else:
         raise SystemExit(f"unknown workload {workload!r}")
     print("ready", flush=True)
@@ -99,7 +120,7 @@ def main() -> None:
     ap.add_argument("a", help="the src directory of the first (old) build")
     ap.add_argument("b", help="the src directory of the second (new) build")
     ap.add_argument("--workload", default="summary-batch",
-                    choices=("summary-batch", "batch", "summary-acquire"))
+                    choices=("summary-batch", "batch", "summary-acquire", "acquire"))
     ap.add_argument("--pairs", type=int, default=3, help="process pairs, each a new seed")
     ap.add_argument("--rounds", type=int, default=40, help="rounds per process (2 untimed)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
