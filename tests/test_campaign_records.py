@@ -111,3 +111,18 @@ def test_a_malformed_record_array_is_refused_by_name():
     st.cdrow = np.zeros((st._calloc, st.D, S.CD_WIDTH), dtype=np.int32)
     with pytest.raises(TypeError, match=r"EngineState\.cdrow must be"):
         b.acquire(Intent("c0", {"gpu": 1}, duration=1.0))
+
+
+@pytest.mark.skipif("compiled" not in ENGINES, reason="compiled engine not built")
+def test_a_build_with_other_records_does_not_import():
+    """A stale build (its record structs ordered otherwise than admission.state) refuses to
+    import, so the broker falls back to the reference instead of misreading the records."""
+    import subprocess
+    import sys
+    code = ("from bursarcore.admission import state\n"
+            "state._L_FIELDS = state._L_FIELDS[1:] + state._L_FIELDS[:1]\n"
+            "try:\n    import bursarcore._engine\nexcept ImportError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("refused:") and "records differ" in out

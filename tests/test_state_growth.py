@@ -71,13 +71,9 @@ def test_growth_keeps_the_records(how):
     if how == "off the boundary":           # records 8 bytes past the boundary _aligned picks
         buf = np.zeros(L * L_WIDTH + 16, dtype=np.int64)
         off = (-(buf.ctypes.data % 64) // 8) % 8 + 1
-        lr = buf[off:off + L * L_WIDTH].reshape(L, L_WIDTH)
-        lr[:] = st.lrow
-        st._set_leases(buf, L)
-        st.__dict__["lrow"] = lr            # (as a realloc that moved the boundary leaves it)
-        for j, f in enumerate(_L_FIELDS):
-            st.__dict__[f] = lr[:, j]
-        del buf, lr                         # (the state's views are then all that hold it)
+        buf[off:off + L * L_WIDTH] = st.lrow.ravel()
+        st._set_leases(buf, L, off)         # (as a realloc that moved the boundary leaves it)
+        del buf                             # (the state's views are then all that hold it)
     before = st.lrow[:n].copy()
     held = st.t_end if how == "held elsewhere" else None   # a view: no resize in place
     st.grow_leases(L + 1)

@@ -199,6 +199,16 @@ cdef struct LRow:
     int64_t t_grant, t_start, dur, excess, cost, revoke_at, intent, gen
 
 
+# a build whose records differ from admission.state's (a stale build): not importable, so
+# the broker falls back to the reference (bursarcore._backend.compiled)
+if tuple(_state._CD_FIELDS) != _CD_ORDER or tuple(_state._C_FIELDS) != _C_ORDER \
+        or tuple(_state._CF_FIELDS) != ("fs_S", "fs_G") or tuple(_state._L_FIELDS) != _L_ORDER \
+        or sizeof(CdRow) != _state.CD_WIDTH * 8 or sizeof(CRow) != _state.C_WIDTH * 8 \
+        or sizeof(LRow) != _state.L_WIDTH * 8:
+    raise ImportError("bursarcore._engine: its campaign or lease records differ from "
+                      "admission.state's (a stale build: rebuild the extension)")
+
+
 cdef struct Eng:
     # scalars as ``long long``, not int64_t (``long`` here): under strict aliasing a store
     # through an int64_t* cannot change them, so the compiler keeps them in registers
@@ -313,18 +323,12 @@ cdef _Ctx _build(object st):
     e.calloc = st.cdrow.shape[0]
     if not 0 <= C <= e.calloc:
         raise ValueError("EngineState.C exceeds its campaign rows")
-    if tuple(_state._CD_FIELDS) != _CD_ORDER or tuple(_state._C_FIELDS) != _C_ORDER \
-            or tuple(_state._CF_FIELDS) != ("fs_S", "fs_G") \
-            or sizeof(CdRow) != _state.CD_WIDTH * 8 or sizeof(CRow) != _state.C_WIDTH * 8:
-        raise RuntimeError("bursarcore._engine: campaign records differ from admission.state's")
     e.cd = <CdRow*>_data(refs, st.cdrow, "cdrow", cnp.NPY_INT64, 3, e.calloc, D)
     e.cr = <CRow*>_data(refs, st.crow, "crow", cnp.NPY_INT64, 2, e.calloc, _state.C_WIDTH)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
     e.fs_ok = False
-    if tuple(_state._L_FIELDS) != _L_ORDER or sizeof(LRow) != _state.L_WIDTH * 8:
-        raise RuntimeError("bursarcore._engine: lease records differ from admission.state's")
     e.L = st.lrow.shape[0]
     e.lr = <LRow*>_data(refs, st.lrow, "lrow", cnp.NPY_INT64, 2, e.L, _state.L_WIDTH)
     e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
