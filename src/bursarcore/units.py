@@ -33,6 +33,14 @@ __all__ = [
     "index_array",
     "from_ns",
     "from_fixed",
+    "MAX_UNITS",
+    "MAX_SECONDS",
+    "MAX_DURATION",
+    "MIN_DURATION",
+    "MAX_TTL",
+    "MAX_CREDITS",
+    "MAX_BURST",
+    "MAX_AMOUNT",
 ]
 
 NS = 1_000_000_000
@@ -43,6 +51,31 @@ MAX_NS = 1 << 62
 MAX_FIXED = 1 << 62
 _MAX_SECONDS = MAX_NS / NS
 _MAX_UNITS = MAX_FIXED / SCALE
+
+# The representable range of every input (SPEC §2). A value outside it is refused where it
+# crosses the edge, naming the field, before anything changes; inside it no balance can
+# overflow the engine's int64 fixed point, in any backend. The HTTP schema uses the same
+# bounds.
+MAX_UNITS = 1 << 24
+"""Held units of one dimension (16,777,216): a pool's capacity, an envelope's guaranteed,
+sustained and ceiling, an intent's min and max, a node's slots. The slot map holds one
+int64 per unit, so this also bounds a pool's memory."""
+MAX_SECONDS = _MAX_SECONDS
+"""The largest magnitude of a time (``now``, a deadline): 2**62 ns, about 146 years."""
+MAX_DURATION = 10 * 365 * 86400
+"""The longest lease or renewal, in seconds (ten years)."""
+MIN_DURATION = 1e-6
+"""The shortest lease or renewal, in seconds (one microsecond)."""
+MAX_TTL = 86_400.0
+"""The longest wait in the pending queue, in seconds (one day)."""
+MAX_CREDITS = 1e12
+"""The largest budget, ``max_spend`` or lease cost, in credits: micro-credits in int64 with
+room for a campaign's escrow and refunds."""
+MAX_BURST = (MAX_FIXED // 2) / NS
+"""The largest finite held-dimension bucket, in unit-seconds (about 2.3e9); ``inf`` is no
+bound."""
+MAX_AMOUNT = _MAX_UNITS
+"""The largest flow amount or rate, in units (2**62 micro-units, about 4.6e12)."""
 
 
 def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) -> int:
