@@ -70,7 +70,10 @@ def test_registration_rules(eb):
     assert e.value.field == "service_class"
     with pytest.raises(InvalidArgument) as e:
         b.register("c", Envelope(credits=10, sustained={"tpu": 1}))
-    assert e.value.field == "guaranteed[tpu]"
+    assert e.value.field == "sustained[tpu]"
+    with pytest.raises(InvalidArgument) as e:         # the mapping that names it
+        b.register("c", Envelope(credits=10, ceiling={"cpu": 3}))
+    assert e.value.field == "ceiling[cpu]" and "lacks" in e.value.rule
     assert b.campaigns == ["a"]
     assert b.register("b", Envelope(credits=10, guaranteed={"gpu": 40}, sustained={"gpu": 40})) == 1
 
@@ -502,16 +505,16 @@ def test_bad_input_changes_nothing(eb):
 
 
 def test_a_huge_max_does_not_size_the_slot_arena(eb):
-    """An intent may ask up to 2**40 units (validation allows it): the broker grants what
+    """An intent may ask up to MAX_UNITS (2**24) units: the broker grants what
     fits and must not grow its slot arena towards the max (that raised MemoryError and
     left the state without its arena)."""
     b = Broker(Pool(gpu=16), clock=ManualClock(0.0), backend=eb)
     b.register("a", Envelope(credits=math.inf, sustained={"gpu": 16}, ceiling={"gpu": 16},
                              burst={"gpu": math.inf}))
     size = b.st.arena.shape[0]
-    d = b.acquire(Intent("a", units={"gpu": (1, 2**40)}, duration=60))
+    d = b.acquire(Intent("a", units={"gpu": (1, 2**24)}, duration=60))
     assert d.granted and d.units == 16
-    res = b.admit_batch([0, 0], np.array([[1, 2**40], [1, 2**40]]), 60.0)
+    res = b.admit_batch([0, 0], np.array([[1, 2**24], [1, 2**24]]), 60.0)
     assert res.granted.tolist() == [0, 0] and res.outcome.tolist() == [2, 2]   # pending
     b.clock.advance(61)                      # the lease expires, the first of them is served
     assert [(e.kind, b.lease(e.lease_id).units) for e in b.poll() if e.kind == "granted"] \

@@ -540,7 +540,7 @@ class BrokerDiff(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(self.names + ["nobody"]))
         d = data.draw(st.sampled_from(self.dims))
         hi = data.draw(st.integers(1, 30))
-        lo = data.draw(st.integers(0, hi))
+        lo = data.draw(st.integers(1, hi))
         now = self.bk[0].clock.now()
         intent = Intent(name, {d: (lo, hi)}, duration=data.draw(st.sampled_from(
                             [0.5, 5.0, 30.0, 120.0, 900.0])),

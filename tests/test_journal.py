@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
@@ -42,7 +42,12 @@ def build(backend, journal):
 
 OP = st.one_of(
     st.tuples(st.just("acquire"), st.sampled_from(NAMES), st.integers(1, 40), st.integers(0, 30),
-              st.sampled_from([1.0, 30.0, 90.0, 600.0]), st.booleans()),
+              st.sampled_from([1.0, 30.0, 90.0, 600.0]), st.booleans(),
+              # a deadline relative to now: at the very instant (it lapses at a poll at the
+              # same time, a decision no input record is at), or soon
+              st.sampled_from([None, None, 0.0, 0.001, 0.5, 30.0])),
+    # a poll at the same instant: runs what fell due since the last operation, unjournaled
+    st.tuples(st.just("poll")),
     st.tuples(st.just("release"), st.integers(0, 1000)),
     st.tuples(st.just("renew"), st.integers(0, 1000), st.sampled_from([10.0, 300.0])),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
@@ -59,10 +64,13 @@ OP = st.one_of(
 def run(b: Broker, op) -> object:
     kind = op[0]
     if kind == "acquire":
-        _, c, lo, span, dur, opp = op
+        _, c, lo, span, dur, opp, dl = op
         cls = "opportunistic" if opp else None
         return b.acquire(Intent(c, units={"gpu": (lo, lo + span)}, duration=dur,
-                                service_class=cls)).to_dict()
+                                service_class=cls,
+                                deadline=None if dl is None else b.clock.now() + dl)).to_dict()
+    if kind == "poll":
+        return [e.to_dict() for e in b.poll()]
     if kind in ("release", "renew"):
         live = [l.id for l in b.leases()]
         if not live:
@@ -123,7 +131,8 @@ def test_backends_write_identical_journals():
             k = rng.random()
             if k < 0.5:
                 run(b, ("acquire", rng.choice(NAMES), rng.randint(1, 30), rng.randint(0, 20),
-                        rng.choice([1.0, 60.0, 600.0]), rng.random() < 0.2))
+                        rng.choice([1.0, 60.0, 600.0]), rng.random() < 0.2,
+                        rng.choice([None, None, 0.0, 5.0])))
             elif k < 0.7:
                 run(b, ("advance", rng.choice([1.0, 30.0, 61.0])))
             elif k < 0.85:
@@ -136,9 +145,14 @@ def test_backends_write_identical_journals():
 
 # ------------------------------------------------------------------ replay
 @pytest.mark.parametrize("backend", list(ENGINES))
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(ops=st.lists(OP, max_size=40), after=st.lists(OP, max_size=10))
+# an intent pending (its ceiling) with its deadline at that very instant, refused by a poll
+# at the same instant (no input record), then an input at a later instant
+@example(ops=[("acquire", "storm", 48, 0, 30.0, False, None),
+              ("acquire", "storm", 1, 0, 30.0, False, 0.0), ("poll",), ("advance", 0.5),
+              ("acquire", "inter", 1, 0, 1.0, False, None)], after=[])
 def test_replay_reproduces_state_and_later_decisions(backend, ops, after):
     j = MemoryJournal()
     b = build(backend, j)

@@ -139,7 +139,7 @@ def _broker(backend, journal):
 def _drive(b, rng):
     for _ in range(25):
         n = int(rng.integers(1, 40))
-        units = np.stack([rng.integers(0, 4, n), rng.integers(4, 20, n)], axis=1)
+        units = np.stack([rng.integers(1, 4, n), rng.integers(4, 20, n)], axis=1)
         b.admit_batch(rng.integers(0, 3, n), units, float(rng.choice([1.0, 30.0, 300.0])))
         if rng.random() < 0.3 and b.leases():
             b.release(b.leases()[0].id)

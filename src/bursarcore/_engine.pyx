@@ -648,7 +648,7 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     if pm != 0:
         den = <i128>dur * pm
         left = e.cr[c].left
-        if not (left >= MAXV or kc[FREEBROKE] != 0):
+        if kc[FREEBROKE] == 0:     # (an unlimited budget, left = MAXV, bounds a cost too)
             if den == 0:
                 return E_ZERODIV
             X = <i128>left * HOUR
@@ -1029,7 +1029,7 @@ cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) n
     back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
     if e.cr[c].left < MAXV:
         e.cr[c].left = wadd(e.cr[c].left, back)
-    e.cr[c].escrow -= price
+    e.cr[c].escrow = wadd(e.cr[c].escrow, -<i128>price)
     e.cr[c].refunded = wadd(e.cr[c].refunded, back)
     e.cr[c].spent = wadd(e.cr[c].spent, <i128>price - back)
     k_hold(e, c, d, -n, firm)
@@ -1072,7 +1072,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
     if kc[FREEBROKE] != 0 and price > left:
         price = 0
     price_out[0] = price
-    if left < MAXV and price > left:
+    if price > left:              # (an unlimited budget, left = MAXV, bounds a cost too)
         return R_CREDITS
     if 0 <= max_spend and max_spend < price:
         return R_CREDITS
@@ -1280,7 +1280,7 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             left = e.cr[c].left
             price = 0
             if pm != 0:
-                if left < MAXV and kc[FREEBROKE] == 0:                  # credits
+                if kc[FREEBROKE] == 0:                                  # credits
                     den = <i128>dur * pm
                     if mul_over(nmax, den, &prod) or <i128>left * HOUR < prod:
                         break

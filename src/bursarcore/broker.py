@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _backend, units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
-from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool, _number
+from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from .admission.state import (ACTIVE, CAPACITY, CREDIT, CREDITS, DEADLINE, GRANTED, HOUR_NS,
                               LEASE_STATES, MAXV, OK, PPM, REASONS, RECLAIM, REFUSED, RELEASED,
                               REVOKED, REVOKING, STARTING, TOKENS, TTL, WARM, CANCELLED,
@@ -44,12 +44,16 @@ from .journal import records as J
 from .journal.base import Journal
 from .journal.explain import explain as _explain
 from .reference import engine as _ref_engine
+from .reference.engine import wrap as _wrap
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
            "BatchResult", "Consumption", "ENGINES"]
 
 NS = units.NS
 _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
+_MIN_DURATION = round(units.MIN_DURATION * NS)
+_MAX_GRID = 1_000_000                       # cells of one quote
+_DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 
@@ -59,27 +63,36 @@ if _compiled is not None:
     ENGINES = {"compiled": _compiled, **ENGINES}
 
 
+_MAX_U = units.MAX_UNITS
+
+
 def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     """admit_batch's ``units``: (n,) (min = max) or (n, 2) (min, max) integers with
-    0 <= min <= max and 1 <= max <= 2**40, as int64 columns (min and max reductions, not a
+    1 <= min <= max <= MAX_UNITS, as int64 columns (min and max reductions, not a
     mask per rule; an int64 (n,) array is used as it is, as campaign_idx is), and the
     largest max (0 for an empty batch)."""
-    u = np.asarray(values)
+    u = units.column(values, "units")
     if u.dtype.kind not in "iu":
         raise InvalidArgument("units", "must be integers", u.dtype)
     if u.shape == (n,):
+        if u.dtype.kind == "u" and n and int(u.max()) > _MAX_U:
+            u = np.minimum(u, _MAX_U + 1)   # (named below, before it could wrap to int64)
         nmin = nmax = np.ascontiguousarray(u, dtype=np.int64)
         low, top = minmax(nmax) if n else (1, 0)
-        ok = low >= 1 and top <= 1 << 40
+        ok = low >= 1 and top <= _MAX_U
     elif u.shape == (n, 2):
+        if u.dtype.kind == "u" and n and int(u.max()) > _MAX_U:
+            u = np.minimum(u, _MAX_U + 1)
         nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
         top = int(nmax.max()) if n else 0
-        ok = not n or (int(nmin.min()) >= 0 and int(nmax.min()) >= 1
-                       and top <= 1 << 40 and not (nmin > nmax).any())
+        ok = not n or (int(nmin.min()) >= 1 and top <= _MAX_U and not (nmin > nmax).any())
     else:
         raise InvalidArgument("units", f"must have shape ({n},) or ({n}, 2)", u.shape)
     if not ok:
-        raise InvalidArgument("units", "need 0 <= min <= max, 1 <= max <= 2**40")
+        bad = (nmin < 1) | (nmax > _MAX_U) | (nmin > nmax)
+        k = int(np.flatnonzero(bad)[0])
+        raise InvalidArgument("units", f"need 1 <= min <= max <= {_MAX_U:,}",
+                              f"{(int(nmin[k]), int(nmax[k]))!r} at position {k}")
     return nmin, nmax, top
 
 
@@ -356,9 +369,9 @@ class Broker:
         if enforcement not in ("prepaid", "instant"):
             raise InvalidArgument("enforcement", "must be 'prepaid' or 'instant'", enforcement)
         self.enforcement = enforcement
-        for name, v in (("ttl", ttl), ("half_life", half_life)):
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise InvalidArgument(name, "must be a finite number of seconds > 0", v)
+        for name, v, hi in (("ttl", ttl, units.MAX_TTL), ("half_life", half_life, MAX_DURATION)):
+            if units.real(v, name, hi=hi, what="a number of seconds") <= 0:
+                raise InvalidArgument(name, "must be > 0", v)
         self.ttl, self.half_life = float(ttl), float(half_life)
         if backend is None:
             backend = next(iter(ENGINES))
@@ -378,11 +391,10 @@ class Broker:
             if d not in self._dim_index and d not in pool.flow:
                 raise InvalidArgument(f"price[{d}]", "names a dimension the pool lacks", d)
         # held: credits per unit-hour (default 1); flow: credits per unit (default 0)
-        self.price = {d: float(price.get(d, 1.0)) for d in self.dims}
-        self.price.update({d: float(price.get(d, 0.0)) for d in self.flow_dims})
-        for d, p in self.price.items():
-            if not isinstance(p, float) or not math.isfinite(p) or p < 0:
-                raise InvalidArgument(f"price[{d}]", "must be a finite number >= 0", p)
+        self.price = {d: units.real(price.get(d, 1.0), f"price[{d}]", hi=units.MAX_PRICE)
+                      for d in self.dims}
+        self.price.update({d: units.real(price.get(d, 0.0), f"price[{d}]", hi=units.MAX_PRICE)
+                           for d in self.flow_dims})
         self.cold_wait = cold_wait  # callable(dim) -> seconds, from a facility binding
         self._t = units.to_ns(self.clock.now())
         self.st = EngineState(
@@ -491,18 +503,16 @@ class Broker:
         if envelope.service_class not in self._cls_index:
             raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                   envelope.service_class)
-        for d in envelope.dims():
-            if d not in self._dim_index and d not in self._flow_index:
-                raise InvalidArgument(f"guaranteed[{d}]", "names a dimension the pool lacks", d)
+        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
+                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
+            for d in m:
+                if d not in self._dim_index and d not in self._flow_index:
+                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
         t = self._now()
-        g = [int(envelope.g(d)) for d in self.dims]
-        s = [int(envelope.s(d)) for d in self.dims]
-        b = [int(envelope.b(d)) for d in self.dims]
+        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
+        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
+        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
         for i, d in enumerate(self.dims):
-            for label, v in (("guaranteed", g[i]), ("sustained", s[i]), ("ceiling", b[i])):
-                if v != (envelope.g, envelope.s, envelope.b)[("guaranteed", "sustained",
-                                                              "ceiling").index(label)](d):
-                    raise InvalidArgument(f"{label}[{d}]", "must be a whole number of units", v)
             total_g = int(self.st.g[: self.st.C, i].sum()) + g[i]
             if total_g > self.pool.capacity[d]:
                 raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} would "
@@ -516,16 +526,24 @@ class Broker:
             if math.isinf(B):
                 Bcap.append(MAXV)
             else:
-                if B * NS > MAXV // 2:
-                    raise InvalidArgument(f"burst[{d}]", "must be <= 2.3e9 unit-seconds or inf", B)
+                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
+                           what="a number of unit-seconds")
                 Bcap.append(round(B * NS))
         credits = envelope.credits
-        if math.isinf(credits):
-            budget = MAXV
-        else:
-            if credits * CREDIT > MAXV // 2:
-                raise InvalidArgument("credits", "must be <= 2.3e12 or inf", credits)
-            budget = round(credits * CREDIT)
+        budget = MAXV if math.isinf(credits) else round(credits * CREDIT)
+        payload = None
+        if self.journal is not None:
+            # built before anything changes: a payload that cannot be written refuses the
+            # registration instead of leaving a campaign live but unjournaled
+            env = envelope.to_dict()
+            env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
+            env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
+            try:
+                payload = json.dumps({"name": name, "envelope": env}, sort_keys=True,
+                                     allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgument("envelope", f"must be JSON-serialisable ({e})",
+                                      envelope) from None
         self._advance(t)
         if self.flow is not None:  # may refuse (naming the field) before anything changes
             fd = [d for d in self.flow_dims if d in envelope.dims()]
@@ -549,11 +567,7 @@ class Broker:
         if self.journal is not None:
             row = {}
             row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["register"], t, c, 4
-            env = envelope.to_dict()
-            env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
-            env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
-            self.journal.add(row, json.dumps({"name": name, "envelope": env},
-                                                    sort_keys=True))
+            self.journal.add(row, payload)
         return c
 
     def campaign_index(self, name: str) -> int:
@@ -580,9 +594,6 @@ class Broker:
         """Run every event up to t in time order, then serve the pending queue."""
         k, st = self._k, self.st
         moved = t > self._t
-        # serving a non-empty queue at a new time moves fair share without a decision of
-        # its own: journal the advance (after what it causes) so replay serves it too
-        note = moved and bool(self._pending) and self.journal is not None
         while self._pyev and self._pyev[0][0] <= t:
             te = self._pyev[0][0]
             self._expire_until(te)
@@ -590,6 +601,13 @@ class Broker:
                 _, kind, _, ident = heapq.heappop(self._pyev)
                 self._run_pyevent(kind, ident, te)
             self._serve_pending(te)
+        # Serving a non-empty queue at a new time moves fair share without a decision of
+        # its own: journal the advance (after what it causes) so replay serves it too.
+        # Whether the queue is empty is read here, after the events due before t, never
+        # before them: those events may have run already (a poll at their instant, which
+        # writes no record) or may run only now (replay, at the next input), and both must
+        # write the same records.
+        note = moved and bool(self._pending) and self.journal is not None
         k.ring_advance(st, t)
         freed = self._expire_until(t)
         if moved or freed:
@@ -1238,6 +1256,9 @@ class Broker:
     @_op
     def cancel(self, intent_id: int) -> bool:
         """Withdraw a pending intent. Returns False if it is no longer pending."""
+        if isinstance(intent_id, (bool, np.bool_)) or not isinstance(intent_id, (int, np.integer)):
+            raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
+        intent_id = int(intent_id)
         t = self._now()
         self._advance(t)
         if intent_id not in self._pending:
@@ -1266,7 +1287,7 @@ class Broker:
     def _lease_id(self, lease_id: Any) -> int:
         """``lease_id`` as an int, if this broker issued it (it may have ended since, and
         its row may hold a later lease: see :meth:`_row`)."""
-        if isinstance(lease_id, bool) or not isinstance(lease_id, (int, np.integer)):
+        if isinstance(lease_id, (bool, np.bool_)) or not isinstance(lease_id, (int, np.integer)):
             raise UnknownLease("lease_id", "is not a lease of this broker", lease_id)
         try:
             self.st.row_of(int(lease_id))
@@ -1349,13 +1370,16 @@ class Broker:
     def renew(self, lease_id: int, duration: float, max_spend: float | None = None) -> Decision:
         """Extend an active lease by ``duration`` seconds, re-running §4.2/§4.3 atomically."""
         lid = self._lease_id(lease_id)
-        ext = units.to_ns(duration, "duration")
-        if ext <= 0:
-            raise InvalidArgument("duration", "must be > 0", duration)
-        spend = -1 if max_spend is None else units.to_fixed(max_spend, "max_spend")
+        ext = units.to_ns(units.real(duration, "duration", lo=units.MIN_DURATION,
+                                     hi=MAX_DURATION, what="a number of seconds"), "duration")
+        spend = -1 if max_spend is None else round(
+            units.real(max_spend, "max_spend", hi=units.MAX_CREDITS) * CREDIT)
         t = self._now()
         self._advance(t)
         r = self._row(lid)
+        if r >= 0 and int(self.st.t_end[r]) + ext > units.MAX_NS:
+            raise InvalidArgument("duration", "would end the lease past the engine's time "
+                                  f"range ({units.MAX_SECONDS:.6g} s)", duration)
         return self._journaled(J.OP["renew"], lid, self._lease_info(r), t, ext, spend,
                                self._renew(lid, r, ext, spend, t))
 
@@ -1479,12 +1503,20 @@ class Broker:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dname)
         d = self._dim_index[dname]
         kc = self._class_of(campaign, service_class)
-        sz = np.asarray(sizes)
-        if sz.ndim != 1 or sz.dtype.kind not in "iu" or (sz < 1).any():
-            raise InvalidArgument("sizes", "must be a 1-D array of integers >= 1", sizes)
+        sz = units.column(sizes, "sizes")
+        if (sz.ndim != 1 or not sz.size or sz.dtype.kind not in "iu" or (sz < 1).any()
+                or (sz > units.MAX_UNITS).any()):
+            raise InvalidArgument("sizes", "must be a non-empty 1-D array of integers in "
+                                  f"[1, {units.MAX_UNITS:,}]", sizes)
+        sz = sz.astype(np.int64)
         du = units.ns_array(durations, "durations")
-        if (du <= 0).any():
-            raise InvalidArgument("durations", "must be > 0", durations)
+        lo_ns, hi_ns = _MIN_DURATION, _MAX_DURATION
+        if not du.size or (du < lo_ns).any() or (du > hi_ns).any():
+            raise InvalidArgument("durations", "must be a non-empty 1-D array of seconds in "
+                                  f"[{units.MIN_DURATION:g}, {MAX_DURATION:,}]", durations)
+        if sz.size * du.size > _MAX_GRID:
+            raise InvalidArgument("sizes", f"sizes x durations must be at most {_MAX_GRID:,} "
+                                  "cells", (sz.size, du.size))
         t = self._now()
         self._advance(t)
         st, k = self.st, self._k
@@ -1505,7 +1537,7 @@ class Broker:
         left = int(st.left[c])
         excess = np.maximum(0, H + n_o - s) - max(0, H - s)
         tok_ok = (excess * d_o <= T) if not st.scal[1] else np.ones_like(excess, dtype=bool)
-        cred_ok = (cost <= left) | (left >= MAXV) | bool(st.cls[kc, 5])
+        cred_ok = (cost <= min(left, MAXV)) | bool(st.cls[kc, 5])   # as decide
         ceil_ok = np.broadcast_to(H + n_o <= b, cost.shape)
         path = np.where(n_o <= warm, "warm", np.where(n_o <= reach, "reclaim", "cold"))
         path = np.broadcast_to(path, cost.shape)
@@ -1542,15 +1574,16 @@ class Broker:
         if isinstance(durations, (int, float)) and not isinstance(durations, bool):
             # one duration for the batch: validated once (the same rounding as ns_array)
             one = units.to_ns(durations, "durations")
-            if not 0 < one <= _MAX_DURATION:
-                raise InvalidArgument("durations", "must be > 0 and at most ten years",
-                                      durations)
+            if not _MIN_DURATION <= one <= _MAX_DURATION:
+                raise InvalidArgument("durations", _DUR_RULE, durations)
             dur = self._constant(one, n)
         else:
             dur = units.ns_array(durations, "durations", n)     # a new contiguous column
-            lo, hi = minmax(dur) if n else (1, 1)
-            if not 0 < lo <= hi <= _MAX_DURATION:
-                raise InvalidArgument("durations", "must be > 0 and at most ten years")
+            lo, hi = minmax(dur) if n else (_MIN_DURATION, _MIN_DURATION)
+            if not _MIN_DURATION <= lo <= hi <= _MAX_DURATION:
+                bad = int(np.flatnonzero((dur < _MIN_DURATION) | (dur > _MAX_DURATION))[0])
+                raise InvalidArgument("durations", _DUR_RULE,
+                                      f"{int(dur[bad]) / NS!r} at position {bad}")
         d = self._dim_index.get(dim if dim is not None else self.dims[0])
         if d is None:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
@@ -1568,7 +1601,8 @@ class Broker:
                                       service_class)
             ks = self._constant(kk, n)
             opp = self.classes[kk].preemptible
-        if ttl is not None and _number(ttl, "ttl") <= 0:          # as Intent.ttl
+        if ttl is not None and units.real(ttl, "ttl", hi=units.MAX_TTL,
+                                          what="a number of seconds") <= 0:  # as Intent.ttl
             raise InvalidArgument("ttl", "must be > 0", ttl)
         ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
         t = self._now() if now is None else units.to_ns(now)
@@ -1671,8 +1705,8 @@ class Broker:
         price = int(self._flow_price[fd])
         left = int(st.left[c])
         ask = a
-        if price and left < MAXV:
-            ask = min(a, left * units.SCALE // price)
+        if price:       # an unlimited budget (left = MAXV) bounds the cost by MAXV, as decide
+            ask = min(a, min(left, MAXV) * units.SCALE // price)
         allowed, retry, bound = self.flow.consume_fixed(
             np.array([c], np.int64), np.array([fd], np.int64), np.array([ask], np.int64),
             np.array([t], np.int64))
@@ -1684,8 +1718,8 @@ class Broker:
         if cost:
             if left < MAXV:
                 st.left[c] -= cost
-            st.spent[c] += cost
-            st.cred_debited[c] += cost
+            st.spent[c] = _wrap(int(st.spent[c]) + cost)
+            st.cred_debited[c] = _wrap(int(st.cred_debited[c]) + cost)
         from .flow import NEVER
         retry_s = 0.0 if got >= a else (math.inf if wait == NEVER or reason == CREDITS else wait / NS)
         seq = -1
@@ -1711,7 +1745,7 @@ class Broker:
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
         n = ci.shape[0]
-        d = np.asarray(dims)
+        d = units.column(dims, "dims")
         if d.dtype.kind in "US":
             bad = [x for x in np.unique(d) if x not in self._flow_index]
             if bad:
@@ -1752,9 +1786,10 @@ class Broker:
         ``dim`` now (a facility binding calls this when a pilot allocation starts).
         Returns the new slot ids."""
         d = self._dim_arg(dim)
-        nodes = [(str(n), int(k)) for n, k in nodes] if isinstance(nodes, (list, tuple)) else None
-        if not nodes:
+        if not isinstance(nodes, (list, tuple)) or not nodes or not all(
+                isinstance(x, (list, tuple)) and len(x) == 2 for x in nodes):
             raise InvalidArgument("nodes", "must be a non-empty list of (name, slots)", nodes)
+        nodes = [(str(n), units.whole(k, f"nodes[{n}]", lo=1)) for n, k in nodes]
         live = {self._node_names[d][int(j)] for j in
                 np.unique(self._node_of_slot[d][self._slot_alive[d]])} if self._slot_alive[d].any() else set()
         seen = set()
@@ -1762,9 +1797,11 @@ class Broker:
             if not name or name in live or name in seen:
                 raise InvalidArgument("nodes", "names must be non-empty, unique and not in the pool",
                                       name)
-            if k < 1 or k > 1 << 20:
-                raise InvalidArgument(f"nodes[{name}]", "slots must be in [1, 2**20]", k)
             seen.add(name)
+        grown = self._node_of_slot[d].shape[0] + sum(k for _, k in nodes)
+        if grown > units.MAX_UNITS:
+            raise InvalidArgument("nodes", f"the dimension's slots would number {grown:,}, "
+                                  f"more than {units.MAX_UNITS:,}", len(nodes))
         t = self._now()
         self._advance(t)
         st = self.st

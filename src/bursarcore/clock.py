@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+from . import units
 from .errors import InvalidArgument
 
 __all__ = ["ManualClock", "MonotonicClock"]
@@ -23,6 +24,9 @@ class ManualClock:
         s = _finite(seconds, "seconds")
         if s < 0:
             raise InvalidArgument("seconds", "must be >= 0 (time never runs backwards)", seconds)
+        if self._t + s > units.MAX_SECONDS:
+            raise InvalidArgument("seconds", f"would move the clock past {units.MAX_SECONDS:.6g} s "
+                                  "(the engine's range)", seconds)
         self._t += s
         return self._t
 
@@ -51,10 +55,6 @@ class MonotonicClock:
 
 
 def _finite(x: object, field: str) -> float:
-    try:
-        v = float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InvalidArgument(field, "must be a number of seconds", x) from None
-    if not math.isfinite(v):
-        raise InvalidArgument(field, "must be finite", x)
-    return v
+    """A time or a step in seconds within the engine's range (``units.MAX_SECONDS``)."""
+    return units.real(x, field, lo=-units.MAX_SECONDS, hi=units.MAX_SECONDS,
+                      what="a number of seconds")

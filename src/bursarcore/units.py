@@ -41,6 +41,10 @@ __all__ = [
     "MAX_CREDITS",
     "MAX_BURST",
     "MAX_AMOUNT",
+    "MAX_PRICE",
+    "MAX_MULTIPLIER",
+    "real",
+    "whole",
 ]
 
 NS = 1_000_000_000
@@ -76,11 +80,66 @@ MAX_BURST = (MAX_FIXED // 2) / NS
 bound."""
 MAX_AMOUNT = _MAX_UNITS
 """The largest flow amount or rate, in units (2**62 micro-units, about 4.6e12)."""
+MAX_PRICE = 1e3
+"""The largest unit price: credits per unit-hour (held) or per unit (flow)."""
+MAX_MULTIPLIER = 100.0
+"""The largest class or congestion multiplier. With MAX_PRICE, MAX_UNITS and MAX_DURATION
+the exact cost product n·duration·price stays inside 128 bits."""
+
+
+def real(value: object, field: str, *, lo: float = 0.0, hi: float = math.inf,
+         allow_inf: bool = False, what: str = "a number") -> float:
+    """A real number in ``[lo, hi]`` (or ``inf`` with ``allow_inf``) as a plain float.
+
+    The one check every numeric input goes through: Python and numpy numbers alike
+    (``np.int64(10)`` is 10.0), never a boolean, NaN, or an int too large for a float.
+    ``-0.0`` is 0.0. Raises :class:`InvalidArgument` naming ``field`` and the rule."""
+    if type(value) is float and lo <= value <= hi and math.isfinite(value):  # common case
+        return value + 0.0
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(field, f"must be {what}", value)
+    try:
+        x = float(value)
+    except OverflowError:       # an int (or Fraction) beyond any float
+        raise InvalidArgument(field, _range_rule(lo, hi, allow_inf), value) from None
+    if math.isnan(x):
+        raise InvalidArgument(field, "must not be NaN", value)
+    if math.isinf(x) and allow_inf and x > 0:
+        return x
+    if not lo <= x <= hi:
+        raise InvalidArgument(field, _range_rule(lo, hi, allow_inf), value)
+    return x + 0.0              # -0.0 -> 0.0
+
+
+def whole(value: object, field: str, *, lo: int = 0, hi: int = MAX_UNITS) -> int:
+    """A whole number of held units in ``[lo, hi]`` (``3``, ``3.0`` and ``np.int32(3)``
+    alike) as a plain int; :class:`InvalidArgument` naming ``field`` otherwise."""
+    if type(value) is int and lo <= value <= hi:     # the common case, without the ABCs
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        k = int(value)
+        if not lo <= k <= hi:
+            raise InvalidArgument(field, _range_rule(lo, hi, False, " units"), value)
+        return k
+    x = real(value, field, lo=lo, hi=hi, what="a whole number of units")
+    if x != math.floor(x):
+        raise InvalidArgument(field, "must be a whole number of units (held dimension)", value)
+    return int(x)
+
+
+def _range_rule(lo: float, hi: float, allow_inf: bool, unit: str = "") -> str:
+    def fmt(v: float) -> str:
+        return f"{int(v):,}" if v == int(v) and abs(v) < 1e15 else f"{v:.6g}"
+    inf = " or inf" if allow_inf else ""
+    if hi == math.inf:
+        return f"must be >= {fmt(lo)}{unit}{inf}"
+    return f"must be in [{fmt(lo)}, {fmt(hi)}]{unit}{inf}"
 
 
 def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) -> int:
     """Float seconds to int nanoseconds, or :class:`InvalidArgument` naming ``field``."""
-    if type(seconds) is not float and not isinstance(seconds, numbers.Real):
+    if type(seconds) is not float and (not isinstance(seconds, numbers.Real)
+                                       or isinstance(seconds, (bool, np.bool_))):
         raise InvalidArgument(field, "must be a real number of seconds", seconds)
     try:
         x = float(seconds)
@@ -97,7 +156,8 @@ def to_ns(seconds: float, field: str = "now", *, allow_negative: bool = True) ->
 
 def to_fixed(amount: float, field: str = "amount") -> int:
     """Non-negative float units to fixed point, or :class:`InvalidArgument`."""
-    if type(amount) is not float and not isinstance(amount, numbers.Real):
+    if type(amount) is not float and (not isinstance(amount, numbers.Real)
+                                      or isinstance(amount, (bool, np.bool_))):
         raise InvalidArgument(field, "must be a real number", amount)
     try:
         x = float(amount)
@@ -113,11 +173,21 @@ def to_fixed(amount: float, field: str = "amount") -> int:
     return int(round(x * SCALE))
 
 
+def column(values: Any, field: str) -> np.ndarray:
+    """``np.asarray(values)``, or :class:`InvalidArgument` for what is not an array of
+    numbers (ragged lists, mixed objects)."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidArgument(field, "must be an array of numbers", values) from None
+
+
 def _float_array(values: Any, field: str, n: int | None) -> tuple[np.ndarray, float, float]:
     """A float64 column of finite values, and its least and greatest (0.0 if empty)."""
-    a = np.asarray(values)
-    if a.dtype.kind not in "fiub":
-        raise InvalidArgument(field, "must be numeric", a.dtype)
+    a = column(values, field)
+    if a.dtype.kind not in "fiu":
+        raise InvalidArgument(field, "must be numbers (not booleans)" if a.dtype.kind == "b"
+                              else "must be numeric", _show(values))
     a = a.astype(np.float64, copy=False)
     if n is not None:
         if a.ndim == 0:
@@ -134,6 +204,12 @@ def _float_array(values: Any, field: str, n: int | None) -> tuple[np.ndarray, fl
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise InvalidArgument(field, "must be finite", _first(a, ~np.isfinite(a)))
     return a, lo, hi
+
+
+def _show(values: Any) -> object:
+    """What a message shows of a bad column: the value itself when small."""
+    a = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
+    return values if a.size <= 8 else f"<{a.size} values of {a.dtype}>"
 
 
 def _first(a: np.ndarray, bad: np.ndarray) -> object:
@@ -162,7 +238,7 @@ def fixed_array(values: Any, field: str = "amounts", n: int | None = None) -> np
 
 def index_array(values: Any, size: int, field: str = "idx") -> np.ndarray:
     """Integer indices in ``[0, size)`` as a contiguous int64 array."""
-    a = np.asarray(values)
+    a = column(values, field)
     if a.ndim != 1:
         raise InvalidArgument(field, "must be one-dimensional", a.shape)
     if a.size == 0:

@@ -103,7 +103,7 @@ def test_rate_limit_under_a_burst_of_demand():
     b.add_nodes("cpu", [("static/host", 1)])            # so that intents can pend
     b.acquire(Intent("a", units={"cpu": 1}, duration=1e6))
     for _ in range(200):
-        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=1e6))
+        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=86_400))
     throttled = 0
     for _ in range(120):
         throttled += m.tick().throttled
@@ -128,7 +128,7 @@ def test_in_flight_cap():
     b.add_nodes("cpu", [("static/host", 1)])
     b.acquire(Intent("a", units={"cpu": 1}, duration=1e6))
     for _ in range(100):
-        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=1e6))
+        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=86_400))
     for _ in range(20):
         m.tick()
         clock.advance(1)

@@ -225,7 +225,7 @@ def test_rate_limit_and_in_flight_cap_under_a_burst(cluster, managers, tmp_path)
     b.add_nodes("cpu", [("static/nowhere", 1)])        # lets intents pend until pilots come
     b.acquire(Intent("a", units={"cpu": 1}, duration=1e6))
     for _ in range(40):
-        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=1e6))
+        b.acquire(Intent("a", units={"cpu": 1}, duration=600, ttl=86_400))
     t0 = time.monotonic()
     max_queued = 0
     while time.monotonic() - t0 < 8.0:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from ..units import MAX_DURATION, MAX_MULTIPLIER, real
 
 __all__ = ["ServiceClass", "Congestion", "DEFAULT_CLASSES"]
 
@@ -33,10 +34,11 @@ class ServiceClass:
             raise InvalidArgument("name", "must be a non-empty string", self.name)
         if not isinstance(self.rank, int) or self.rank < 0:
             raise InvalidArgument(f"{self.name}.rank", "must be an integer >= 0", self.rank)
-        for f in ("multiplier", "grace"):
-            v = getattr(self, f)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise InvalidArgument(f"{self.name}.{f}", "must be a finite number >= 0", v)
+        if isinstance(self.rank, bool) or self.rank > 1 << 30:
+            raise InvalidArgument(f"{self.name}.rank", "must be an integer in [0, 2**30]",
+                                  self.rank)
+        for f, hi in (("multiplier", MAX_MULTIPLIER), ("grace", MAX_DURATION)):
+            object.__setattr__(self, f, real(getattr(self, f), f"{self.name}.{f}", hi=hi))
         if self.preemptible and self.grace <= 0:
             raise InvalidArgument(f"{self.name}.grace", "must be > 0 for a preemptible class",
                                   self.grace)
@@ -66,7 +68,7 @@ class Congestion:
     multipliers: tuple[float, ...] = (1.0, 1.5, 2.25, 3.0)
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.window) or self.window <= 0:
+        if real(self.window, "congestion.window", hi=MAX_DURATION) <= 0:
             raise InvalidArgument("congestion.window", "must be > 0 seconds", self.window)
         if not isinstance(self.bins, int) or not 1 <= self.bins <= 3600:
             raise InvalidArgument("congestion.bins", "must be an integer in [1, 3600]", self.bins)
@@ -76,5 +78,7 @@ class Congestion:
         if list(self.thresholds) != sorted(self.thresholds) or min(self.thresholds) < 0:
             raise InvalidArgument("congestion.thresholds", "must be increasing and >= 0",
                                   self.thresholds)
-        if min(self.multipliers) < 0:
-            raise InvalidArgument("congestion.multipliers", "must be >= 0", self.multipliers)
+        for i, m in enumerate(self.multipliers):
+            real(m, f"congestion.multipliers[{i}]", hi=MAX_MULTIPLIER)
+        for i, x in enumerate(self.thresholds):
+            real(x, f"congestion.thresholds[{i}]", hi=1e6)

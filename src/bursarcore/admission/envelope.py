@@ -7,34 +7,40 @@ import numbers
 from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
+import numpy as np
+
+from .. import units
 from ..errors import InvalidArgument
+from ..units import (MAX_AMOUNT, MAX_CREDITS, MAX_DURATION, MAX_SECONDS, MAX_TTL, MAX_UNITS,
+                     MIN_DURATION)
 
 __all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION"]
-
-MAX_DURATION = 10 * 365 * 86400   # the longest lease, in seconds (ten years)
 
 UNLIMITED = math.inf
 """Use for ``credits`` or ``burst`` that have no bound (e.g. a backfill campaign)."""
 
 
-def _number(v: object, field: str, *, allow_inf: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise InvalidArgument(field, "must be a number", v)
-    x = float(v)
-    if math.isnan(x) or (math.isinf(x) and not allow_inf):
-        raise InvalidArgument(field, "must be finite" + (" or inf" if allow_inf else ""), v)
-    if x < 0:
-        raise InvalidArgument(field, "must be >= 0", v)
-    return x
+def _number(v: object, field: str, *, allow_inf: bool = False, hi: float = MAX_AMOUNT) -> float:
+    return units.real(v, field, hi=hi, allow_inf=allow_inf)
 
 
-def _whole(v: object, field: str) -> int:
-    x = _number(v, field)
-    if x != int(x):
-        raise InvalidArgument(field, "must be a whole number of units (held dimension)", v)
-    if x > 1 << 40:
-        raise InvalidArgument(field, "must be <= 2**40 units", v)
-    return int(x)
+def _whole(v: object, field: str, lo: int = 0) -> int:
+    return units.whole(v, field, lo=lo)
+
+
+def _plain(v: object) -> object:
+    """A number as the plain int or float it stands for (numpy scalars and fractions are
+    not JSON); anything else as it is, for the checks to name."""
+    if v is None or type(v) is float or type(v) is int:
+        return v
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        return v
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    try:
+        return float(v)
+    except OverflowError:
+        return v
 
 
 def _per_dim(m: object, field: str) -> dict:
@@ -45,7 +51,7 @@ def _per_dim(m: object, field: str) -> dict:
     for k in m:
         if not isinstance(k, str) or not k:
             raise InvalidArgument(field, "dimension names must be non-empty strings", k)
-    return dict(m)
+    return {k: _plain(v) for k, v in m.items()}
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,8 @@ class Envelope:
     share: float | None = None
 
     def __post_init__(self) -> None:
-        _number(self.credits, "credits", allow_inf=True)
+        object.__setattr__(self, "credits", _plain(self.credits))
+        _number(self.credits, "credits", allow_inf=True, hi=MAX_CREDITS)
         if not isinstance(self.service_class, str):
             raise InvalidArgument("service_class", "must be a class name", self.service_class)
         g = _per_dim(self.guaranteed, "guaranteed")
@@ -86,6 +93,7 @@ class Envelope:
             if sd > bd:
                 raise InvalidArgument(f"ceiling[{d}]", f"must be >= sustained ({sd})", bd)
         if self.share is not None:
+            object.__setattr__(self, "share", _plain(self.share))
             sh = _number(self.share, "share")
             if sh <= 0:
                 raise InvalidArgument("share", "must be > 0", self.share)
@@ -142,8 +150,11 @@ class Pool:
             if rate <= 0:
                 raise InvalidArgument(f"flow[{d}]", "must be > 0 units per second", v)
             self.flow[d] = rate
-        if not isinstance(slots_per_node, int) or slots_per_node < 1:
-            raise InvalidArgument("slots_per_node", "must be an integer >= 1", slots_per_node)
+        if not isinstance(slots_per_node, numbers.Integral) or isinstance(slots_per_node, bool) \
+                or not 1 <= slots_per_node <= MAX_UNITS:
+            raise InvalidArgument("slots_per_node", f"must be an integer in [1, {MAX_UNITS:,}]",
+                                  slots_per_node)
+        slots_per_node = int(slots_per_node)
         self.capacity: dict[str, int] = {}
         for d, v in dims.items():
             self.capacity[d] = _whole(v, f"pool[{d}]")
@@ -232,25 +243,27 @@ class Intent:
         if isinstance(v, (tuple, list)):
             if len(v) != 2:
                 raise InvalidArgument(f"units[{d}]", "must be n or (min, max)", v)
-            lo, hi = _whole(v[0], f"units[{d}].min"), _whole(v[1], f"units[{d}].max")
+            lo = _whole(v[0], f"units[{d}].min", lo=1)
+            hi = _whole(v[1], f"units[{d}].max", lo=1)
+            if lo > hi:
+                raise InvalidArgument(f"units[{d}].min", f"must be <= max ({hi})", v[0])
+            plain: object = (lo, hi)
         else:
-            lo = hi = _whole(v, f"units[{d}]")
-        if hi < 1:
-            raise InvalidArgument(f"units[{d}].max", "must be >= 1", hi)
-        if lo > hi:
-            raise InvalidArgument(f"units[{d}].min", f"must be <= max ({hi})", lo)
-        dur = _number(self.duration, "duration")
-        if dur < 1e-6 or dur > MAX_DURATION:
-            raise InvalidArgument("duration", "must be at least 1 µs and at most ten years",
-                                  self.duration)
+            plain = _whole(v, f"units[{d}]", lo=1)
+        # the numbers as plain ints and floats from here on (a numpy scalar's arithmetic
+        # is its dtype's: np.int8(100) * 10**6 overflows)
+        object.__setattr__(self, "units", {d: plain})
+        for name in ("duration", "deadline", "max_spend", "ttl"):
+            object.__setattr__(self, name, _plain(getattr(self, name)))
+        units.real(self.duration, "duration", lo=MIN_DURATION, hi=MAX_DURATION,
+                   what="a number of seconds")
         if self.deadline is not None:
-            if isinstance(self.deadline, bool) or not isinstance(self.deadline, numbers.Real) \
-                    or not math.isfinite(self.deadline):
-                raise InvalidArgument("deadline", "must be a finite time or None", self.deadline)
+            units.real(self.deadline, "deadline", lo=-MAX_SECONDS, hi=MAX_SECONDS,
+                       what="a time in seconds or None")
         if self.max_spend is not None:
-            _number(self.max_spend, "max_spend")
+            _number(self.max_spend, "max_spend", hi=MAX_CREDITS)
         if self.ttl is not None:
-            t = _number(self.ttl, "ttl")
+            t = units.real(self.ttl, "ttl", hi=MAX_TTL, what="a number of seconds")
             if t <= 0:
                 raise InvalidArgument("ttl", "must be > 0", self.ttl)
         if self.service_class is not None and not isinstance(self.service_class, str):

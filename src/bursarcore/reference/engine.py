@@ -20,6 +20,16 @@ RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
 BIG = MAXV
 
 
+def wrap(x: int) -> int:
+    """x modulo 2**64 as a signed int64: the arithmetic of the cumulative counters
+    (∫H dt, tokens minted, debited, refunded and clipped, credits debited, spent and
+    refunded, and an unlimited budget's escrow). They only grow, so over a long enough run
+    they leave any fixed width; like network byte counters they wrap, and every backend
+    wraps them identically. No balance (T, left, H, a limited budget's escrow) is one of
+    them: balances stay inside their ranges (docs/policy.md, "Ranges")."""
+    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
 # -- tokens and holdings --------------------------------------------------------------------
 def settle(st, c: int, d: int, t: int) -> None:
     """Bring campaign c's bucket on dimension d to time t (SPEC §4.2).
@@ -33,17 +43,17 @@ def settle(st, c: int, d: int, t: int) -> None:
         return
     st.tlast[c, d] = t
     H = int(st.H[c, d])
-    st.acc[c, d] += H * dt
+    st.acc[c, d] = wrap(int(st.acc[c, d]) + H * dt)
     rate = int(st.s[c, d]) - H
     T = int(st.T[c, d])
     if rate > 0:
         add = min(rate * dt, int(st.Bcap[c, d]) - T)
         st.T[c, d] = T + add
-        st.tok_minted[c, d] += add
+        st.tok_minted[c, d] = wrap(int(st.tok_minted[c, d]) + add)
     elif rate < 0 and st.scal[1]:
         drain = min(-rate * dt, T)
         st.T[c, d] = T - drain
-        st.tok_debited[c, d] += drain
+        st.tok_debited[c, d] = wrap(int(st.tok_debited[c, d]) + drain)
 
 
 def unmet(st, c: int, d: int) -> int:
@@ -160,7 +170,9 @@ def decide(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend
         lim_cred = BIG
     else:
         left = int(st.left[c])
-        lim_cred = BIG if (left >= MAXV or st.cls[k, FREEBROKE]) else left * HOUR_NS // (dur * pm)
+        # an unlimited budget (left = MAXV, never drawn down) still bounds one lease's cost
+        # by MAXV, so the cost and the escrow stay inside int64
+        lim_cred = BIG if st.cls[k, FREEBROKE] else min(left, MAXV) * HOUR_NS // (dur * pm)
         if max_spend >= 0:
             lim_cred = min(lim_cred, max_spend * HOUR_NS // (dur * pm))
     free = free_now(st, d)
@@ -233,14 +245,14 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
     s = int(st.s[c, d])
     excess = 0 if st.scal[1] else max(0, H + n - s) - max(0, H - s)
     st.T[c, d] -= excess * dur
-    st.tok_debited[c, d] += excess * dur
+    st.tok_debited[c, d] = wrap(int(st.tok_debited[c, d]) + excess * dur)
     price = cost(n, dur, pm)
     if st.cls[k, FREEBROKE] and price > int(st.left[c]):
         price = 0
     if int(st.left[c]) < MAXV:
         st.left[c] -= price
-    st.escrow[c] += price
-    st.cred_debited[c] += price
+    st.escrow[c] = wrap(int(st.escrow[c]) + price)
+    st.cred_debited[c] = wrap(int(st.cred_debited[c]) + price)
     _hold(st, c, d, n, firm)
     lid = _new_row(st)
     r = lid & ROW_MASK
@@ -382,15 +394,15 @@ def end_lease(st, lid: int, t: int, new_state: int) -> None:
     refund = int(st.excess[r]) * remaining
     room = int(st.Bcap[c, d]) - int(st.T[c, d])
     st.T[c, d] += min(refund, room)
-    st.tok_refunded[c, d] += min(refund, room)
-    st.tok_clipped[c, d] += max(0, refund - room)
+    st.tok_refunded[c, d] = wrap(int(st.tok_refunded[c, d]) + min(refund, room))
+    st.tok_clipped[c, d] = wrap(int(st.tok_clipped[c, d]) + max(0, refund - room))
     price = int(st.cost[r])
     back = price * remaining // dur
     if int(st.left[c]) < MAXV:
         st.left[c] += back
-    st.escrow[c] -= price
-    st.refunded[c] += back
-    st.spent[c] += price - back
+    st.escrow[c] = wrap(int(st.escrow[c]) - price)
+    st.refunded[c] = wrap(int(st.refunded[c]) + back)
+    st.spent[c] = wrap(int(st.spent[c]) + price - back)
     _hold(st, c, d, -n, firm)
     st.state[r] = new_state
     _free_row(st, r)
@@ -421,24 +433,24 @@ def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
     left = int(st.left[c])
     if st.cls[k, FREEBROKE] and price > left:
         price = 0
-    if left < MAXV and price > left:
+    if price > min(left, MAXV):        # (an unlimited budget bounds a cost by MAXV)
         return CREDITS, price
     if 0 <= max_spend < price:
         return CREDITS, price
     if delta >= 0:
         st.T[c, d] -= delta
-        st.tok_debited[c, d] += delta
+        st.tok_debited[c, d] = wrap(int(st.tok_debited[c, d]) + delta)
     else:
         room = int(st.Bcap[c, d]) - int(st.T[c, d])
         st.T[c, d] += min(-delta, room)
-        st.tok_refunded[c, d] += min(-delta, room)
-        st.tok_clipped[c, d] += max(0, -delta - room)
+        st.tok_refunded[c, d] = wrap(int(st.tok_refunded[c, d]) + min(-delta, room))
+        st.tok_clipped[c, d] = wrap(int(st.tok_clipped[c, d]) + max(0, -delta - room))
     st.excess[r] = ex_new
     if left < MAXV:
         st.left[c] -= price
-    st.escrow[c] += price
-    st.cred_debited[c] += price
-    st.cost[r] += price
+    st.escrow[c] = wrap(int(st.escrow[c]) + price)
+    st.cred_debited[c] = wrap(int(st.cred_debited[c]) + price)
+    st.cost[r] = wrap(int(st.cost[r]) + price)
     st.dur[r] += ext
     st.t_end[r] = new_end
     heap_push(st, new_end, lid)
