@@ -326,3 +326,28 @@ def test_journal_files_are_created_private(tmp_path):
         assert stat.S_IMODE(e.stat().st_mode) == 0o600
     finally:
         os.umask(old)
+
+
+def test_create_leaves_another_programs_database_alone(tmp_path):
+    p = tmp_path / "other.db"
+    db = sqlite3.connect(p)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(JournalUnavailable) as e:
+        SQLiteJournal(p, create=True)
+    assert e.value.kind == "exists" and "not a journal" in str(e.value)
+    db = sqlite3.connect(p)
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["t"]
+    db.close()
+
+
+def test_create_over_an_emptied_journal_makes_no_file(tmp_path):
+    p = tmp_path / "j.db"
+    j = SQLiteJournal(p, create=True)
+    _drive(j, 2)
+    j.close()
+    os.unlink(p)                                # gone; its mark says records were acked
+    with pytest.raises(JournalUnavailable) as e:
+        SQLiteJournal(p, create=True)
+    assert e.value.kind == "lost" and not p.exists()

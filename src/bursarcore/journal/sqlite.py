@@ -44,6 +44,7 @@ import json
 import os
 import sqlite3
 import struct
+import time
 import zlib
 
 import numpy as np
@@ -69,6 +70,9 @@ PAGE_RECORDS = 8192      # at most this many records in one page row (1.7 MB)
 PAGE_SIZE = 16384        # SQLite page size of a new file (pages of records are large BLOBs:
                          # ~1.6x the commit rate of 4 KiB pages here)
 WAL_AUTOCHECKPOINT = 1000   # SQLite pages (16 MB of WAL) between automatic checkpoints
+# the most seconds the high-water mark on disk may lag behind the last commit, by
+# synchronous level: EXTRA after every commit group, FULL once a second, else never
+_MARK_SYNC = {"EXTRA": 0.0, "FULL": 1.0, "NORMAL": None, "OFF": None}
 
 
 def _unavailable(path: str, kind: str, problem: str) -> JournalUnavailable:
@@ -80,20 +84,29 @@ class HighWaterMark:
 
     Two checksummed slots in separate 512-byte sectors, overwritten in turn, so a write torn
     by a crash spoils at most the slot being written and the other still holds the mark
-    before it; a new file is written whole and renamed into place. A write is one
-    ``pwrite`` (and one ``fdatasync`` when ``sync``), no rename and no directory update,
-    so it costs a commit group little. ``mark`` is -1 until something was committed."""
+    before it; a new file is written whole, fsync'd and renamed into place. The mark is
+    written only once its records are durable, so whatever of it survives a crash is never
+    ahead of the database: it can only under-report, never refuse a sound journal.
+
+    A write is one ``pwrite`` into the page cache, which a killed process, a deleted
+    ``-wal`` file or a copied database cannot undo; ``sync`` is the most seconds the file
+    on disk may lag behind it (``fdatasync`` at most that often, and on close; 0: after
+    every write; None: left to the system). One ``fdatasync`` per commit group would cost
+    group commit about as much as the commit itself. ``mark`` is -1 until something was
+    committed."""
 
     _REC = struct.Struct("<8sqI")
     _MAGIC = b"bsrhwm1\0"
     _SLOT = 512
 
-    def __init__(self, path: str, sync: bool = True) -> None:
+    def __init__(self, path: str, sync: float | None = 0.0) -> None:
         self.path = path
         self.sync = sync
         self.mark = -1
         self._fd = -1
         self._slot = 0
+        self._synced = time.monotonic()
+        self._dirty = False
 
     def _record(self, seq: int) -> bytes:
         head = self._MAGIC + struct.pack("<q", seq)
@@ -144,12 +157,28 @@ class HighWaterMark:
     def write(self, seq: int) -> None:
         """Raise the mark to ``seq`` (call only once ``seq`` is durable)."""
         os.pwrite(self._fd, self._record(seq), self._slot * self._SLOT)
-        if self.sync:
-            os.fdatasync(self._fd)
         self._slot ^= 1
         self.mark = seq
+        self._dirty = True
+        if self.sync is not None and time.monotonic() - self._synced >= self.sync:
+            self._sync()
+
+    def _sync(self) -> None:
+        os.fdatasync(self._fd)
+        self._synced = time.monotonic()
+        self._dirty = False
 
     def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                if self._dirty and self.sync is not None:
+                    self._sync()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+
+    def drop(self) -> None:
+        """Close without syncing (the object is going away)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -200,7 +229,7 @@ class SQLiteJournal(Journal):
         self.batch = batch
         self._db: sqlite3.Connection | None = None
         self._lock_fd = -1
-        self._hwm = HighWaterMark(self.path + ".hwm", sync=synchronous in ("FULL", "EXTRA"))
+        self._hwm = HighWaterMark(self.path + ".hwm", sync=_MARK_SYNC[synchronous])
         self._buf: list[tuple] = []      # rows of the journal table not yet committed
         self._tuples: list[tuple] = []
         self._tuple_payloads: dict[int, str] = {}
@@ -218,30 +247,37 @@ class SQLiteJournal(Journal):
     def _open(self, create: bool, synchronous: str) -> None:
         path = self.path
         try:
-            if create and not os.path.exists(path):
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                                 0o600))
-            elif create and os.path.getsize(path) == 0:
-                os.chmod(path, 0o600)
-        except OSError as e:
-            raise _unavailable(path, "unreadable", f"cannot be created: {e.strerror}") from None
-        try:
             had_mark = self._hwm.load()
         except (OSError, ValueError) as e:
             raise _unavailable(path, "unreadable", f"has an unreadable high-water mark ({e}): "
                                f"remove {self._hwm.path} to accept the journal as it "
                                "stands") from None
         mark = self._hwm.mark
+        fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        if fresh:
+            self._check_mark(-1, mark)        # emptied, not new: nothing is made over it
+        try:
+            if create and not os.path.exists(path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                 0o600))
+            elif create and fresh:
+                os.chmod(path, 0o600)
+        except OSError as e:
+            raise _unavailable(path, "unreadable", f"cannot be created: {e.strerror}") from None
         try:
             self._db = db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             has_table = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                                    "AND name = 'journal'").fetchone() is not None
         except sqlite3.DatabaseError as e:
             raise self._unreadable(e, mark) from None
-        if not has_table and not create:
+        if not has_table:
             self._check_mark(-1, mark)
-            raise _unavailable(path, "empty", "holds no records (it is empty or not a "
-                               "journal)")
+            if not create:
+                raise _unavailable(path, "empty", "holds no records (it is empty or not a "
+                                   "journal)")
+            if not fresh:                     # another program's database: not ours to change
+                raise _unavailable(path, "exists", "is an SQLite database but not a journal: "
+                                   "a new journal is made only where there is none")
         try:
             db.execute(f"PRAGMA page_size={PAGE_SIZE}")   # a new file only
             db.execute("PRAGMA journal_mode=WAL")
@@ -283,18 +319,20 @@ class SQLiteJournal(Journal):
                 f"it, or remove {self._hwm.path} to accept the loss")
 
     def _release(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        self._hwm.close()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)           # closing the last descriptor drops the flock
-            self._lock_fd = -1
+        try:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            self._hwm.close()
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)       # closing the last descriptor drops the flock
+                self._lock_fd = -1
 
     def __del__(self) -> None:
         # an unreachable journal can write nothing more: let the file be opened again
         if getattr(self, "_lock_fd", -1) >= 0:
-            self._hwm.close()
+            self._hwm.drop()
             os.close(self._lock_fd)
             self._lock_fd = -1
 
