@@ -48,7 +48,7 @@ if __name__ == "__main__":
     d = tempfile.mkdtemp()
     kinds = [("no journal", lambda: None), ("memory", MemoryJournal),
              ("sqlite batch=4096", lambda: SQLiteJournal(os.path.join(d, f"j{time.time_ns()}.db"),
-                                                         batch=4096))]
+                                                         batch=4096, create=True))]
     print(f"load average {os.getloadavg()}")
     rates: dict[str, list[list[float]]] = {label: [[], []] for label, _ in kinds}
     for _ in range(repeat):            # the kinds take turns, so passing load hits all alike

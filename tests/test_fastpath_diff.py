@@ -69,7 +69,7 @@ def _journal(jkind, tmp, i):
     if jkind == "memory":
         return MemoryJournal(chunk=16)
     if jkind in ("sqlite", "sqlite-durable"):
-        return SQLiteJournal(f"{tmp}/j{i}.db", batch=7)
+        return SQLiteJournal(f"{tmp}/j{i}.db", batch=7, create=True)
     return None
 
 

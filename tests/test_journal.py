@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.broker import ENGINES, Decision, Event, Lease
-from bursarcore.errors import InvalidArgument, JournalCorrupt
+from bursarcore.errors import InvalidArgument, JournalCorrupt, JournalUnavailable
 from bursarcore.journal import MemoryJournal, SQLiteJournal, export_jsonl, import_jsonl
 from bursarcore.journal.records import deadline_of
 from bursarcore.reference.fastpath import FastAcquire as RefFast
@@ -169,7 +169,7 @@ def test_replay_reproduces_state_and_later_decisions(backend, ops, after):
 
 
 def test_replay_resumes_the_same_journal(eb, tmp_path):
-    j = SQLiteJournal(tmp_path / "j.db", batch=1)
+    j = SQLiteJournal(tmp_path / "j.db", batch=1, create=True)
     b = build(eb, j)
     b.acquire(Intent("storm", units={"gpu": 8}, duration=60))
     b.clock.advance(10)
@@ -180,6 +180,7 @@ def test_replay_resumes_the_same_journal(eb, tmp_path):
     d = r.acquire(Intent("inter", units={"gpu": 4}, duration=60))
     assert d.granted and d.seq == len(j2) - 1
     r.sync()
+    j2.close()
     assert Broker.replay(SQLiteJournal(tmp_path / "j.db"), backend=eb).state() == r.state()
 
 
@@ -209,7 +210,7 @@ def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
     journaled so that replay reads them back as those deadlines, not as none: the
     replayed journal is byte-identical (every backend, general and fast acquire, both
     sinks, and through a JSON lines export)."""
-    j = MemoryJournal() if sink == "memory" else SQLiteJournal(tmp_path / "j.db", batch=3)
+    j = MemoryJournal() if sink == "memory" else SQLiteJournal(tmp_path / "j.db", batch=3, create=True)
     b = Broker(Pool(gpu=8), clock=ManualClock(-5.0), backend=eb, ttl=50.0, journal=j)
     if path == "general":
         b._fast = None
@@ -257,7 +258,7 @@ def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
 # ------------------------------------------------------------------ sinks
 def test_sqlite_group_commit_and_reload(eb, tmp_path):
     path = tmp_path / "j.db"
-    j = SQLiteJournal(path, batch=1000)
+    j = SQLiteJournal(path, batch=1000, create=True)
     b = build(eb, j)
     d = b.acquire(Intent("storm", units={"gpu": 8}, duration=60))
     assert j.durable_seq == -1  # buffered: not yet acknowledged
@@ -268,7 +269,7 @@ def test_sqlite_group_commit_and_reload(eb, tmp_path):
 
 
 def test_sqlite_durable_mode_commits_every_operation(eb, tmp_path):
-    j = SQLiteJournal(tmp_path / "j.db", batch=10**6)
+    j = SQLiteJournal(tmp_path / "j.db", batch=10**6, create=True)
     b = Broker(Pool(gpu=8), clock=ManualClock(0.0), backend=eb, journal=j, durable=True)
     b.register("a", Envelope(credits=10, sustained={"gpu": 8}))
     d = b.acquire(Intent("a", units={"gpu": 2}, duration=60))
@@ -277,7 +278,7 @@ def test_sqlite_durable_mode_commits_every_operation(eb, tmp_path):
 
 def test_sqlite_corruption_names_the_record(eb, tmp_path):
     path = tmp_path / "j.db"
-    j = SQLiteJournal(path, batch=1)
+    j = SQLiteJournal(path, batch=1, create=True)
     b = build(eb, j)
     b.acquire(Intent("storm", units={"gpu": 8}, duration=60))
     b.sync()
@@ -298,8 +299,9 @@ def test_sqlite_corruption_names_the_record(eb, tmp_path):
     assert e.value.record == 3 and "sequence" in str(e.value)
     bad = tmp_path / "garbage.db"
     bad.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(JournalCorrupt):
+    with pytest.raises(JournalUnavailable) as e:
         SQLiteJournal(bad)
+    assert e.value.kind == "unreadable" and str(bad) in str(e.value)
 
 
 def test_jsonl_round_trip_and_truncation(eb, tmp_path):
@@ -319,7 +321,8 @@ def test_jsonl_round_trip_and_truncation(eb, tmp_path):
     p.write_text(text[:-10])
     with pytest.raises(JournalCorrupt) as e:
         import_jsonl(p)
-    assert e.value.record == f"line {len(j)}"
+    # the truncated last line should hold the last record: named by its seq and line
+    assert e.value.record == len(j) - 1 and f"line {len(j)} is truncated" in str(e.value)
     lines = text.splitlines(keepends=True)
     lines[2] = lines[2].replace('"nmax": 0', '"nmax": 5')
     p.write_text("".join(lines))
@@ -391,7 +394,7 @@ CHILD = textwrap.dedent("""
     from bursarcore.journal import SQLiteJournal
     path, backend, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rng = random.Random(seed)
-    j = SQLiteJournal(path, batch=rng.choice([1, 7, 64]), synchronous="NORMAL")
+    j = SQLiteJournal(path, batch=rng.choice([1, 7, 64]), synchronous="NORMAL", create=True)
     b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, journal=j)
     b.register("a", Envelope(credits=500, sustained={"gpu": 16}, ceiling={"gpu": 48}, burst={"gpu": 5000}))
     b.register("g", Envelope(credits=500, service_class="interactive", guaranteed={"gpu": 16},
@@ -469,7 +472,7 @@ def test_sigkill_loses_no_acknowledged_decision(backend, tmp_path):
 
 
 def test_sqlite_rows_keep_earlier_records_after_appends(eb, tmp_path):
-    j = SQLiteJournal(tmp_path / "j.db", batch=2)
+    j = SQLiteJournal(tmp_path / "j.db", batch=2, create=True)
     b = build(eb, j)
     assert j.rows()["seq"].tolist() == [0, 1, 2, 3]
     d = b.acquire(Intent("storm", units={"gpu": 1}, duration=10))

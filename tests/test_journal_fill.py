@@ -181,7 +181,7 @@ def test_memory_reserve_in_place_and_growth():
 # ------------------------------------------------------------------ SQLite pages
 def _page_journal(tmp_path, backend="reference"):
     path = tmp_path / "p.db"
-    j = SQLiteJournal(path, batch=10**6)
+    j = SQLiteJournal(path, batch=10**6, create=True)
     b = _broker(backend, j)
     b.admit_batch(np.arange(30) % 2 * 2, np.full(30, 1), 10.0)  # all in the compiled loop
     b.acquire(Intent("a", units={"gpu": 1}, duration=5))
@@ -207,7 +207,7 @@ def test_sqlite_pages_round_trip(tmp_path):
 
 @pytest.mark.parametrize("backend", list(ENGINES))
 def test_sqlite_journal_reopens_and_replays_after_batches(backend, tmp_path):
-    j = SQLiteJournal(tmp_path / "r.db", batch=64)
+    j = SQLiteJournal(tmp_path / "r.db", batch=64, create=True)
     b = _broker(backend, j)
     _drive(b, np.random.default_rng(8))
     b.sync()
@@ -255,7 +255,7 @@ def test_sqlite_page_corruption_names_the_record(tmp_path):
     _tamper(path, "UPDATE journal SET crc = ? WHERE seq = ?", b"xyz", last)
     with pytest.raises(JournalCorrupt) as e:
         SQLiteJournal(path)
-    assert e.value.record == last
+    assert e.value.record == first     # the first record it leaves unverified
     # a page whose seq was moved: its records are out of sequence
     _tamper(path, "UPDATE journal SET crc = ?, seq = ? WHERE seq = ?", c, last + 1000, last)
     with pytest.raises(JournalCorrupt) as e:
@@ -290,7 +290,7 @@ def test_sqlite_reads_one_row_per_record_files(tmp_path):
 
 def test_sqlite_pages_are_bounded_and_split_at_payloads(tmp_path, monkeypatch):
     monkeypatch.setattr(jsqlite, "PAGE_RECORDS", 4)
-    j = SQLiteJournal(tmp_path / "s.db", batch=10**6)
+    j = SQLiteJournal(tmp_path / "s.db", batch=10**6, create=True)
     rows = new_rows(11)
     rows["op"] = 12
     pl = {5: '{"x": 1}'}

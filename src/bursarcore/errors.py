@@ -18,6 +18,7 @@ __all__ = [
     "UnknownCampaign",
     "UnknownLease",
     "JournalCorrupt",
+    "JournalUnavailable",
     "CommandError",
 ]
 
@@ -76,6 +77,24 @@ class JournalCorrupt(BursarError):
 
     def __reduce__(self):  # the default would call __init__ with the message alone
         return (type(self), (self.record, self.problem))
+
+
+class JournalUnavailable(BursarError):
+    """A journal file cannot be opened as asked. ``path`` names the file, ``problem`` says
+    what is wrong as a predicate of it (``"does not exist"``), and ``kind`` is one of
+    ``missing`` (no file, and creating one was not asked for), ``empty`` (it holds no
+    records), ``exists`` (asked to create one where a journal is), ``locked`` (another
+    process has it open), ``lost`` (it ends before records that were acknowledged) and
+    ``unreadable``."""
+
+    def __init__(self, path: object, problem: str, kind: str = "unreadable") -> None:
+        self.path = path
+        self.problem = problem
+        self.kind = kind
+        super().__init__(f"journal {path} {problem}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.problem, self.kind))
 
 
 class CommandError(BursarError, RuntimeError):

@@ -29,19 +29,22 @@ def export_jsonl(journal: Journal, path: str | os.PathLike) -> int:
 
 def import_jsonl(path: str | os.PathLike) -> MemoryJournal:
     """Read a JSON lines journal into memory; a truncated or altered line raises
-    :class:`JournalCorrupt` naming its line and record, and nothing is returned."""
+    :class:`JournalCorrupt` naming its record (the seq it holds, or for a line too damaged
+    to say, the seq that should come next) and its line, and nothing is returned."""
     rows, payloads = [], {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
+            expect = len(rows)             # the record this line should hold
             if not line.endswith("\n"):
-                raise JournalCorrupt(f"line {lineno}", "truncated (no end of line)")
+                raise JournalCorrupt(expect, f"line {lineno} is truncated (no end of line)")
             try:
                 d = json.loads(line)
                 row, payload = from_dict(d)
-            except (ValueError, KeyError, TypeError, OverflowError) as e:
-                raise JournalCorrupt(f"line {lineno}", f"unreadable: {e}") from None
+            except (ValueError, KeyError, TypeError, OverflowError, AttributeError) as e:
+                raise JournalCorrupt(expect, f"line {lineno} is unreadable: {e}") from None
+            seq = int(row["seq"][0])
             if crc(row.tobytes(), payload) != d.get("crc"):
-                raise JournalCorrupt(f"line {lineno} (seq {d.get('seq')})", "checksum mismatch")
+                raise JournalCorrupt(seq, f"line {lineno}: checksum mismatch")
             rows.append(row)
             if payload is not None:
                 payloads[len(rows) - 1] = payload

@@ -42,8 +42,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="the SPEC §10 scenario (512 GPUs, five campaigns) with fresh tokens "
                         "for its campaigns written to --credentials")
     p.add_argument("--journal", metavar="PATH", default=None,
-                   help="SQLite journal, replayed if it exists (default bursar.db, "
-                        "or bursar-demo.db with --demo)")
+                   help="SQLite journal, replayed on start (default bursar.db, or "
+                        "bursar-demo.db with --demo); a missing or empty one is refused "
+                        "unless --init")
+    p.add_argument("--init", action="store_true",
+                   help="make a new journal at --journal (refused where a journal with "
+                        "records is); --demo makes its own when there is none")
     p.add_argument("--memory", action="store_true",
                    help="keep the journal in memory: nothing survives a restart (tests)")
     p.add_argument("--synchronous", choices=["NORMAL", "FULL", "EXTRA"], default="FULL",
@@ -102,18 +106,16 @@ def serve(args: argparse.Namespace) -> int:
         import fastapi  # noqa: F401
     except ImportError:
         raise SystemExit("bursar serve needs the service extra: pip install 'bursarcore[service]'")
+    from ..errors import JournalCorrupt, JournalUnavailable
     from .app import ServiceSettings, create_app
-    from .auth import CAMPAIGN, OPERATOR, TokenStore
+    from .auth import OPERATOR, TokenStore
     from .core import DEMO_CONFIG, BrokerService
 
     journal, tokens_path = _paths(args)
-    store = TokenStore(tokens_path)
-    if args.mint_operator or args.mint:
-        if tokens_path is None:
-            raise SystemExit("bursar serve: --mint needs a token store (--tokens or --journal)")
-        token = store.mint(OPERATOR) if args.mint_operator else store.mint(CAMPAIGN, args.mint)
-        print(token)
-        return 0
+    if args.init and journal is None:
+        return _refuse("--init makes a new SQLite journal: it does not go with --memory")
+    # a journal is made only when asked: --init, or --demo's own where there is none
+    create = args.init or (args.demo and journal is not None and not os.path.exists(journal))
 
     config: dict[str, Any] = {}
     if args.demo:
@@ -126,10 +128,26 @@ def serve(args: argparse.Namespace) -> int:
         if camps:
             config["campaigns"] = camps
 
+    if args.mint_operator or args.mint:
+        if tokens_path is None:
+            raise SystemExit("bursar serve: --mint needs a token store (--tokens or --journal)")
+        return _mint(args, journal, tokens_path, config)
+
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = BrokerService.open(config, journal, synchronous=args.synchronous,
-                                 backend=args.backend, tick=args.tick)
+    # the journal first: a missing, damaged or locked one stops the start before anything
+    # else (the token store included) is read or written
+    try:
+        service = BrokerService.open(config, journal, create=create,
+                                     synchronous=args.synchronous, backend=args.backend,
+                                     tick=args.tick)
+    except (JournalUnavailable, JournalCorrupt) as e:
+        return _refuse(_journal_problem(e, journal, args.init))
+    try:
+        store = TokenStore(tokens_path)
+    except BaseException:
+        service.journal.close()
+        raise
     if args.demo:
         _demo_credentials(store, service.broker.campaigns, args.credentials)
     if not any(t["role"] == OPERATOR for t in store.listing()):
@@ -140,6 +158,58 @@ def serve(args: argparse.Namespace) -> int:
                                max_longpoll=args.max_longpoll)
     app = create_app(service, store, settings)
     return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log)
+
+
+def _refuse(message: str) -> int:
+    """One line on stderr and exit status 2: the server does not start."""
+    print(f"bursar serve: {message}", file=sys.stderr)
+    return 2
+
+
+def _journal_problem(e: Exception, journal: str | None, init: bool) -> str:
+    from ..errors import JournalCorrupt
+
+    if isinstance(e, JournalCorrupt):
+        return f"journal {journal} is damaged at record {e.record}: {e.problem}"
+    text = str(e)
+    kind = getattr(e, "kind", "")
+    if kind in ("missing", "empty") and not init:
+        text += ": start with --init to make a new journal there"
+    elif kind == "exists":
+        text += ": start without --init to replay it"
+    return text
+
+
+def _mint(args: argparse.Namespace, journal: str | None, tokens_path: str,
+          config: dict[str, Any]) -> int:
+    """``--mint CAMPAIGN`` / ``--mint-operator``: a token printed once. A campaign token
+    only for a campaign the journal registered or the configuration would register; the
+    journal is opened (and locked) to read its campaigns, so minting beside a running
+    server, whose token store would overwrite this one's, is refused."""
+    from ..errors import JournalCorrupt, JournalUnavailable
+    from ..journal import SQLiteJournal
+    from .auth import CAMPAIGN, OPERATOR, TokenStore
+
+    known = set(config.get("campaigns") or {})
+    if journal is not None and os.path.exists(journal):
+        try:
+            j = SQLiteJournal(journal)
+        except (JournalUnavailable, JournalCorrupt) as e:
+            text = _journal_problem(e, journal, args.init)
+            if getattr(e, "kind", "") == "locked":
+                text += "; mint through the running server: POST /v1/campaigns/<c>/tokens"
+            return _refuse(text)
+        known.update(j.names)
+        j.close()
+    if args.mint and args.mint not in known:
+        where = (f"journal {journal}" if journal is not None and os.path.exists(journal)
+                 else "the journal (there is none yet)")
+        return _refuse(f"--mint {args.mint}: no such campaign: it is not registered in "
+                       f"{where} nor in --config/--demo")
+    store = TokenStore(tokens_path)
+    token = store.mint(OPERATOR) if args.mint_operator else store.mint(CAMPAIGN, args.mint)
+    print(token)
+    return 0
 
 
 def _demo_credentials(store: Any, campaigns: list[str], path: str) -> None:

@@ -82,8 +82,9 @@ class GroupCommitJournal(SQLiteJournal):
     service calls :meth:`~SQLiteJournal.take` under the broker lock, between operations,
     and :meth:`~SQLiteJournal.commit` outside it, in its writer thread."""
 
-    def __init__(self, path: str | os.PathLike, synchronous: str = "FULL") -> None:
-        super().__init__(path, batch=1 << 62, synchronous=synchronous)
+    def __init__(self, path: str | os.PathLike, synchronous: str = "FULL", *,
+                 create: bool = False) -> None:
+        super().__init__(path, batch=1 << 62, synchronous=synchronous, create=create)
 
     def end_op(self, sync: bool = False) -> None:
         if sync:
@@ -229,16 +230,34 @@ class BrokerService:
     # ------------------------------------------------------------------ construction
     @classmethod
     def open(cls, config: Mapping[str, Any] | None = None, journal_path: str | None = None, *,
-             synchronous: str = "FULL", backend: str | None = None, tick: float = 0.5,
-             clock: Any = None) -> "BrokerService":
-        """Open (replaying) or create the broker. ``config`` is the JSON configuration;
-        on a replayed journal its pool and classes are ignored (the journal's own config
-        record rules) and only campaigns not yet registered are added."""
+             create: bool = False, synchronous: str = "FULL", backend: str | None = None,
+             tick: float = 0.5, clock: Any = None) -> "BrokerService":
+        """Open the broker on the SQLite journal at ``journal_path`` (replaying it), or
+        with ``create=True`` make a new journal there and a new broker from ``config``
+        (see :class:`~bursarcore.journal.SQLiteJournal`: a missing, empty, locked or
+        short journal raises :class:`~bursarcore.errors.JournalUnavailable`, a damaged
+        one :class:`~bursarcore.errors.JournalCorrupt`). ``config`` is the JSON
+        configuration; on a replayed journal its pool and classes are ignored (the
+        journal's own config record rules) and only campaigns not yet registered are
+        added. Without ``journal_path`` the journal is in memory."""
         config = dict(config or {})
         if journal_path is not None:
-            journal: Any = GroupCommitJournal(journal_path, synchronous=synchronous)
+            journal: Any = GroupCommitJournal(journal_path, synchronous=synchronous,
+                                              create=create)
         else:
             journal = MemoryJournal()
+        try:
+            return cls._build(config, journal, journal_path, backend=backend, tick=tick,
+                              clock=clock)
+        except BaseException:
+            if isinstance(journal, SQLiteJournal):
+                journal.take()                # nothing of a failed start is committed
+                journal.close()
+            raise
+
+    @classmethod
+    def _build(cls, config: dict[str, Any], journal: Any, journal_path: str | None, *,
+               backend: str | None, tick: float, clock: Any) -> "BrokerService":
         if len(journal):
             rows = journal.rows()
             clk = clock if clock is not None else WallClock(floor=float(rows[-1]["t"]) / 1e9)

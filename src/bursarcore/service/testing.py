@@ -2,9 +2,10 @@
 
 ``ServerProcess(workdir, config)`` mints an operator token and one token per configured
 campaign into ``workdir/tokens.json`` (hashed; the plaintext stays in this object), starts
-``python -m bursarcore.service`` on 127.0.0.1 with a free port, and waits (bounded) until it
-accepts connections. ``kill()`` sends SIGKILL (a crash), ``restart()`` starts it again on
-the same journal and tokens, ``stop()`` shuts it down cleanly. Loopback only.
+``python -m bursarcore.service`` on 127.0.0.1 with a free port (the first start makes its
+journal, ``--init``), and waits (bounded) until it accepts connections. ``kill()`` sends
+SIGKILL (a crash), ``restart()`` starts it again on the same journal and tokens, ``stop()``
+shuts it down cleanly. Loopback only.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ServerProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.initialised = self.journal_path is None   # --init only on the first start
 
     def __repr__(self) -> str:
         return f"ServerProcess({self.url or 'not started'})"
@@ -63,6 +65,8 @@ class ServerProcess:
         args = list(self.args)
         if self.url:   # a restart keeps the address, as a real service would
             args[args.index("--port") + 1] = self.url.rsplit(":", 1)[1]
+        if not self.initialised:
+            args.append("--init")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env)
@@ -71,6 +75,7 @@ class ServerProcess:
         while time.monotonic() < end:
             if self.ready_path.exists():
                 self.url = self.ready_path.read_text().strip()
+                self.initialised = True
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"bursar serve exited with {self.proc.returncode}:\n"
