@@ -301,6 +301,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
               responses=_OPERATOR, tags=["operator"])
     async def register(body: M.CampaignIn, p: Op) -> dict:
         """Register a campaign and mint its first token (shown once, stored hashed)."""
+        errors = body.envelope.dim_errors(broker.dims, list(broker.flow_dims))
+        if errors:
+            raise RequestValidationError(errors)
         env = envelope_from_json(body.envelope.model_dump(), "envelope")
         if body.name in broker.envelopes:
             raise RequestValidationError([{"loc": ("body", "name"), "type": "invalid_argument",
