@@ -11,7 +11,10 @@ resource. No or a wrong token answers 401.
 Status codes: an intent answers 201 (granted; ``Location`` of the lease), 202 (pending,
 ``Location`` of the ticket) or 200 (refused: a decision, not an error; ``Retry-After``
 when the broker knows when to retry). 422 names the field; 413 a body over the limit;
-429 the per-token rate limit (``Retry-After``); 503 a journal that cannot be written.
+429 the per-token rate limit (``Retry-After``); 500 an operation that failed inside the
+broker (that request only: nothing was journaled, the service goes on); 503 a journal that
+cannot be written (the service stops acknowledging until restarted) or a commit slower than
+``commit_timeout``.
 """
 
 import asyncio
@@ -33,7 +36,8 @@ from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
 from ..journal import records as J
 from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
-from .core import BrokerService, ServiceUnavailable, envelope_from_json, json_safe
+from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
+                   json_safe)
 from .ratelimit import RateLimiter, retry_after_header
 
 __all__ = ["create_app", "ServiceSettings"]
@@ -44,24 +48,27 @@ log = logging.getLogger("bursarcore.service")
 class ServiceSettings:
     """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
     authentications per second per client address, ``max_body`` bytes per request body,
-    ``batch_unit`` batch items per extra request of rate cost."""
+    ``batch_unit`` batch items per extra request of rate cost, ``commit_timeout`` the
+    longest wait for a journal commit before a request answers 503."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
-                 max_longpoll: float = 60.0) -> None:
+                 max_longpoll: float = 60.0, commit_timeout: float = 30.0) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
         self.max_longpoll = float(max_longpoll)
+        self.commit_timeout = float(commit_timeout)
 
 
 # ---------------------------------------------------------------------------- ASGI layer
 class _Limits:
     """Pure ASGI middleware: request bodies over ``max_body`` bytes answer 413 before the
     app reads them (by Content-Length, or by counting a chunked body); every response gets
-    ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``."""
+    ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``; an exception no
+    handler took answers 500 with a JSON body."""
 
     def __init__(self, app: Any, max_body: int, clock: Callable[[], float]) -> None:
         self.app, self.max_body, self.clock = app, max_body, clock
@@ -109,22 +116,42 @@ class _Limits:
 
                 receive = replay
 
+        started = False
+
         async def send_with_headers(message: dict) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 h = list(message.get("headers") or [])
                 h.append((b"x-bursar-time", repr(self.clock()).encode()))
                 h.append((b"cache-control", b"no-store"))
                 message = {**message, "headers": h}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # a bug in one request: a 500 for it, logged once with its traceback; the
+            # server and every other request go on
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise                     # mid-response: the server drops the connection
+            await self._send_json(send, 500, {"detail": "internal error; this request failed"})
 
     async def _reject(self, send: Callable) -> None:
-        body = json.dumps({"detail": f"request body over {self.max_body} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await self._send_json(send, 413, {"detail": f"request body over {self.max_body} bytes"},
+                              close=True)
+
+    async def _send_json(self, send: Callable, status: int, doc: dict, *,
+                         close: bool = False) -> None:
+        body = json.dumps(doc).encode()
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode()),
+                   (b"x-bursar-time", repr(self.clock()).encode()),
+                   (b"cache-control", b"no-store")]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -133,6 +160,8 @@ _ERR = {"model": M.ErrorOut}
 _COMMON = {401: {**_ERR, "description": "missing or invalid bearer token"},
            422: {**_ERR, "description": "invalid input; `loc` names the field"},
            429: {**_ERR, "description": "rate limited; see Retry-After"},
+           500: {**_ERR, "description": "the operation failed inside the broker; nothing "
+                                        "was journaled"},
            503: {**_ERR, "description": "the journal cannot be written"}}
 _SCOPED = {**_COMMON, 404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
 _OPERATOR = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
@@ -154,6 +183,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
     broker = service.broker
     service.expected_errors = (*BrokerService.expected_errors, StarletteHTTPException,
                                RequestValidationError)
+    service.commit_timeout = st.commit_timeout
 
     @contextlib.asynccontextmanager
     async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -209,6 +239,11 @@ def create_app(service: BrokerService, tokens: TokenStore,
     @app.exception_handler(ServiceUnavailable)
     async def _unavailable(request: Request, exc: ServiceUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(OperationFailed)
+    async def _operation_failed(request: Request, exc: OperationFailed) -> JSONResponse:
+        # logged with its traceback where it was raised (BrokerService.call)
+        return JSONResponse({"detail": str(exc)}, status_code=500)
 
     # ------------------------------------------------------------------ auth
     async def principal(request: Request,
