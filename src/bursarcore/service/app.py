@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from typing import Annotated, Any, AsyncIterator, Callable
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -169,6 +170,28 @@ _RETRY_HDR = {"Retry-After": {"description": "seconds", "schema": {"type": "stri
 _LOC_HDR = {"Location": {"description": "the lease or the ticket", "schema": {"type": "string"}}}
 
 
+DEFAULT_PAGE = 100
+
+
+def _paginate(items: list, key: Callable[[Any], int], after: int,
+              limit: int) -> tuple[list, int | None]:
+    """The ``limit`` items with the smallest keys above ``after``, and the cursor of the
+    next page (the last key shown) or None when nothing follows."""
+    rest = sorted((x for x in items if key(x) > after), key=key)
+    page = rest[:limit]
+    return page, (key(page[-1]) if len(rest) > limit else None)
+
+
+def _where(request: Request, field: str) -> str:
+    """Where a field the broker refused came from: ``path``, ``query`` or ``body``."""
+    head = re.split(r"[.\[]", field, maxsplit=1)[0]
+    if head in request.path_params:
+        return "path"
+    if head in request.query_params:
+        return "query"
+    return "body"
+
+
 def _not_found(what: str) -> HTTPException:
     return HTTPException(404, f"{what} not found")
 
@@ -233,8 +256,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     @app.exception_handler(InvalidArgument)
     async def _invalid(request: Request, exc: InvalidArgument) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": ["body", exc.field], "msg": exc.rule,
-                                         "type": "invalid_argument"}]}, status_code=422)
+        return JSONResponse({"detail": [{"loc": [_where(request, exc.field), exc.field],
+                                         "msg": exc.rule, "type": "invalid_argument"}]},
+                            status_code=422)
 
     @app.exception_handler(ServiceUnavailable)
     async def _unavailable(request: Request, exc: ServiceUnavailable) -> JSONResponse:
@@ -272,6 +296,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
         return p
 
     Op = Annotated[Principal, Depends(operator)]
+    IdAfter = Annotated[int, Query(ge=-1, le=1 << 62, description="an id (cursor): the "
+                                   "page starts after it")]
+    PageLimit = Annotated[int, Query(ge=1, le=M.MAX_PAGE, description="items per page")]
     Camp = Annotated[str, Path(min_length=1, max_length=128, description="campaign name")]
     LeaseId = Annotated[int, Path(ge=0, le=1 << 62)]
     Seq = Annotated[int, Path(ge=0, le=1 << 62)]
@@ -427,10 +454,14 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     @app.get("/v1/campaigns/{campaign}/intents", response_model=M.PendingList,
              responses=_SCOPED, tags=["intents"])
-    async def pending(campaign: Camp, p: Who) -> dict:
-        """The campaign's pending intents."""
+    async def pending(campaign: Camp, p: Who, after: IdAfter = -1,
+                      limit: PageLimit = DEFAULT_PAGE) -> dict:
+        """The campaign's pending intents, by intent id: ``limit`` of them after the
+        intent id ``after``; ``next`` is the cursor of the next page (null: the last)."""
         scope(p, campaign)
-        return {"pending": service.query(broker.pending, campaign)}
+        items, nxt = _paginate(service.query(broker.pending, campaign),
+                               lambda x: x["intent_id"], after, limit)
+        return {"pending": items, "next": nxt}
 
     @app.get("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.TicketOut,
              responses=_SCOPED, tags=["intents"])
@@ -466,15 +497,19 @@ def create_app(service: BrokerService, tokens: TokenStore,
     # ------------------------------------------------------------------ leases
     @app.get("/v1/campaigns/{campaign}/leases", response_model=M.LeaseList, responses=_SCOPED,
              tags=["leases"])
-    async def leases(campaign: Camp, p: Who) -> dict:
-        """Live leases (starting, active, revoking) and the broker time."""
+    async def leases(campaign: Camp, p: Who, after: IdAfter = -1,
+                     limit: PageLimit = DEFAULT_PAGE) -> dict:
+        """Live leases (starting, active, revoking) and the broker time, by lease id:
+        ``limit`` of them after the lease id ``after``; ``next`` is the cursor of the next
+        page (null: the last)."""
         scope(p, campaign)
 
         def run() -> tuple:
             return broker.clock.now(), broker.leases(campaign)
 
         now, ls = await service.call(run)
-        return {"time": now, "leases": [M.lease_out(l) for l in ls]}
+        page, nxt = _paginate(ls, lambda l: l.id, after, limit)
+        return {"time": now, "leases": [M.lease_out(l) for l in page], "next": nxt}
 
     @app.get("/v1/campaigns/{campaign}/leases/{lease_id}", response_model=M.LeaseOut,
              responses=_SCOPED, tags=["leases"])

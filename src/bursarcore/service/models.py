@@ -294,11 +294,13 @@ class PendingOut(_Out):
 
 class PendingList(_Out):
     pending: list[PendingOut]
+    next: int | None = Field(description="pass as `after` for the next page; null: the last")
 
 
 class LeaseList(_Out):
     time: float
     leases: list[LeaseOut]
+    next: int | None = Field(description="pass as `after` for the next page; null: the last")
 
 
 class TicketOut(_Out):
