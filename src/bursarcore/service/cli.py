@@ -12,9 +12,9 @@ import logging
 import os
 import socket
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
-__all__ = ["add_serve", "serve", "main"]
+__all__ = ["add_serve", "serve", "main", "load_config"]
 
 log = logging.getLogger("bursarcore.service")
 
@@ -119,9 +119,8 @@ def serve(args: argparse.Namespace) -> int:
     if args.demo:
         config = json.loads(json.dumps(DEMO_CONFIG))
     if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            mine = json.load(f)
-        camps = {**config.get("campaigns", {}), **mine.get("campaigns", {})}
+        mine = load_config(args.config)
+        camps = {**config.get("campaigns", {}), **(mine.get("campaigns") or {})}
         config.update(mine)
         if camps:
             config["campaigns"] = camps
@@ -140,6 +139,43 @@ def serve(args: argparse.Namespace) -> int:
                                max_longpoll=args.max_longpoll)
     app = create_app(service, store, settings)
     return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The ``--config`` file, read and checked by building a broker from it (on a scratch
+    clock, no journal); any mistake exits 2 with one line naming the file and the field."""
+    from ..clock import ManualClock
+    from ..errors import InvalidArgument
+    from .core import build_broker, envelope_from_json
+
+    def refuse(problem: str) -> NoReturn:
+        print(f"bursar serve: --config {path}: {' '.join(problem.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        refuse(f"cannot read it: {getattr(e, 'strerror', None) or e}")
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        refuse(f"not valid JSON: {e}")
+    if not isinstance(config, dict):
+        refuse(f"must be a JSON object (got {type(config).__name__})")
+    where = "config"
+    try:
+        broker = build_broker(config, ManualClock(0.0))
+        for name, env in (config.get("campaigns") or {}).items():
+            where = f"campaigns.{name}"
+            broker.register(name, envelope_from_json(env, where))
+    except InvalidArgument as e:
+        field = e.field if e.field.startswith(("config", where)) else f"{where}.{e.field}"
+        got = "" if e.value is None else f" (got {repr(e.value)[:80]})"
+        refuse(f"{field}: {e.rule}{got}")
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        refuse(f"{where}: {type(e).__name__}: {e}")
+    return config
 
 
 def _demo_credentials(store: Any, campaigns: list[str], path: str) -> None:

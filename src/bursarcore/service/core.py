@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import difflib
 import logging
 import math
 import os
@@ -135,6 +136,7 @@ DEMO_CONFIG: dict[str, Any] = {
     },
 }
 
+_POOL_OPTIONS = ("flow", "slots", "slots_per_node", "warm_headroom")
 _BROKER_KEYS = {"pool", "classes", "congestion", "price", "ttl", "half_life", "enforcement",
                 "campaigns"}
 
@@ -158,14 +160,33 @@ def envelope_from_json(env: Mapping[str, Any], field: str = "envelope") -> Envel
 def build_broker(config: Mapping[str, Any], clock: Any, journal: Any = None, *,
                  backend: str | None = None) -> Broker:
     """A fresh broker from a JSON configuration (see ``docs/service.md``)."""
+    if not isinstance(config, Mapping):
+        raise InvalidArgument("config", "must be an object", type(config).__name__)
     unknown = set(config) - _BROKER_KEYS
     if unknown:
         raise InvalidArgument(f"config.{sorted(unknown)[0]}", f"must be one of {sorted(_BROKER_KEYS)}")
-    pool_cfg = dict(config.get("pool") or {"gpu": 64})
+    raw_pool = config.get("pool") or {"gpu": 64}
+    if not isinstance(raw_pool, Mapping):
+        raise InvalidArgument("config.pool", "must be an object", type(raw_pool).__name__)
+    pool_cfg = dict(raw_pool)
     kw: dict[str, Any] = {}
-    for k in ("flow", "slots", "slots_per_node", "warm_headroom"):
+    for k in _POOL_OPTIONS:
         if k in pool_cfg:
             kw[k] = pool_cfg.pop(k)
+    for k, v in pool_cfg.items():
+        # every other key is a held dimension's capacity: a key that looks like an option
+        # (a misspelling would silently become a dimension) or a value that is not a
+        # number is refused
+        near = difflib.get_close_matches(k, _POOL_OPTIONS, n=1, cutoff=0.8)
+        if near:
+            raise InvalidArgument(f"config.pool.{k}", f"is not a pool option (did you mean "
+                                  f"{near[0]!r}?) nor a usable dimension name", v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgument(f"config.pool.{k}", "a held dimension's capacity must be a "
+                                  f"number; the pool's options are {list(_POOL_OPTIONS)}", v)
+    if config.get("campaigns") is not None and not isinstance(config["campaigns"], Mapping):
+        raise InvalidArgument("config.campaigns", "must be an object: name -> envelope",
+                              type(config["campaigns"]).__name__)
     if isinstance(kw.get("slots"), Mapping):
         kw["slots"] = {d: [tuple(x) for x in v] for d, v in kw["slots"].items()}
     pool = Pool(**kw, **pool_cfg)
