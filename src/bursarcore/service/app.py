@@ -55,13 +55,13 @@ class ServiceSettings:
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
-                 max_longpoll: float = 60.0, commit_timeout: float = 30.0) -> None:
+                 max_longpoll: float = 60.0, commit_timeout: float | None = 30.0) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
         self.max_longpoll = float(max_longpoll)
-        self.commit_timeout = float(commit_timeout)
+        self.commit_timeout = None if commit_timeout is None else float(commit_timeout)
 
 
 # ---------------------------------------------------------------------------- ASGI layer

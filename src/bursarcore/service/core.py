@@ -239,8 +239,9 @@ class BrokerService:
     #: exceptions an operation may raise without harm (bad input, refused access); any
     #: other is a failure of the operation or of the journal (see :meth:`call`)
     expected_errors: tuple[type[BaseException], ...] = (BursarError,)
-    #: longest wait for a journal commit before a request answers 503 (seconds)
-    commit_timeout: float = 30.0
+    #: longest wait for a journal commit before a request answers 503 (seconds; None: no
+    #: bound)
+    commit_timeout: float | None = 30.0
 
     def __init__(self, broker: Broker, *, tick: float = 0.5, event_log: int = 10_000) -> None:
         if broker.journal is None:
@@ -434,7 +435,7 @@ class BrokerService:
         try:
             await asyncio.wait_for(fut, self.commit_timeout)
         except asyncio.TimeoutError:
-            log.error("journal commit took over %.3g s; answering 503", self.commit_timeout)
+            log.error("journal commit took over %g s; answering 503", self.commit_timeout)
             raise ServiceUnavailable(f"the journal did not commit within "
                                      f"{self.commit_timeout:g} s; not acknowledged") from None
 
