@@ -71,7 +71,7 @@ def _kill_cycles(srv, kills: int, seed: int) -> list:
     rng = random.Random(seed)
     acked: list = []
     for k in range(kills):
-        srv.start()
+        srv.start(timeout=120)
         mark = len(acked) + rng.randint(3, 15)
         stop = threading.Event()
         threads = [threading.Thread(target=_load, args=(srv.url, srv.tokens[c], c,
@@ -91,7 +91,7 @@ def _kill_cycles(srv, kills: int, seed: int) -> list:
 
 def _verify(srv, acked: list) -> None:
     """Every acknowledged decision is in the replayed journal, as acknowledged."""
-    srv.start()                               # replays the journal
+    srv.start(timeout=120)                    # replays the journal
     op = {"Authorization": f"Bearer {srv.tokens['operator']}"}
     http = httpx.Client(base_url=srv.url, headers=op, timeout=10)
     durable = http.get("/v1/health").json()["durable_seq"]
@@ -187,7 +187,7 @@ def test_quiet_restart_reproduces_leases_and_balances(server_factory):
     before = _state(srv.url, srv.tokens["operator"])
     for _ in range(2):
         srv.kill()
-        srv.start()
+        srv.start(timeout=120)
         assert _state(srv.url, srv.tokens["operator"]) == before
     # and it goes on deciding from where it was
     d = c["alpha"].acquire(Intent("alpha", units={"gpu": 1}, duration=60))
