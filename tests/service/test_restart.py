@@ -12,6 +12,7 @@ import time
 import httpx
 
 from bursarcore import Intent
+from bursarcore._backend import available
 from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
@@ -62,7 +63,8 @@ def _state(url: str, op_token: str) -> dict:
 
 
 KILLS_PER_BACKEND = int(os.environ.get("BURSAR_SIGKILLS", "50"))
-BACKENDS = ("compiled", "reference")
+# both backends each run (the pure-Python run has only the reference: it takes all kills)
+BACKENDS = tuple(b for b in ("compiled", "reference") if b in available())
 
 
 def _kill_cycles(srv, kills: int, seed: int) -> list:
@@ -149,7 +151,7 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
 
     def run(b: str, seed: int) -> None:
         try:
-            results[b] = _kill_cycles(servers[b], KILLS_PER_BACKEND, seed)
+            results[b] = _kill_cycles(servers[b], KILLS_PER_BACKEND * 2 // len(BACKENDS), seed)
         except BaseException as e:   # noqa: BLE001 - reported below
             results[b] = e
 
@@ -165,12 +167,12 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
             acked = results[b]
             if isinstance(acked, BaseException):
                 raise acked
-            assert len(acked) >= 3 * KILLS_PER_BACKEND, (b, len(acked))
+            assert len(acked) >= 3 * KILLS_PER_BACKEND * 2 // len(BACKENDS), (b, len(acked))
             _verify(servers[b], acked)
     finally:
         for s in servers.values():
             s.stop()
-    print(f"{len(BACKENDS) * KILLS_PER_BACKEND} SIGKILLs in {took:.1f} s")
+    print(f"{2 * KILLS_PER_BACKEND} SIGKILLs in {took:.1f} s")
 
 
 def test_quiet_restart_reproduces_leases_and_balances(server_factory):
