@@ -214,6 +214,10 @@ class _Req:
     operator_path: str | None = None  # with no campaign and an operator token: this path
 
 
+PAGE = 1000
+"""Items per page when a client method reads a whole paginated list."""
+
+
 def _q(s: str) -> str:
     return urllib.parse.quote(str(s), safe="")
 
@@ -354,9 +358,11 @@ class _Base:
                     lambda d: [decision_from(x) for x in d["decisions"]], camps.pop(),
                     {"intents": [_intent_body(i) for i in intents]}, needs_campaign=True)
 
-    def _r_pending(self, campaign) -> _Req:
-        return _Req("GET", "/v1/campaigns/{campaign}/intents", lambda d: d["pending"],
-                    campaign, idempotent=True, needs_campaign=True)
+    def _r_pending(self, campaign, after: int = -1) -> _Req:
+        return _Req("GET", "/v1/campaigns/{campaign}/intents",
+                    lambda d: (d["pending"], d.get("next")), campaign,
+                    params={"after": after, "limit": PAGE}, idempotent=True,
+                    needs_campaign=True)
 
     def _r_ticket(self, intent_id: int, campaign) -> _Req:
         def parse(d: dict) -> Ticket:
@@ -370,11 +376,12 @@ class _Base:
                     lambda d: bool(d["cancelled"]), campaign, idempotent=True,
                     needs_campaign=True)
 
-    def _r_leases(self, campaign) -> _Req:
-        def parse(d: dict) -> list[Lease]:
-            return [lease_from(x) for x in d["leases"]]
+    def _r_leases(self, campaign, after: int = -1) -> _Req:
+        def parse(d: dict) -> tuple[list[Lease], int | None]:
+            return [lease_from(x) for x in d["leases"]], d.get("next")
         return _Req("GET", "/v1/campaigns/{campaign}/leases", parse, campaign,
-                    idempotent=True, needs_campaign=True)
+                    params={"after": after, "limit": PAGE}, idempotent=True,
+                    needs_campaign=True)
 
     def _r_lease(self, lease_id: int, campaign) -> _Req:
         return _Req("GET", f"/v1/campaigns/{{campaign}}/leases/{int(lease_id)}", lease_from,
@@ -532,6 +539,15 @@ class BursarClient(_Base):
                 continue
             return self._result(req, r)
 
+    def _all(self, page: Callable[[int], _Req]) -> list:
+        """Every item of a paginated list, page after page."""
+        out: list = []
+        after: int | None = -1
+        while after is not None:
+            items, after = self._do(page(after))
+            out.extend(items)
+        return out
+
     # -- the broker's API ----------------------------------------------------------
     def whoami(self) -> dict:
         return self._do(self._r_whoami())
@@ -554,7 +570,7 @@ class BursarClient(_Base):
         return self._do(self._r_acquire_batch(list(intents)))
 
     def pending(self, campaign: str | None = None) -> list[dict]:
-        return self._do(self._r_pending(campaign))
+        return self._all(lambda after: self._r_pending(campaign, after))
 
     def ticket(self, intent_id: int, campaign: str | None = None) -> Ticket:
         return self._do(self._r_ticket(intent_id, campaign))
@@ -563,7 +579,7 @@ class BursarClient(_Base):
         return self._do(self._r_cancel(intent_id, campaign))
 
     def leases(self, campaign: str | None = None) -> list[Lease]:
-        return self._do(self._r_leases(campaign))
+        return self._all(lambda after: self._r_leases(campaign, after))
 
     def lease(self, lease_id: int, campaign: str | None = None) -> Lease:
         return self._do(self._r_lease(lease_id, campaign))
@@ -696,6 +712,15 @@ class AsyncBursarClient(_Base):
             self._campaign = (await self.whoami()).get("campaign")
         return self._campaign
 
+    async def _all(self, page: Callable[[int], _Req]) -> list:
+        """Every item of a paginated list, page after page."""
+        out: list = []
+        after: int | None = -1
+        while after is not None:
+            items, after = await self._do(page(after))
+            out.extend(items)
+        return out
+
     async def _do(self, req: _Req) -> Any:
         campaign = req.campaign
         if req.needs_campaign and campaign is None:
@@ -755,7 +780,7 @@ class AsyncBursarClient(_Base):
         return await self._do(self._r_acquire_batch(list(intents)))
 
     async def pending(self, campaign: str | None = None) -> list[dict]:
-        return await self._do(self._r_pending(campaign))
+        return await self._all(lambda after: self._r_pending(campaign, after))
 
     async def ticket(self, intent_id: int, campaign: str | None = None) -> Ticket:
         return await self._do(self._r_ticket(intent_id, campaign))
@@ -764,7 +789,7 @@ class AsyncBursarClient(_Base):
         return await self._do(self._r_cancel(intent_id, campaign))
 
     async def leases(self, campaign: str | None = None) -> list[Lease]:
-        return await self._do(self._r_leases(campaign))
+        return await self._all(lambda after: self._r_leases(campaign, after))
 
     async def lease(self, lease_id: int, campaign: str | None = None) -> Lease:
         return await self._do(self._r_lease(lease_id, campaign))

@@ -4,6 +4,7 @@ and that a quiet restart reproduces leases, balances and the pending queue exact
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -11,6 +12,7 @@ import time
 import httpx
 
 from bursarcore import Intent
+from bursarcore._backend import available
 from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
@@ -60,23 +62,38 @@ def _state(url: str, op_token: str) -> dict:
             "capacity": st["pool"]["gpu"]["capacity"]}
 
 
-def test_sigkill_under_load_loses_no_acknowledged_decision(server_factory):
-    srv = server_factory(name="durable")
+KILLS_PER_BACKEND = int(os.environ.get("BURSAR_SIGKILLS", "50"))
+# both backends each run (the pure-Python run has only the reference: it takes all kills)
+BACKENDS = tuple(b for b in ("compiled", "reference") if b in available())
+
+
+def _kill_cycles(srv, kills: int, seed: int) -> list:
+    """``kills`` times: start the server on its journal, put it under load from four
+    clients, SIGKILL it mid-load once a random number of decisions were acknowledged."""
+    rng = random.Random(seed)
     acked: list = []
-    stop = threading.Event()
-    threads = [threading.Thread(target=_load, args=(srv.url, srv.tokens[c], c, i, acked, stop))
-               for i, c in enumerate(CAMPAIGNS * 2)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 20
-    while len(acked) < 150 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    srv.kill()                                # mid-load: requests are in flight
-    stop.set()
-    for t in threads:
-        t.join(15)
-    assert len(acked) >= 150, "too little load before the kill"
-    srv.start()                               # replays the journal
+    for k in range(kills):
+        srv.start(timeout=120)
+        mark = len(acked) + rng.randint(3, 15)
+        stop = threading.Event()
+        threads = [threading.Thread(target=_load, args=(srv.url, srv.tokens[c], c,
+                                                        seed * 10_000 + k * 10 + i, acked, stop))
+                   for i, c in enumerate(CAMPAIGNS * 2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 5
+        while len(acked) < mark and time.monotonic() < deadline:
+            time.sleep(0.005)
+        srv.kill()                            # mid-load: requests are in flight
+        stop.set()
+        for t in threads:
+            t.join(15)
+    return acked
+
+
+def _verify(srv, acked: list) -> None:
+    """Every acknowledged decision is in the replayed journal, as acknowledged."""
+    srv.start(timeout=120)                    # replays the journal
     op = {"Authorization": f"Bearer {srv.tokens['operator']}"}
     http = httpx.Client(base_url=srv.url, headers=op, timeout=10)
     durable = http.get("/v1/health").json()["durable_seq"]
@@ -91,7 +108,7 @@ def test_sigkill_under_load_loses_no_acknowledged_decision(server_factory):
         elif op_name in ("release", "renew"):
             assert rec["lease"] == lease
     # acknowledged leases are live, as granted, unless released: an acknowledged release
-    # ended them for sure; a release in flight at the kill may or may not have been
+    # ended them for sure; a release in flight at a kill may or may not have been
     # committed (not acknowledged: either is right), and if it was, the journal says so
     live = {l[0]: l for l in _state(srv.url, srv.tokens["operator"])["leases"]}
     journal_released, after = set(), -1
@@ -120,6 +137,42 @@ def test_sigkill_under_load_loses_no_acknowledged_decision(server_factory):
         if lid in live:
             assert live[lid][4] >= expiry - 1e-6
     http.close()
+    srv.stop()
+
+
+def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config):
+    """``KILLS_PER_BACKEND`` SIGKILLs of a server on each backend (both at once, each on
+    its own journal), then one replay per journal checks every acknowledged decision."""
+    from bursarcore.service.testing import ServerProcess
+
+    servers = {b: ServerProcess(tmp_path / b, base_config, extra_args=["--backend", b])
+               for b in BACKENDS}
+    results: dict = {}
+
+    def run(b: str, seed: int) -> None:
+        try:
+            results[b] = _kill_cycles(servers[b], KILLS_PER_BACKEND * 2 // len(BACKENDS), seed)
+        except BaseException as e:   # noqa: BLE001 - reported below
+            results[b] = e
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=(b, i + 1)) for i, b in enumerate(BACKENDS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    took = time.monotonic() - t0
+    try:
+        for b in BACKENDS:
+            acked = results[b]
+            if isinstance(acked, BaseException):
+                raise acked
+            assert len(acked) >= 3 * KILLS_PER_BACKEND * 2 // len(BACKENDS), (b, len(acked))
+            _verify(servers[b], acked)
+    finally:
+        for s in servers.values():
+            s.stop()
+    print(f"{2 * KILLS_PER_BACKEND} SIGKILLs in {took:.1f} s")
 
 
 def test_quiet_restart_reproduces_leases_and_balances(server_factory):
@@ -136,7 +189,7 @@ def test_quiet_restart_reproduces_leases_and_balances(server_factory):
     before = _state(srv.url, srv.tokens["operator"])
     for _ in range(2):
         srv.kill()
-        srv.start()
+        srv.start(timeout=120)
         assert _state(srv.url, srv.tokens["operator"]) == before
     # and it goes on deciding from where it was
     d = c["alpha"].acquire(Intent("alpha", units={"gpu": 1}, duration=60))

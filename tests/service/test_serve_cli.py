@@ -97,3 +97,44 @@ def test_serve_on_an_ephemeral_port_reports_its_url(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("text,problem", [
+    (None, "cannot read it: No such file or directory"),
+    ("{bad json", "not valid JSON: Expecting property name"),
+    ("[1, 2]", "must be a JSON object (got list)"),
+    ('"pool"', "must be a JSON object (got str)"),
+    ('{"pool": [8]}', "config.pool: must be an object"),
+    ('{"pool": {"gpu": "8"}}', "config.pool.gpu: a held dimension's capacity must be a number"),
+    ('{"pool": {"gpu": 8}, "colour": 1}', "config.colour: must be one of"),
+    ('{"pool": {"gpu": 8}, "ttl": "x"}', "config.ttl: must be"),
+    ('{"pool": {"gpu": 8, "slots_per_nodes": 4}}',
+     "config.pool.slots_per_nodes: is not a pool option (did you mean 'slots_per_node'?)"),
+    ('{"pool": {"gpu": 8, "warm_headrom": {"gpu": 1}}}', "config.pool.warm_headrom"),
+    ('{"pool": {"gpu": 8}, "campaigns": [1]}', "config.campaigns: must be an object"),
+    ('{"pool": {"gpu": 8}, "campaigns": {"a": {"credits": 1, "wat": 1}}}',
+     "campaigns.a.wat: is not an envelope field"),
+    ('{"pool": {"gpu": 8}, "campaigns": {"a": {"credits": -1}}}', "campaigns.a.credits"),
+    ('{"pool": {"gpu": 8}, "classes": [{"name": "x"}]}', "TypeError"),
+])
+def test_config_mistakes_are_one_line_and_exit_2(tmp_path, text, problem):
+    cfg = tmp_path / "broker.json"
+    if text is not None:
+        cfg.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "bursarcore", "serve", "--memory", "--config",
+                        str(cfg), "--tokens", str(tmp_path / "t.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"bursar serve: --config {cfg}: ") and problem in lines[0], lines
+
+
+def test_dimension_names_still_work_beside_the_pool_options(tmp_path):
+    cfg = tmp_path / "broker.json"
+    cfg.write_text(json.dumps({"pool": {"gpu": 8, "cpu_slots": 64, "slots_per_node": 4,
+                                        "flow": {"fs": 2.0}}}))
+    config = cli.load_config(str(cfg))
+    from bursarcore.service.core import build_broker
+    from bursarcore import ManualClock
+    assert build_broker(config, ManualClock(0)).dims == ["gpu", "cpu_slots"]

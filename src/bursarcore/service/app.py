@@ -11,7 +11,10 @@ resource. No or a wrong token answers 401.
 Status codes: an intent answers 201 (granted; ``Location`` of the lease), 202 (pending,
 ``Location`` of the ticket) or 200 (refused: a decision, not an error; ``Retry-After``
 when the broker knows when to retry). 422 names the field; 413 a body over the limit;
-429 the per-token rate limit (``Retry-After``); 503 a journal that cannot be written.
+429 the per-token rate limit (``Retry-After``); 500 an operation that failed inside the
+broker (that request only: nothing was journaled, the service goes on); 503 a journal that
+cannot be written (the service stops acknowledging until restarted) or a commit slower than
+``commit_timeout``.
 """
 
 import asyncio
@@ -19,6 +22,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from typing import Annotated, Any, AsyncIterator, Callable
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -33,7 +37,8 @@ from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
 from ..journal import records as J
 from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
-from .core import BrokerService, ServiceUnavailable, envelope_from_json, json_safe
+from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
+                   json_safe)
 from .ratelimit import RateLimiter, retry_after_header
 
 __all__ = ["create_app", "ServiceSettings"]
@@ -44,24 +49,27 @@ log = logging.getLogger("bursarcore.service")
 class ServiceSettings:
     """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
     authentications per second per client address, ``max_body`` bytes per request body,
-    ``batch_unit`` batch items per extra request of rate cost."""
+    ``batch_unit`` batch items per extra request of rate cost, ``commit_timeout`` the
+    longest wait for a journal commit before a request answers 503."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
-                 max_longpoll: float = 60.0) -> None:
+                 max_longpoll: float = 60.0, commit_timeout: float | None = 30.0) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
         self.max_longpoll = float(max_longpoll)
+        self.commit_timeout = None if commit_timeout is None else float(commit_timeout)
 
 
 # ---------------------------------------------------------------------------- ASGI layer
 class _Limits:
     """Pure ASGI middleware: request bodies over ``max_body`` bytes answer 413 before the
     app reads them (by Content-Length, or by counting a chunked body); every response gets
-    ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``."""
+    ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``; an exception no
+    handler took answers 500 with a JSON body."""
 
     def __init__(self, app: Any, max_body: int, clock: Callable[[], float]) -> None:
         self.app, self.max_body, self.clock = app, max_body, clock
@@ -109,22 +117,42 @@ class _Limits:
 
                 receive = replay
 
+        started = False
+
         async def send_with_headers(message: dict) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 h = list(message.get("headers") or [])
                 h.append((b"x-bursar-time", repr(self.clock()).encode()))
                 h.append((b"cache-control", b"no-store"))
                 message = {**message, "headers": h}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # a bug in one request: a 500 for it, logged once with its traceback; the
+            # server and every other request go on
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise                     # mid-response: the server drops the connection
+            await self._send_json(send, 500, {"detail": "internal error; this request failed"})
 
     async def _reject(self, send: Callable) -> None:
-        body = json.dumps({"detail": f"request body over {self.max_body} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await self._send_json(send, 413, {"detail": f"request body over {self.max_body} bytes"},
+                              close=True)
+
+    async def _send_json(self, send: Callable, status: int, doc: dict, *,
+                         close: bool = False) -> None:
+        body = json.dumps(doc).encode()
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode()),
+                   (b"x-bursar-time", repr(self.clock()).encode()),
+                   (b"cache-control", b"no-store")]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -133,11 +161,35 @@ _ERR = {"model": M.ErrorOut}
 _COMMON = {401: {**_ERR, "description": "missing or invalid bearer token"},
            422: {**_ERR, "description": "invalid input; `loc` names the field"},
            429: {**_ERR, "description": "rate limited; see Retry-After"},
+           500: {**_ERR, "description": "the operation failed inside the broker; nothing "
+                                        "was journaled"},
            503: {**_ERR, "description": "the journal cannot be written"}}
 _SCOPED = {**_COMMON, 404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
 _OPERATOR = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
 _RETRY_HDR = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
 _LOC_HDR = {"Location": {"description": "the lease or the ticket", "schema": {"type": "string"}}}
+
+
+DEFAULT_PAGE = 100
+
+
+def _paginate(items: list, key: Callable[[Any], int], after: int,
+              limit: int) -> tuple[list, int | None]:
+    """The ``limit`` items with the smallest keys above ``after``, and the cursor of the
+    next page (the last key shown) or None when nothing follows."""
+    rest = sorted((x for x in items if key(x) > after), key=key)
+    page = rest[:limit]
+    return page, (key(page[-1]) if len(rest) > limit else None)
+
+
+def _where(request: Request, field: str) -> str:
+    """Where a field the broker refused came from: ``path``, ``query`` or ``body``."""
+    head = re.split(r"[.\[]", field, maxsplit=1)[0]
+    if head in request.path_params:
+        return "path"
+    if head in request.query_params:
+        return "query"
+    return "body"
 
 
 def _not_found(what: str) -> HTTPException:
@@ -154,6 +206,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
     broker = service.broker
     service.expected_errors = (*BrokerService.expected_errors, StarletteHTTPException,
                                RequestValidationError)
+    service.commit_timeout = st.commit_timeout
 
     @contextlib.asynccontextmanager
     async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -203,12 +256,18 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     @app.exception_handler(InvalidArgument)
     async def _invalid(request: Request, exc: InvalidArgument) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": ["body", exc.field], "msg": exc.rule,
-                                         "type": "invalid_argument"}]}, status_code=422)
+        return JSONResponse({"detail": [{"loc": [_where(request, exc.field), exc.field],
+                                         "msg": exc.rule, "type": "invalid_argument"}]},
+                            status_code=422)
 
     @app.exception_handler(ServiceUnavailable)
     async def _unavailable(request: Request, exc: ServiceUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(OperationFailed)
+    async def _operation_failed(request: Request, exc: OperationFailed) -> JSONResponse:
+        # logged with its traceback where it was raised (BrokerService.call)
+        return JSONResponse({"detail": str(exc)}, status_code=500)
 
     # ------------------------------------------------------------------ auth
     async def principal(request: Request,
@@ -237,6 +296,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
         return p
 
     Op = Annotated[Principal, Depends(operator)]
+    IdAfter = Annotated[int, Query(ge=-1, le=1 << 62, description="an id (cursor): the "
+                                   "page starts after it")]
+    PageLimit = Annotated[int, Query(ge=1, le=M.MAX_PAGE, description="items per page")]
     Camp = Annotated[str, Path(min_length=1, max_length=128, description="campaign name")]
     LeaseId = Annotated[int, Path(ge=0, le=1 << 62)]
     Seq = Annotated[int, Path(ge=0, le=1 << 62)]
@@ -301,6 +363,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
               responses=_OPERATOR, tags=["operator"])
     async def register(body: M.CampaignIn, p: Op) -> dict:
         """Register a campaign and mint its first token (shown once, stored hashed)."""
+        errors = body.envelope.dim_errors(broker.dims, list(broker.flow_dims))
+        if errors:
+            raise RequestValidationError(errors)
         env = envelope_from_json(body.envelope.model_dump(), "envelope")
         if body.name in broker.envelopes:
             raise RequestValidationError([{"loc": ("body", "name"), "type": "invalid_argument",
@@ -389,10 +454,14 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     @app.get("/v1/campaigns/{campaign}/intents", response_model=M.PendingList,
              responses=_SCOPED, tags=["intents"])
-    async def pending(campaign: Camp, p: Who) -> dict:
-        """The campaign's pending intents."""
+    async def pending(campaign: Camp, p: Who, after: IdAfter = -1,
+                      limit: PageLimit = DEFAULT_PAGE) -> dict:
+        """The campaign's pending intents, by intent id: ``limit`` of them after the
+        intent id ``after``; ``next`` is the cursor of the next page (null: the last)."""
         scope(p, campaign)
-        return {"pending": service.query(broker.pending, campaign)}
+        items, nxt = _paginate(service.query(broker.pending, campaign),
+                               lambda x: x["intent_id"], after, limit)
+        return {"pending": items, "next": nxt}
 
     @app.get("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.TicketOut,
              responses=_SCOPED, tags=["intents"])
@@ -428,15 +497,19 @@ def create_app(service: BrokerService, tokens: TokenStore,
     # ------------------------------------------------------------------ leases
     @app.get("/v1/campaigns/{campaign}/leases", response_model=M.LeaseList, responses=_SCOPED,
              tags=["leases"])
-    async def leases(campaign: Camp, p: Who) -> dict:
-        """Live leases (starting, active, revoking) and the broker time."""
+    async def leases(campaign: Camp, p: Who, after: IdAfter = -1,
+                     limit: PageLimit = DEFAULT_PAGE) -> dict:
+        """Live leases (starting, active, revoking) and the broker time, by lease id:
+        ``limit`` of them after the lease id ``after``; ``next`` is the cursor of the next
+        page (null: the last)."""
         scope(p, campaign)
 
         def run() -> tuple:
             return broker.clock.now(), broker.leases(campaign)
 
         now, ls = await service.call(run)
-        return {"time": now, "leases": [M.lease_out(l) for l in ls]}
+        page, nxt = _paginate(ls, lambda l: l.id, after, limit)
+        return {"time": now, "leases": [M.lease_out(l) for l in page], "next": nxt}
 
     @app.get("/v1/campaigns/{campaign}/leases/{lease_id}", response_model=M.LeaseOut,
              responses=_SCOPED, tags=["leases"])

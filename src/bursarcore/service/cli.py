@@ -12,9 +12,9 @@ import logging
 import os
 import socket
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
-__all__ = ["add_serve", "serve", "main"]
+__all__ = ["add_serve", "serve", "main", "load_config"]
 
 log = logging.getLogger("bursarcore.service")
 
@@ -70,6 +70,20 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="longest wait of an events long-poll, seconds (60)")
     p.add_argument("--max-body", type=int, default=1 << 20,
                    help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="close a keep-alive connection idle this long after a response (5)")
+    p.add_argument("--request-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="time to send a whole request (headers and body) from its first "
+                        "byte, or from connecting; slower ones are closed (10; 0: no limit)")
+    p.add_argument("--max-connections", type=_count, default=2048, metavar="N",
+                   help="open connections at most; more are answered 503 and closed "
+                        "(2048; 0: no limit)")
+    p.add_argument("--limit-concurrency", type=_count, default=1024, metavar="N",
+                   help="requests in progress at most; more are answered 503 (1024; 0: no "
+                        "limit)")
+    p.add_argument("--commit-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="longest wait for the journal to commit a request's records before "
+                        "it answers 503 (30; 0: no limit)")
     p.add_argument("--tick", type=float, default=0.5,
                    help="seconds between clock ticks that fire expiries and events (0.5)")
     p.add_argument("--backend", choices=["compiled", "reference"], default=None)
@@ -89,6 +103,26 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"must be in [0, 65535] (got {port})")
     return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds (got {text!r})")
+    if not 0 <= x <= 86400:
+        raise argparse.ArgumentTypeError(f"must be in [0, 86400] seconds (got {text})")
+    return x
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number (got {text!r})")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {n})")
+    return n
 
 
 def _paths(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -121,9 +155,8 @@ def serve(args: argparse.Namespace) -> int:
     if args.demo:
         config = json.loads(json.dumps(DEMO_CONFIG))
     if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            mine = json.load(f)
-        camps = {**config.get("campaigns", {}), **mine.get("campaigns", {})}
+        mine = load_config(args.config)
+        camps = {**config.get("campaigns", {}), **(mine.get("campaigns") or {})}
         config.update(mine)
         if camps:
             config["campaigns"] = camps
@@ -155,9 +188,50 @@ def serve(args: argparse.Namespace) -> int:
     settings = ServiceSettings(rate=args.rate, burst=args.burst, max_body=args.max_body,
                                auth_fail_rate=args.auth_fail_rate,
                                auth_fail_burst=max(1.0, 2 * args.auth_fail_rate),
-                               max_longpoll=args.max_longpoll)
+                               max_longpoll=args.max_longpoll,
+                               commit_timeout=args.commit_timeout or None)
     app = create_app(service, store, settings)
-    return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log)
+    return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log,
+                keep_alive=args.keep_alive, request_timeout=args.request_timeout,
+                max_connections=args.max_connections,
+                limit_concurrency=args.limit_concurrency)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The ``--config`` file, read and checked by building a broker from it (on a scratch
+    clock, no journal); any mistake exits 2 with one line naming the file and the field."""
+    from ..clock import ManualClock
+    from ..errors import InvalidArgument
+    from .core import build_broker, envelope_from_json
+
+    def refuse(problem: str) -> NoReturn:
+        print(f"bursar serve: --config {path}: {' '.join(problem.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        refuse(f"cannot read it: {getattr(e, 'strerror', None) or e}")
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        refuse(f"not valid JSON: {e}")
+    if not isinstance(config, dict):
+        refuse(f"must be a JSON object (got {type(config).__name__})")
+    where = "config"
+    try:
+        broker = build_broker(config, ManualClock(0.0))
+        for name, env in (config.get("campaigns") or {}).items():
+            where = f"campaigns.{name}"
+            broker.register(name, envelope_from_json(env, where))
+    except InvalidArgument as e:
+        field = e.field if e.field.startswith(("config", where)) else f"{where}.{e.field}"
+        got = "" if e.value is None else f" (got {repr(e.value)[:80]})"
+        refuse(f"{field}: {e.rule}{got}")
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        refuse(f"{where}: {type(e).__name__}: {e}")
+    return config
 
 
 def _refuse(message: str) -> int:
@@ -243,8 +317,11 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
-         access_log: bool) -> int:
+         access_log: bool, *, keep_alive: float = 5.0, request_timeout: float = 10.0,
+         max_connections: int = 2048, limit_concurrency: int = 1024) -> int:
     import uvicorn
+
+    from .connections import bounded_protocol
 
     try:
         sock = _bind(host, port)
@@ -266,7 +343,12 @@ def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
                     os.replace(tmp, ready_file)
 
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                            timeout_graceful_shutdown=5, server_header=False)
+                            timeout_graceful_shutdown=5, server_header=False,
+                            http=bounded_protocol(request_timeout, max_connections),
+                            timeout_keep_alive=keep_alive,  # type: ignore[arg-type]
+                            limit_concurrency=limit_concurrency or None,
+                            # headers larger than this are a 400, not buffered without end
+                            h11_max_incomplete_event_size=64 * 1024)
     server = _Server(config)
     server.run(sockets=[sock])
     return 0

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import difflib
 import logging
 import math
 import os
+import sqlite3
 import time
 from typing import Any, Callable, Iterable, Mapping
 
@@ -41,7 +43,8 @@ from ..journal import records as J
 from .locked import LockedBroker
 
 __all__ = ["BrokerService", "WallClock", "GroupCommitJournal", "build_broker",
-           "envelope_from_json", "DEMO_CONFIG", "EVENT_OPS", "ServiceUnavailable"]
+           "envelope_from_json", "DEMO_CONFIG", "EVENT_OPS", "ServiceUnavailable",
+           "OperationFailed", "JOURNAL_ERRORS"]
 
 log = logging.getLogger("bursarcore.service")
 
@@ -54,6 +57,20 @@ _KIND_OF_CODE = {J.OP[o]: k for o, k in EVENT_OPS.items()}
 
 class ServiceUnavailable(RuntimeError):
     """The journal could not be written: the service refuses to acknowledge anything."""
+
+
+class OperationFailed(RuntimeError):
+    """A broker operation raised an unexpected exception before it journaled anything:
+    this request fails (HTTP 500); the service goes on."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"internal error in {operation}; nothing was journaled")
+        self.operation = operation
+
+
+#: exceptions of the journal's storage: a broker operation or tick that raises one of
+#: these stops the service (fail stop), whatever it was doing
+JOURNAL_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
 
 
 class WallClock:
@@ -120,6 +137,7 @@ DEMO_CONFIG: dict[str, Any] = {
     },
 }
 
+_POOL_OPTIONS = ("flow", "slots", "slots_per_node", "warm_headroom")
 _BROKER_KEYS = {"pool", "classes", "congestion", "price", "ttl", "half_life", "enforcement",
                 "campaigns"}
 
@@ -143,14 +161,33 @@ def envelope_from_json(env: Mapping[str, Any], field: str = "envelope") -> Envel
 def build_broker(config: Mapping[str, Any], clock: Any, journal: Any = None, *,
                  backend: str | None = None) -> Broker:
     """A fresh broker from a JSON configuration (see ``docs/service.md``)."""
+    if not isinstance(config, Mapping):
+        raise InvalidArgument("config", "must be an object", type(config).__name__)
     unknown = set(config) - _BROKER_KEYS
     if unknown:
         raise InvalidArgument(f"config.{sorted(unknown)[0]}", f"must be one of {sorted(_BROKER_KEYS)}")
-    pool_cfg = dict(config.get("pool") or {"gpu": 64})
+    raw_pool = config.get("pool") or {"gpu": 64}
+    if not isinstance(raw_pool, Mapping):
+        raise InvalidArgument("config.pool", "must be an object", type(raw_pool).__name__)
+    pool_cfg = dict(raw_pool)
     kw: dict[str, Any] = {}
-    for k in ("flow", "slots", "slots_per_node", "warm_headroom"):
+    for k in _POOL_OPTIONS:
         if k in pool_cfg:
             kw[k] = pool_cfg.pop(k)
+    for k, v in pool_cfg.items():
+        # every other key is a held dimension's capacity: a key that looks like an option
+        # (a misspelling would silently become a dimension) or a value that is not a
+        # number is refused
+        near = difflib.get_close_matches(k, _POOL_OPTIONS, n=1, cutoff=0.8)
+        if near:
+            raise InvalidArgument(f"config.pool.{k}", f"is not a pool option (did you mean "
+                                  f"{near[0]!r}?) nor a usable dimension name", v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgument(f"config.pool.{k}", "a held dimension's capacity must be a "
+                                  f"number; the pool's options are {list(_POOL_OPTIONS)}", v)
+    if config.get("campaigns") is not None and not isinstance(config["campaigns"], Mapping):
+        raise InvalidArgument("config.campaigns", "must be an object: name -> envelope",
+                              type(config["campaigns"]).__name__)
     if isinstance(kw.get("slots"), Mapping):
         kw["slots"] = {d: [tuple(x) for x in v] for d, v in kw["slots"].items()}
     pool = Pool(**kw, **pool_cfg)
@@ -201,8 +238,11 @@ class BrokerService:
     """
 
     #: exceptions an operation may raise without harm (bad input, refused access); any
-    #: other exception inside the broker stops the service (see :meth:`call`)
+    #: other is a failure of the operation or of the journal (see :meth:`call`)
     expected_errors: tuple[type[BaseException], ...] = (BursarError,)
+    #: longest wait for a journal commit before a request answers 503 (seconds; None: no
+    #: bound)
+    commit_timeout: float | None = 30.0
 
     def __init__(self, broker: Broker, *, tick: float = 0.5, event_log: int = 10_000) -> None:
         if broker.journal is None:
@@ -317,7 +357,10 @@ class BrokerService:
         if self.failed is None:
             self.flush()
         elif self._grouped:
-            self.journal.take()
+            try:
+                self.journal.take()       # what followed the failure is never committed
+            except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
+                pass
         for _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(ServiceUnavailable("the service is shutting down"))
@@ -330,37 +373,59 @@ class BrokerService:
     # ------------------------------------------------------------------ operations
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one broker operation under the lock, then wait until everything it (and
-        anything before it) journaled is durable. Exceptions propagate after the wait."""
+        anything before it) journaled is durable. Exceptions propagate after the wait.
+
+        Failure policy. Bad input (:attr:`expected_errors`) changes nothing and is
+        re-raised. Any other exception is one of two kinds:
+
+        * a **journal failure** — an I/O error from the journal (``sqlite3.Error``,
+          ``OSError``), or the operation had already journaled records when it failed
+          (the journal would end mid-operation): the service **fails stop**, acknowledges
+          nothing more and keeps the durable journal as it is; a restart replays it;
+        * anything else — the broker raised before journaling anything, and the broker
+          validates before it changes state: :class:`OperationFailed` (HTTP 500) for this
+          request only, logged with its traceback; the service goes on serving.
+        """
         if self.failed is not None:
             raise ServiceUnavailable("the journal cannot be written; not accepting operations")
         err: BaseException | None = None
         result = None
         with self.lock:
+            before = len(self.journal)
             try:
                 result = fn(*args, **kwargs)
             except self.expected_errors as e:   # bad input: nothing changed; re-raised below
                 err = e
             except Exception as e:
-                # the broker failed inside an operation: its state may be half-changed and
-                # the journal no longer replayable past this point. Fail stop: acknowledge
-                # nothing more, keep the durable journal as it is; a restart replays it.
-                self._fail(e)
-                raise ServiceUnavailable("internal error; the service stopped acknowledging "
-                                         "operations and must be restarted") from e
+                self._unexpected(e, before, getattr(fn, "__name__", repr(fn)))
             target = len(self.journal) - 1
         await self.wait_durable(target)
         if err is not None:
             raise err
         return result
 
+    def _unexpected(self, e: Exception, journal_before: int, what: str) -> None:
+        """Classify an unexpected exception of an operation (see :meth:`call`); raises."""
+        if isinstance(e, JOURNAL_ERRORS) or len(self.journal) != journal_before:
+            self._fail(e)
+            raise ServiceUnavailable("the journal cannot be written; the service stopped "
+                                     "acknowledging operations and must be restarted") from e
+        log.error("broker operation %s failed; this request fails, nothing was journaled",
+                  what, exc_info=e)
+        raise OperationFailed(what) from e
+
     def _fail(self, e: BaseException) -> None:
-        log.critical("broker operation failed; refusing further operations: %r", e)
-        self.failed = e
+        if self.failed is None:
+            log.critical("journal failure; refusing further operations: %r", e, exc_info=e)
+            self.failed = e
         if self._grouped:
-            self.journal.take()           # never commit what followed the failure
+            try:
+                self.journal.take()           # never commit what followed the failure
+            except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
+                pass
         for _, fut in self._waiters:
             if not fut.done():
-                fut.set_exception(ServiceUnavailable("internal error"))
+                fut.set_exception(ServiceUnavailable("the journal cannot be written"))
         self._waiters = []
 
     def query(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -369,6 +434,9 @@ class BrokerService:
             return fn(*args, **kwargs)
 
     async def wait_durable(self, seq: int) -> None:
+        """Wait until ``seq`` is durable: at most :attr:`commit_timeout` seconds, then
+        :class:`ServiceUnavailable` (not acknowledged: the operation may or may not
+        become durable, as with a crash)."""
         if seq <= self._durable:
             return
         if not self._grouped:
@@ -377,13 +445,33 @@ class BrokerService:
             return
         if self.failed is not None:
             raise ServiceUnavailable("the journal cannot be written")
+        if not self._tasks or self._tasks[0].done():
+            raise ServiceUnavailable("the journal committer is not running")
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
         assert self._kick is not None, "BrokerService.start() was not awaited"
         self._kick.set()
-        await fut
+        try:
+            await asyncio.wait_for(fut, self.commit_timeout)
+        except asyncio.TimeoutError:
+            log.error("journal commit took over %g s; answering 503", self.commit_timeout)
+            raise ServiceUnavailable(f"the journal did not commit within "
+                                     f"{self.commit_timeout:g} s; not acknowledged") from None
 
     async def _committer(self) -> None:
+        """Commit loop; any exception in it (taking the batch, writing it) fails stop —
+        never a silent end that would leave requests waiting for a commit."""
+        try:
+            await self._commit_loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - disk full, I/O error, a bad record
+            log.error("journal write failed; the service stops acknowledging: %r", e,
+                      exc_info=e)
+            with self.lock:
+                self._fail(e)
+
+    async def _commit_loop(self) -> None:
         assert self._kick is not None
         while True:
             await self._kick.wait()
@@ -393,16 +481,7 @@ class BrokerService:
             with self.lock:
                 buf = self.journal.take()
             if buf:
-                try:
-                    await asyncio.to_thread(self.journal.commit, buf)
-                except Exception as e:  # noqa: BLE001 - disk full, I/O error: stop acknowledging
-                    log.error("journal write failed; the service stops acknowledging: %s", e)
-                    self.failed = e
-                    for _, fut in self._waiters:
-                        if not fut.done():
-                            fut.set_exception(ServiceUnavailable("the journal cannot be written"))
-                    self._waiters = []
-                    return
+                await asyncio.to_thread(self.journal.commit, buf)
                 self.commits += 1
             self._durable = self.journal.durable_seq
             keep = []
@@ -418,19 +497,28 @@ class BrokerService:
             self._notify_events()
 
     async def _ticker(self) -> None:
+        """Move broker time every :attr:`tick` seconds. The failure policy of
+        :meth:`call`: a journal failure stops the service; another exception is logged
+        (with its traceback once, until a tick succeeds again) and the ticks go on."""
+        quiet = False
         while True:
             await asyncio.sleep(self.tick)
             if self.failed is not None:
                 return
-            try:
-                with self.lock:
-                    before = len(self.journal)
+            with self.lock:
+                before = len(self.journal)
+                try:
                     self.broker.poll()
-                    grew = len(self.journal) != before
-            except Exception as e:  # noqa: BLE001 - same fail-stop as call()
-                with self.lock:
-                    self._fail(e)
-                return
+                except Exception as e:  # noqa: BLE001 - classified below
+                    if isinstance(e, JOURNAL_ERRORS) or len(self.journal) != before:
+                        self._fail(e)
+                        return
+                    if not quiet:
+                        log.error("clock tick failed; nothing was journaled", exc_info=e)
+                    quiet = True
+                    continue
+                quiet = False
+                grew = len(self.journal) != before
             if grew:
                 if self._grouped:
                     assert self._kick is not None

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..admission.envelope import MAX_DURATION
+from .. import units as U
 from ..admission.state import LEASE_STATES
 from ..broker import Consumption, Decision, Lease, Quote, Supply
 
@@ -25,22 +25,25 @@ __all__ = [
     "RecordOut", "WhoAmI", "HealthOut", "ErrorOut", "CampaignCreated", "TokenOut", "CancelOut",
     "NodesAdded", "NodesRemoved", "LeaseList", "PendingList", "CampaignList",
     "lease_out", "decision_out", "supply_out", "quote_out", "consumption_out", "fin",
-    "MAX_BATCH", "MAX_GRID",
+    "MAX_BATCH", "MAX_GRID", "MAX_TIME", "MAX_PAGE",
 ]
 
-MAX_UNITS = 1 << 40
-MAX_TIME = 4.0e9           # Unix seconds, well inside the engine's int64 ns range
+# Every numeric bound of the schema is the library's (bursarcore.units), read when this
+# module is imported: a request the schema accepts is one the broker can represent, and a
+# value just outside answers 422 naming the field before it reaches the broker.
+MAX_TIME = min(4.0e9, U.MAX_SECONDS)   # Unix seconds (the year 2096): deadlines, filters
 MAX_BATCH = 1000
 MAX_GRID = 100_000
+MAX_PAGE = 1000                        # items per page of a list endpoint
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME)]
-MIN_SECONDS = 1e-3         # shorter durations round to nothing in the engine's ns
-Seconds = Annotated[float, Field(ge=MIN_SECONDS, le=MAX_DURATION)]
-MaxUnits = Annotated[int, Field(ge=1, le=MAX_UNITS)]
-MinUnits = Annotated[int, Field(ge=0, le=MAX_UNITS)]
-Credits = Annotated[float, Field(ge=0, le=1e15)]
-Amount = Annotated[float, Field(ge=0, le=1e12)]
+Seconds = Annotated[float, Field(ge=U.MIN_DURATION, le=U.MAX_DURATION)]
+Ttl = Annotated[float, Field(gt=0, le=U.MAX_TTL)]
+Units = Annotated[int, Field(ge=1, le=U.MAX_UNITS)]
+Credits = Annotated[float, Field(ge=0, le=U.MAX_CREDITS)]
+Amount = Annotated[float, Field(ge=0, le=U.MAX_AMOUNT)]
+Time = Annotated[float, Field(ge=0, le=MAX_TIME)]
 
 
 def fin(x: float | None) -> float | None:
@@ -64,14 +67,14 @@ class IntentIn(_In):
     """An intent: ``min``..``max`` units of one held dimension for ``duration`` seconds."""
 
     dim: Name | None = Field(None, description="held dimension (default: the pool's first)")
-    min: MinUnits | None = Field(None, description="smallest useful grant (default: max)")
-    max: MaxUnits
+    min: Units | None = Field(None, description="smallest useful grant (default: max)")
+    max: Units
     duration: Seconds
-    deadline: Annotated[float, Field(ge=0, le=MAX_TIME)] | None = Field(
+    deadline: Time | None = Field(
         None, description="absolute broker time (Unix seconds) by which the lease must start")
     max_spend: Credits | None = Field(None, description="caps the granted size by cost")
     service_class: Name | None = Field(None, description="overrides the envelope's class")
-    ttl: Seconds | None = Field(None, description="longest wait in the pending queue")
+    ttl: Ttl | None = Field(None, description="longest wait in the pending queue, seconds")
 
     @field_validator("max")
     @classmethod
@@ -87,7 +90,7 @@ class IntentBatchIn(_In):
 
 
 class QuoteIn(_In):
-    sizes: list[MaxUnits] = Field(min_length=1, max_length=1000)
+    sizes: list[Units] = Field(min_length=1, max_length=1000)
     durations: list[Seconds] = Field(min_length=1, max_length=1000)
     dim: Name | None = None
     service_class: Name | None = None
@@ -115,7 +118,11 @@ class ConsumeBatchIn(_In):
     items: list[ConsumeIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-PerDim = Annotated[dict[Name, Annotated[float, Field(ge=0, le=1e15)]], Field(max_length=64)]
+# an envelope's values per dimension; the schema cannot tell held from flow dimensions, so
+# it takes the larger bound (flow amounts and rates) and :meth:`EnvelopeIn.dim_errors`
+# applies the held dimensions' own (units, unit-seconds) once the pool is known
+PerDim = Annotated[dict[Name, Amount], Field(max_length=64)]
+Burst = Annotated[float, Field(ge=0, le=max(U.MAX_BURST, U.MAX_AMOUNT))]
 
 
 class EnvelopeIn(_In):
@@ -127,9 +134,25 @@ class EnvelopeIn(_In):
     guaranteed: PerDim = Field(default_factory=dict)
     sustained: PerDim = Field(default_factory=dict)
     ceiling: PerDim = Field(default_factory=dict)
-    burst: Annotated[dict[Name, Annotated[float, Field(ge=0, le=1e15)] | None],
-                     Field(max_length=64)] = Field(default_factory=dict)
-    share: Annotated[float, Field(gt=0, le=1e15)] | None = None
+    burst: Annotated[dict[Name, Burst | None], Field(max_length=64)] = Field(
+        default_factory=dict)
+    share: Annotated[float, Field(gt=0, le=U.MAX_AMOUNT)] | None = None
+
+    def dim_errors(self, held: list[str], flow: list[str],
+                   where: tuple = ("body", "envelope")) -> list[dict[str, Any]]:
+        """422 items for values outside their dimension's range: a held dimension's
+        guaranteed/sustained/ceiling at most ``MAX_UNITS`` units and its burst at most
+        ``MAX_BURST`` unit-seconds (or null); a flow dimension's at most ``MAX_AMOUNT``."""
+        out = []
+        for name in ("guaranteed", "sustained", "ceiling", "burst"):
+            for d, v in getattr(self, name).items():
+                if v is None or d not in held:
+                    continue              # flow dimensions: the schema's bound is theirs
+                hi = U.MAX_BURST if name == "burst" else U.MAX_UNITS
+                if v > hi:
+                    out.append({"loc": (*where, name, d), "type": "less_than_equal",
+                                "msg": f"must be <= {hi:.10g} for the held dimension {d!r}"})
+        return out
 
 
 class CampaignIn(_In):
@@ -139,7 +162,7 @@ class CampaignIn(_In):
 
 class NodeIn(_In):
     name: Name
-    slots: Annotated[int, Field(ge=1, le=1 << 20)]
+    slots: Units
 
 
 class NodesIn(_In):
@@ -148,7 +171,7 @@ class NodesIn(_In):
 
 class RemoveNodesIn(_In):
     nodes: list[Name] = Field(min_length=1, max_length=MAX_BATCH)
-    grace: Annotated[float, Field(ge=0, le=MAX_DURATION)] = 0.0
+    grace: Annotated[float, Field(ge=0, le=U.MAX_DURATION)] = 0.0
 
 
 # ---------------------------------------------------------------------------- responses
@@ -271,11 +294,13 @@ class PendingOut(_Out):
 
 class PendingList(_Out):
     pending: list[PendingOut]
+    next: int | None = Field(description="pass as `after` for the next page; null: the last")
 
 
 class LeaseList(_Out):
     time: float
     leases: list[LeaseOut]
+    next: int | None = Field(description="pass as `after` for the next page; null: the last")
 
 
 class TicketOut(_Out):

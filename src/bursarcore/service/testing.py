@@ -1,4 +1,11 @@
-"""A ``bursar serve`` process on loopback, for tests, benchmarks and examples.
+"""The service for tests, benchmarks and examples: in this process, or as a process on
+loopback.
+
+``InProcessService(config)`` builds the broker on a :class:`~bursarcore.ManualClock` (no
+ticker: time moves only when the test says so) and the FastAPI app over it, with an
+operator token and one token per configured campaign; ``client()`` is a Starlette
+``TestClient`` (the app's lifespan runs: committer, shutdown flush). With ``journal`` a
+path, the journal is SQLite with group commit, as in ``bursar serve``; without, in memory.
 
 ``ServerProcess(workdir, config)`` mints an operator token and one token per configured
 campaign into ``workdir/tokens.json`` (hashed; the plaintext stays in this object), starts
@@ -21,7 +28,38 @@ from typing import Any, Mapping, Sequence
 
 from .auth import CAMPAIGN, OPERATOR, TokenStore
 
-__all__ = ["ServerProcess"]
+__all__ = ["ServerProcess", "InProcessService"]
+
+
+class InProcessService:
+    def __init__(self, config: Mapping[str, Any], *, journal: str | os.PathLike | None = None,
+                 backend: str | None = None, start: float = 1.7e9,
+                 settings: Any = None) -> None:
+        from ..clock import ManualClock
+        from .app import ServiceSettings, create_app
+        from .core import BrokerService
+
+        self.clock = ManualClock(start)
+        self.service = BrokerService.open(json.loads(json.dumps(config)),
+                                          None if journal is None else str(journal),
+                                          backend=backend, tick=0, clock=self.clock)
+        self.broker = self.service.broker
+        self.store = TokenStore(None)
+        self.tokens: dict[str, str] = {"operator": self.store.mint(OPERATOR)}
+        for name in self.broker.campaigns:
+            self.tokens[name] = self.store.mint(CAMPAIGN, name)
+        self.app = create_app(self.service, self.store,
+                              settings if settings is not None else ServiceSettings(
+                                  rate=0, auth_fail_rate=0))
+
+    def headers(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def client(self, **kw: Any) -> Any:
+        """A ``TestClient`` over the app; use it as a context manager (lifespan)."""
+        from fastapi.testclient import TestClient
+
+        return TestClient(self.app, raise_server_exceptions=False, **kw)
 
 
 class ServerProcess:
