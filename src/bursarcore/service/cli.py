@@ -140,7 +140,7 @@ def serve(args: argparse.Namespace) -> int:
         import fastapi  # noqa: F401
     except ImportError:
         raise SystemExit("bursar serve needs the service extra: pip install 'bursarcore[service]'")
-    from ..errors import JournalCorrupt, JournalUnavailable
+    from ..errors import InvalidArgument, JournalCorrupt, JournalUnavailable
     from .app import ServiceSettings, create_app
     from .auth import OPERATOR, TokenStore
     from .core import DEMO_CONFIG, BrokerService
@@ -176,6 +176,8 @@ def serve(args: argparse.Namespace) -> int:
                                      tick=args.tick)
     except (JournalUnavailable, JournalCorrupt) as e:
         return _refuse(_journal_problem(e, journal, args.init))
+    except InvalidArgument as e:       # a --config campaign the journal's pool refuses
+        return _refuse(f"--config {args.config}: {e}")
     try:
         store = TokenStore(tokens_path)
     except BaseException:
@@ -221,10 +223,14 @@ def load_config(path: str) -> dict[str, Any]:
         refuse(f"must be a JSON object (got {type(config).__name__})")
     where = "config"
     try:
-        broker = build_broker(config, ManualClock(0.0))
+        # without a pool the campaigns join a journal's pool (checked when they register):
+        # here only their envelopes can be checked
+        broker = build_broker(config, ManualClock(0.0)) if "pool" in config else None
         for name, env in (config.get("campaigns") or {}).items():
             where = f"campaigns.{name}"
-            broker.register(name, envelope_from_json(env, where))
+            envelope = envelope_from_json(env, where)
+            if broker is not None:
+                broker.register(name, envelope)
     except InvalidArgument as e:
         field = e.field if e.field.startswith(("config", where)) else f"{where}.{e.field}"
         got = "" if e.value is None else f" (got {repr(e.value)[:80]})"

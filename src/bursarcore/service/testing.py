@@ -40,8 +40,11 @@ class InProcessService:
         from .core import BrokerService
 
         self.clock = ManualClock(start)
+        # a harness: a journal path that does not exist yet is made (explicitly)
         self.service = BrokerService.open(json.loads(json.dumps(config)),
                                           None if journal is None else str(journal),
+                                          create=journal is not None
+                                          and not os.path.exists(journal),
                                           backend=backend, tick=0, clock=self.clock)
         self.broker = self.service.broker
         self.store = TokenStore(None)
