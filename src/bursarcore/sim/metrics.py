@@ -207,6 +207,11 @@ def collect(sim: Any) -> SimResult:
     series["latency"] = {k: np.asarray(v, float) for k, v in lat_by_class.items()}
     series["classes"] = classes
     series["campaign_caps"] = {a.name: {"g": a.g, "s": a.s, "b": a.b} for a in sim.named_agents}
+    # a population's campaigns as one band: what its members held together
+    series["groups_held"] = {}
+    for g in sim.groups:
+        t, v = held_fn((cc >= g.first) & (cc < g.first + g.n))
+        series["groups_held"][g.spec.name] = step_at(t, v, grid)
     jcount, jops = _journal_counts(sim)
     decisions = dict(sim.decision_counts)
     groups = [g.summary() for g in sim.groups]
