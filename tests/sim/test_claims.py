@@ -113,3 +113,42 @@ def test_a_guarantee_reclaimed_in_exactly_the_grace_is_within_it():
     assert c2["ok"] is True and c2["verdict"] == "within grace", c2
     c1 = next(c for c in res.claims if c["claim"] == 1)
     assert camp(res, "storm")["within_bound"] is True and c1["ok"] is True
+
+
+def test_a_storm_window_outside_the_run_predicts_nothing(short, tmp_path):
+    """The run ends before the storm starts: no window to average over, so no prediction
+    and claim 1 is not applicable (not s + B / 1e-9)."""
+    from bursarcore.sim import write_outputs
+
+    res = Simulation(short(**{"scenario.duration": 60.0})).run()
+    s = camp(res, "storm")
+    assert s["window_in_run"] is False
+    assert s["predicted_hold"] is None and s["avg_hold_window"] is None
+    c1 = next(c for c in res.claims if c["claim"] == 1)
+    assert c1["ok"] is None and c1["verdict"] == "n/a" and "not inside this run" in c1["measured"]
+    c2 = next(c for c in res.claims if c["claim"] == 2)
+    assert c2["verdict"] != "differs"
+    write_outputs(res, tmp_path)
+    assert (tmp_path / "report.html").stat().st_size > 0
+
+
+def test_the_prediction_never_exceeds_the_ceiling(short):
+    """One second of the storm's window inside the run: its bucket would pay for far more
+    than its ceiling, and the prediction is the ceiling."""
+    res = Simulation(short(**{"scenario.duration": 601.0})).run()
+    s = camp(res, "storm")
+    assert s["window"] == [600.0, 601.0]
+    assert s["predicted_hold"] == s["ceiling"]
+    assert s["avg_hold_window"] <= s["ceiling"]
+
+
+@pytest.mark.parametrize("s, b, B, span, want", [
+    (64, 384, 120_000, 1200, 164.0),
+    (64, 384, 120_000, 1, 384),
+    (64, 384, float("inf"), 1200, None),
+    (64, 384, 120_000, 0, None),
+])
+def test_predicted_hold(s, b, B, span, want):
+    from bursarcore.sim.metrics import predicted_hold
+
+    assert predicted_hold(s, b, B, span) == want

@@ -51,7 +51,7 @@ def _png(fig: Any) -> str:
 
 def _shade_storm(ax: Any, res: SimResult) -> None:
     for d in res.summary["campaigns"].values():
-        if d["agent"] == "storm":
+        if d["agent"] == "storm" and d["window_in_run"]:
             w0, w1 = d["window"]
             ax.axvspan(w0 / 60, w1 / 60, color="#d62728", alpha=0.06, lw=0)
 
@@ -99,8 +99,9 @@ def figures(res: SimResult) -> dict[str, str]:
         if d.get("predicted_hold"):
             ax.axhline(d["predicted_hold"], color="#555", ls="-.", lw=0.8,
                        label=f"s + B/window = {d['predicted_hold']:.0f}")
-        ax.axhline(d["avg_hold_window"], color=_COLORS["storm"], ls="-.", lw=0.8,
-                   label=f"average in window = {d['avg_hold_window']:.0f}")
+        if d["avg_hold_window"] is not None:
+            ax.axhline(d["avg_hold_window"], color=_COLORS["storm"], ls="-.", lw=0.8,
+                       label=f"average in window = {d['avg_hold_window']:.0f}")
         _shade_storm(ax, res)
         ax.set_xlabel("simulated minutes")
         ax.set_ylabel("GPUs")
@@ -403,7 +404,8 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
     parts.append("</table>")
     # timeline
     data = _timeline_data(res)
-    storm_w = [d["window"][0] for d in camps.values() if d["agent"] == "storm"]
+    storm_w = [d["window"][0] for d in camps.values()
+               if d["agent"] == "storm" and d["window_in_run"]]
     data["focus"] = storm_w[0] + 60 if storm_w else 0
     parts.append("<h2>Timeline — drag the slider to scrub through time</h2>"
                  "<p class='sub'>Bars: GPUs held by each campaign (marks: green guarantee, black "
