@@ -494,3 +494,30 @@ def test_submit_accepts_installed_and_default_plugins(tmp_path, monkeypatch):
     rc, out = run_cli("submit", f, "--queue", str(tmp_path / "q"), "--workers", "1",
                       "--dry-run", slurm=FakeSlurm())
     assert rc == 0 and "3 tasks" in out
+
+
+@pytest.mark.parametrize("command", [["status"], ["cancel"], ["requeue-failed"],
+                                     ["submit", "{tasks}", "--workers", "1"]])
+@pytest.mark.parametrize("queue, rule", [("{file}", "is an existing file"),
+                                         ("{file}/q", "cannot be a directory")])
+def test_a_queue_path_that_cannot_be_a_directory(tmp_path, capsys, command, queue, rule):
+    (tmp_path / "file").write_text("keep")
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"id": "a"}])
+    subst = {"{file}": str(tmp_path / "file"), "{tasks}": tasks}
+    argv = [subst.get(a, a) for a in command]
+    queue = queue.replace("{file}", str(tmp_path / "file"))
+    slurm = FakeSlurm()
+    rc, _ = run_cli(*argv, "--queue", queue, slurm=slurm)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and f"--queue: {rule}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert slurm.commands == [] and (tmp_path / "file").read_text() == "keep"
+
+
+def test_submit_tasks_that_are_not_text(tmp_path, capsys):
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(b'{"id": "a"}\n\xff\xfe\n')
+    rc, _ = run_cli("submit", str(f), "--queue", str(tmp_path / "q"), "--workers", "1")
+    err = capsys.readouterr().err
+    assert rc == 2 and "TASKS: is not UTF-8 text" in err and "Traceback" not in err
+    assert not (tmp_path / "q").exists()

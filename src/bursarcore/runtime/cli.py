@@ -66,7 +66,13 @@ def read_tasks(path: str, tiers: int = 1,
     except OSError as exc:
         raise InvalidArgument("TASKS", f"cannot be read ({exc.strerror})", path) from None
     with f:
-        for n, line in enumerate(f, 1):
+        try:
+            lines = f.readlines()
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument("TASKS", f"is not UTF-8 text (byte {exc.start})", path) from None
+        except OSError as exc:
+            raise InvalidArgument("TASKS", f"cannot be read ({exc.strerror})", path) from None
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             where = f"{path}:{n}"
@@ -120,6 +126,17 @@ def _per_tier(text: str | None, tiers: int, name: str) -> list[int | None]:
             raise InvalidArgument(name, "must be integers >= 1", text)
         vals.append(int(p))
     return vals * tiers if len(vals) == 1 else vals
+
+
+def _check_queue_path(queue: str) -> None:
+    """``--queue`` is a directory, or (for submit) a path where one can be created."""
+    p = os.path.abspath(queue)
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise InvalidArgument("--queue", "is an existing file, not a queue directory", queue)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise InvalidArgument("--queue", f"cannot be a directory: {p} is a file", queue)
 
 
 # ---------------------------------------------------------------------- submit
@@ -382,6 +399,7 @@ def main(argv: Sequence[str] | None = None, *, slurm: SlurmArrays | None = None,
     out = sys.stdout if out is None else out
     slurm = SlurmArrays() if slurm is None else slurm
     try:
+        _check_queue_path(args.queue)
         return int(args.func(args, slurm, out))
     except InvalidArgument as exc:
         print(f"bursar-run {args.command}: error: {exc}", file=sys.stderr)
