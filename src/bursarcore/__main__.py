@@ -51,11 +51,17 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import format_demo, run_demo
+    from .errors import InvalidArgument
 
-    if args.seconds < 1:
-        raise SystemExit("bursar demo: --seconds must be >= 1")
-    print(format_demo(run_demo(seconds=args.seconds, seed=args.seed, backend=args.backend,
-                               journal_path=args.journal, processes=args.processes)))
+    try:
+        res = run_demo(seconds=args.seconds, seed=args.seed, backend=args.backend,
+                       journal_path=args.journal, processes=args.processes)
+    except InvalidArgument as e:   # checked before the demo starts: nothing was done
+        field = {"seconds": "--seconds", "seed": "--seed", "journal": "--journal",
+                 "backend": "--backend"}.get(e.field, e.field)
+        print(f"bursar demo: error: {field}: {e.rule} (got {e.value!r})", file=sys.stderr)
+        return 2
+    print(format_demo(res))
     return 0
 
 

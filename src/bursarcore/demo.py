@@ -41,6 +41,7 @@ from .adapters import LocalBinding, PoolManager
 from .admission.envelope import Envelope, Intent, Pool
 from .broker import Broker
 from .clock import ManualClock
+from .errors import InvalidArgument
 from .journal import MemoryJournal, export_jsonl
 
 __all__ = ["run_demo", "format_demo", "DemoResult"]
@@ -87,8 +88,23 @@ _STUBBORN = ("import signal, time\n"
              "    time.sleep(0.02)\n")
 
 
+def _check_args(seconds: object, seed: object, journal_path: str | None) -> None:
+    """The demo's arguments, checked before it starts (it writes its journal at the end)."""
+    from .sim.paths import check_output_file
+    from .sim.scenario import MAX_SEED, MAX_SIM_SECONDS
+
+    for name, v, lo, hi in (("seconds", seconds, 1, MAX_SIM_SECONDS), ("seed", seed, 0, MAX_SEED)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidArgument(name, "must be an integer", v)
+        if not lo <= v <= hi:
+            raise InvalidArgument(name, f"must be in [{lo}, {int(hi)}]", v)
+    if journal_path is not None:
+        check_output_file(journal_path, "journal")
+
+
 def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
              journal_path: str | None = None, processes: bool = True) -> DemoResult:
+    _check_args(seconds, seed, journal_path)
     wall = time.perf_counter()
     rng = np.random.default_rng(seed)
     clock = ManualClock(0.0)

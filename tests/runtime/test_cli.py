@@ -455,3 +455,69 @@ def test_module_entry_point(tmp_path):
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert "sbatch --parsable" in cp.stdout
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_submit_refuses_a_task_naming_no_installed_plugin(tmp_path, capsys, dry_run):
+    q = tmp_path / "q"
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a", "payload": {"plugin": "counter"}},
+                                           {"id": "b", "payload": {"plugin": "nosuch"}}])
+    slurm = FakeSlurm()
+    rc, out = run_cli("submit", f, "--queue", str(q), "--workers", "1",
+                      *(["--dry-run"] if dry_run else []), slurm=slurm)
+    assert rc == 2 and out == ""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{f}:2 payload.plugin: task 'b' names no installed plugin" in err
+    assert "'nosuch'" in err and "installed: command, counter" in err
+    assert slurm.commands == [] and not q.exists()
+
+
+@pytest.mark.parametrize("payload", [{"plugin": 5}, {"plugin": ""}, {"plugin": None}])
+def test_submit_refuses_a_plugin_that_is_not_a_name(tmp_path, capsys, payload):
+    q = tmp_path / "q"
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a", "payload": payload}])
+    rc, _ = run_cli("submit", f, "--queue", str(q), "--workers", "1", slurm=FakeSlurm())
+    assert rc == 2 and "payload.plugin" in capsys.readouterr().err and not q.exists()
+
+
+def test_submit_accepts_installed_and_default_plugins(tmp_path, monkeypatch):
+    from bursarcore.runtime import plugins
+
+    class EP:
+        name, value = "mine", "somepkg:MinePlugin"
+
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {"mine": EP()})
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a", "payload": {"plugin": "mine"}},
+                                           {"id": "b", "payload": ["not", "an", "object"]},
+                                           {"id": "c"}])
+    rc, out = run_cli("submit", f, "--queue", str(tmp_path / "q"), "--workers", "1",
+                      "--dry-run", slurm=FakeSlurm())
+    assert rc == 0 and "3 tasks" in out
+
+
+@pytest.mark.parametrize("command", [["status"], ["cancel"], ["requeue-failed"],
+                                     ["submit", "{tasks}", "--workers", "1"]])
+@pytest.mark.parametrize("queue, rule", [("{file}", "is an existing file"),
+                                         ("{file}/q", "cannot be a directory")])
+def test_a_queue_path_that_cannot_be_a_directory(tmp_path, capsys, command, queue, rule):
+    (tmp_path / "file").write_text("keep")
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"id": "a"}])
+    subst = {"{file}": str(tmp_path / "file"), "{tasks}": tasks}
+    argv = [subst.get(a, a) for a in command]
+    queue = queue.replace("{file}", str(tmp_path / "file"))
+    slurm = FakeSlurm()
+    rc, _ = run_cli(*argv, "--queue", queue, slurm=slurm)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and f"--queue: {rule}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert slurm.commands == [] and (tmp_path / "file").read_text() == "keep"
+
+
+def test_submit_tasks_that_are_not_text(tmp_path, capsys):
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(b'{"id": "a"}\n\xff\xfe\n')
+    rc, _ = run_cli("submit", str(f), "--queue", str(tmp_path / "q"), "--workers", "1")
+    err = capsys.readouterr().err
+    assert rc == 2 and "TASKS: is not UTF-8 text" in err and "Traceback" not in err
+    assert not (tmp_path / "q").exists()

@@ -285,3 +285,13 @@ def test_load_secrets_refuses_binary(tmp_path):
     os.chmod(p, 0o600)
     with pytest.raises(InvalidArgument, match="UTF-8"):
         load_secrets(p)
+
+
+def test_plugin_name_of_a_payload():
+    from bursarcore.runtime.plugins import plugin_name
+
+    assert plugin_name({"plugin": "counter"}) == "counter"
+    assert plugin_name({"argv": ["true"]}) == "command"
+    assert plugin_name(["not", "an", "object"]) == "command"
+    assert plugin_name(None) == "command"
+    assert plugin_name({"plugin": 5}) == 5        # refused where it is checked

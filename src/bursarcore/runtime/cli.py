@@ -29,10 +29,11 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from typing import Any, Collection, Sequence, TextIO
 
 from ..adapters.base import CommandError
 from ..errors import BursarError, InvalidArgument
+from .plugins import available_plugins, plugin_name
 from .queue import STATES, QueueConfig, TaskQueue, check_task_id
 from .slurm import (ArraySpec, SlurmArrays, array_record, batch_script, load_jobs,
                     parse_tiers, record_jobs, sbatch_argv, stop_file)
@@ -47,13 +48,16 @@ _TASK_KEYS = {"id", "payload", "tier"}
 
 
 # ---------------------------------------------------------------------- input
-def read_tasks(path: str, tiers: int = 1) -> list[tuple[str, Any, int]]:
+def read_tasks(path: str, tiers: int = 1,
+               plugins: Collection[str] | None = None) -> list[tuple[str, Any, int]]:
     """``(id, payload, tier)`` for each non-blank line of a JSON-lines file.
 
     Each line must be an object with ``id`` (a task id: ``[A-Za-z0-9_][A-Za-z0-9_-]*``, at
     most 200 characters, unique in the file), optionally ``payload`` (any JSON, default
-    null) and ``tier`` (an integer in ``[0, tiers)``, default 0), and no other keys.
-    Raises :class:`InvalidArgument` whose field is ``<path>:<line> <key>``.
+    null) and ``tier`` (an integer in ``[0, tiers)``, default 0), and no other keys. With
+    ``plugins`` (the installed plugin names), the plugin each payload names
+    (``payload.plugin``, default ``command``) must be one of them: a worker could not run
+    the task. Raises :class:`InvalidArgument` whose field is ``<path>:<line> <key>``.
     """
     out: list[tuple[str, Any, int]] = []
     seen: dict[str, int] = {}
@@ -62,7 +66,13 @@ def read_tasks(path: str, tiers: int = 1) -> list[tuple[str, Any, int]]:
     except OSError as exc:
         raise InvalidArgument("TASKS", f"cannot be read ({exc.strerror})", path) from None
     with f:
-        for n, line in enumerate(f, 1):
+        try:
+            lines = f.readlines()
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument("TASKS", f"is not UTF-8 text (byte {exc.start})", path) from None
+        except OSError as exc:
+            raise InvalidArgument("TASKS", f"cannot be read ({exc.strerror})", path) from None
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             where = f"{path}:{n}"
@@ -90,7 +100,14 @@ def read_tasks(path: str, tiers: int = 1) -> list[tuple[str, Any, int]]:
                 raise InvalidArgument(f"{where} id", f"is a duplicate of line {seen[task_id]}",
                                       task_id)
             seen[task_id] = n
-            out.append((task_id, obj.get("payload"), tier))
+            payload = obj.get("payload")
+            if plugins is not None:
+                name = plugin_name(payload)
+                if not isinstance(name, str) or name not in plugins:
+                    raise InvalidArgument(
+                        f"{where} payload.plugin", f"task {task_id!r} names no installed "
+                        f"plugin (installed: {', '.join(sorted(plugins))})", name)
+            out.append((task_id, payload, tier))
     if not out:
         raise InvalidArgument("TASKS", "has no tasks (one JSON object per line)", path)
     return out
@@ -109,6 +126,17 @@ def _per_tier(text: str | None, tiers: int, name: str) -> list[int | None]:
             raise InvalidArgument(name, "must be integers >= 1", text)
         vals.append(int(p))
     return vals * tiers if len(vals) == 1 else vals
+
+
+def _check_queue_path(queue: str) -> None:
+    """``--queue`` is a directory, or (for submit) a path where one can be created."""
+    p = os.path.abspath(queue)
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise InvalidArgument("--queue", "is an existing file, not a queue directory", queue)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise InvalidArgument("--queue", f"cannot be a directory: {p} is a file", queue)
 
 
 # ---------------------------------------------------------------------- submit
@@ -141,7 +169,7 @@ def _submit(args: argparse.Namespace, slurm: SlurmArrays, out: TextIO) -> int:
     specs = _specs(args, queue)
     config = QueueConfig(tiers=len(specs), promote_after=args.promote_after,
                          max_failures=args.max_failures, stale_after=args.stale_after)
-    tasks = read_tasks(args.tasks, len(specs))
+    tasks = read_tasks(args.tasks, len(specs), plugins=available_plugins())
     if args.dry_run:
         print(f"# dry run: {len(tasks)} tasks for {queue} ({len(specs)} tier(s)); "
               "nothing written or submitted", file=out)
@@ -371,6 +399,7 @@ def main(argv: Sequence[str] | None = None, *, slurm: SlurmArrays | None = None,
     out = sys.stdout if out is None else out
     slurm = SlurmArrays() if slurm is None else slurm
     try:
+        _check_queue_path(args.queue)
         return int(args.func(args, slurm, out))
     except InvalidArgument as exc:
         print(f"bursar-run {args.command}: error: {exc}", file=sys.stderr)

@@ -47,6 +47,7 @@ __all__ = [
     "BUILTIN_PLUGINS",
     "load_plugin",
     "available_plugins",
+    "plugin_name",
     "load_secrets",
     "SecretRedactor",
     "runtime_dir",
@@ -255,6 +256,12 @@ def _entry_points() -> dict[str, Any]:
 def available_plugins() -> list[str]:
     """Names :func:`load_plugin` accepts: installed entry points and the built-ins."""
     return sorted(set(_entry_points()) | set(BUILTIN_PLUGINS))
+
+
+def plugin_name(payload: Any) -> Any:
+    """The plugin a task's payload names: ``payload["plugin"]``, ``command`` when the
+    payload is not an object or names none. Not checked here (see :func:`load_plugin`)."""
+    return payload.get("plugin", "command") if isinstance(payload, dict) else "command"
 
 
 def load_plugin(name: str) -> Plugin:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping
 from ..errors import InvalidArgument
 from .checkpoint import CheckpointStore, empty_directory
 from .isolation import RUNNERS, NoneRunner, Runner, get_runner
-from .plugins import SecretRedactor, TaskContext, load_plugin, load_secrets
+from .plugins import SecretRedactor, TaskContext, load_plugin, load_secrets, plugin_name
 from .queue import Claim, TaskQueue, default_worker_id
 
 __all__ = ["Worker", "main", "EXIT_DONE", "EXIT_CHECKPOINTED", "stderr_logging"]
@@ -275,8 +275,7 @@ class Worker:
                 resume["checkpoint"] = ck.seq
                 log.info("task %s: restored checkpoint %d (%d bytes)", tid, ck.seq, ck.size)
             payload = claim.payload
-            name = payload.get("plugin", "command") if isinstance(payload, dict) else "command"
-            plugin = load_plugin(name)
+            plugin = load_plugin(plugin_name(payload))
             ctx = TaskContext(tid, payload, ws, claim.attempts, ck.seq if ck else None,
                               self.secrets, logging.getLogger("bursarcore.runtime.plugin"))
             plugin.setup(ctx)

@@ -7,7 +7,26 @@ import argparse
 import os
 import sys
 
+from ..errors import InvalidArgument
+from .paths import check_output_dir
+
 __all__ = ["add_simulate", "add_experiments"]
+
+
+def _fail(command: str, msg: object) -> int:
+    """Bad input: one line on stderr, exit status 2 (as argparse does)."""
+    print(f"bursar {command}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _make_out(command: str, out: str) -> int | None:
+    """Create the output directory once everything else has been checked; 2 if it cannot
+    be made."""
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        return _fail(command, f"--out: cannot be created ({e.strerror}) (got {out!r})")
+    return None
 
 
 def add_simulate(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +57,7 @@ def add_simulate(sub: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from .engine import Simulation
     from .report import write_outputs
+    from .kernels import numba_available
     from .scenario import ScenarioError, builtin_scenarios, load_scenario
 
     if args.list:
@@ -51,14 +71,29 @@ def _simulate(args: argparse.Namespace) -> int:
             sc = sc.with_changes(**{"scenario.seed": args.seed})
         if args.duration is not None:
             sc = sc.with_changes(**{"scenario.duration": args.duration})
-    except ScenarioError as e:
-        print(f"bursar simulate: {e}", file=sys.stderr)
-        return 2
+        check_output_dir(args.out)
+    except (ScenarioError, InvalidArgument) as e:
+        return _fail("simulate", e)
+    if args.numba == "on" and not numba_available():
+        return _fail("simulate", "--numba on: numba is not installed (pip install "
+                                 "'bursarcore[numba]'), or BURSARCORE_NO_NUMBA is set")
     numba = {"auto": None, "on": True, "off": False}[args.numba]
+    try:
+        sim = Simulation(sc, backend=args.backend, journal=args.journal, use_numba=numba)
+    except InvalidArgument as e:   # e.g. --backend compiled where it is not built
+        return _fail("simulate", f"--{e}" if e.field == "backend" else e)
+    failed = _make_out("simulate", args.out)
+    if failed is not None:
+        return failed
     print(f"bursar simulate: {sc.name} — {sc.duration:,.0f} simulated s, seed {sc.seed}",
           file=sys.stderr)
-    res = Simulation(sc, backend=args.backend, journal=args.journal, use_numba=numba).run()
-    paths = write_outputs(res, args.out)
+    res = sim.run()
+    try:
+        paths = write_outputs(res, args.out)
+    except OSError as e:   # the directory was writable when checked; the disk may be full
+        print(f"bursar simulate: cannot write the outputs into {args.out} ({e.strerror}); "
+              "nothing partial was left there", file=sys.stderr)
+        return 1
     tm = res.timing
     print(f"  {tm['wall_seconds']:.2f} s wall: {tm['engine_seconds']:.2f} s in the broker "
           f"({tm['broker_calls']:,} calls), {tm['agents_seconds']:.2f} s agents and loop")
@@ -96,8 +131,16 @@ def _experiments(args: argparse.Namespace) -> int:
     from .experiments import run_experiments
 
     if args.seeds < 1:
-        print("bursar experiments: --seeds must be >= 1", file=sys.stderr)
-        return 2
+        return _fail("experiments", f"--seeds: must be >= 1 (got {args.seeds})")
+    if args.jobs < 0:
+        return _fail("experiments", f"--jobs: must be >= 0, 0 for one per core (got {args.jobs})")
+    try:
+        check_output_dir(args.out)
+    except InvalidArgument as e:
+        return _fail("experiments", e)
+    failed = _make_out("experiments", args.out)
+    if failed is not None:
+        return failed
     jobs = args.jobs or os.cpu_count() or 1
     out = run_experiments(args.out, seeds=args.seeds, jobs=jobs, only=args.only,
                           quick=args.quick, progress=args.progress)

@@ -46,6 +46,7 @@ from ..admission.state import REUSE_AFTER
 from ..broker import Broker, Decision, Event, Lease
 from ..clock import ManualClock
 from ..journal import MemoryJournal
+from ..units import NS, to_ns
 from .scenario import Scenario
 
 __all__ = ["Simulation", "Ledger", "Request", "run_scenario"]
@@ -65,8 +66,17 @@ class Request:
     within_guarantee: bool = False
 
     @property
+    def latency_ns(self) -> int | None:
+        """Request → active in the engine's nanoseconds: both times as the broker saw them
+        (an agent may act at a float time between two nanoseconds; the broker rounds it)."""
+        return None if self.t_active is None else to_ns(self.t_active) - to_ns(self.t)
+
+    @property
     def latency(self) -> float | None:
-        return None if self.t_active is None else self.t_active - self.t
+        """:attr:`latency_ns` in seconds: a reclaim's latency is exactly the grace, not the
+        grace plus the rounding error of subtracting two float times."""
+        ns = self.latency_ns
+        return None if ns is None else ns / NS
 
 
 class Ledger:

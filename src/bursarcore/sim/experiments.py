@@ -129,7 +129,7 @@ def run_point(task: tuple[str, dict, int, bool]) -> dict:
         row.update(overbooking=firm / res.summary["capacity"],
                    victim_p95=v["storm_latency_p95"], victim_p50=v["storm_latency_p50"],
                    victim_requests=v["storm_requests"], violations=v["violations"],
-                   storm_mean_hold=sum(c["avg_hold_window"] for c in camps.values()
+                   storm_mean_hold=sum(c["avg_hold_window"] or 0.0 for c in camps.values()
                                        if c["agent"] == "storm"))
     else:
         s = camps["storm0"]

@@ -22,7 +22,10 @@ from .metrics import SimResult
 __all__ = ["write_report", "render_html", "write_outputs"]
 
 _COLORS = {"storm": "#d62728", "interactive": "#2ca02c", "naive": "#ff7f0e",
-           "adaptive": "#1f77b4", "backfill": "#9e9e9e", "probe": "#9467bd"}
+           "adaptive": "#1f77b4", "backfill": "#9e9e9e", "probe": "#9467bd",
+           "population": "#17becf"}
+_OTHER = "#666666"
+_AGENT_ORDER = ["interactive", "adaptive", "naive", "storm", "probe", "backfill"]
 
 
 def _mpl():
@@ -48,7 +51,7 @@ def _png(fig: Any) -> str:
 
 def _shade_storm(ax: Any, res: SimResult) -> None:
     for d in res.summary["campaigns"].values():
-        if d["agent"] == "storm":
+        if d["agent"] == "storm" and d["window_in_run"]:
             w0, w1 = d["window"]
             ax.axvspan(w0 / 60, w1 / 60, color="#d62728", alpha=0.06, lw=0)
 
@@ -63,13 +66,18 @@ def figures(res: SimResult) -> dict[str, str]:
     tm = s["t"] / 60.0
     out: dict[str, str] = {}
 
-    # 1. occupancy by campaign
+    # 1. occupancy by campaign, and by population (its members together)
     fig, ax = plt.subplots(figsize=(10, 3.6))
     names = [n for n in s["held"]]
-    order = sorted(names, key=lambda n: ["interactive", "adaptive", "naive", "storm", "probe",
-                                         "backfill"].index(camps[n]["agent"]))
-    ax.stackplot(tm, [s["held"][n] for n in order], labels=order, step="post",
-                 colors=[_COLORS.get(camps[n]["agent"], None) for n in order], alpha=0.85)
+    order = sorted(names, key=lambda n: _AGENT_ORDER.index(camps[n]["agent"])
+                   if camps[n]["agent"] in _AGENT_ORDER else len(_AGENT_ORDER))
+    groups = s.get("groups_held", {})
+    layers = [s["held"][n] for n in order] + list(groups.values())
+    if layers:   # a scenario of populations alone has no named campaign to stack
+        ax.stackplot(tm, layers, labels=order + [f"{g} (population)" for g in groups],
+                     step="post", alpha=0.85,
+                     colors=[_COLORS.get(camps[n]["agent"], _OTHER) for n in order]
+                     + [_COLORS["population"]] * len(groups))
     ax.axhline(s["capacity"], color="k", lw=1, ls="--", label="capacity")
     _shade_storm(ax, res)
     ax.set_xlabel("simulated minutes")
@@ -91,8 +99,9 @@ def figures(res: SimResult) -> dict[str, str]:
         if d.get("predicted_hold"):
             ax.axhline(d["predicted_hold"], color="#555", ls="-.", lw=0.8,
                        label=f"s + B/window = {d['predicted_hold']:.0f}")
-        ax.axhline(d["avg_hold_window"], color=_COLORS["storm"], ls="-.", lw=0.8,
-                   label=f"average in window = {d['avg_hold_window']:.0f}")
+        if d["avg_hold_window"] is not None:
+            ax.axhline(d["avg_hold_window"], color=_COLORS["storm"], ls="-.", lw=0.8,
+                       label=f"average in window = {d['avg_hold_window']:.0f}")
         _shade_storm(ax, res)
         ax.set_xlabel("simulated minutes")
         ax.set_ylabel("GPUs")
@@ -156,27 +165,16 @@ def figures(res: SimResult) -> dict[str, str]:
     out["utilisation"] = _png(fig)
 
     # 5. credits and science per agent
-    fig, axs = plt.subplots(1, 3, figsize=(11, 3.2))
     nm = [n for n in order if camps[n]["credits_spent"] is not None]
-    cols = [_COLORS.get(camps[n]["agent"]) for n in nm]
-    axs[0].bar(nm, [camps[n]["credits_spent"] for n in nm], color=cols)
-    axs[0].set_title("credits spent")
-    sci = [n for n in nm if "science" in camps[n]]
-    axs[1].bar(sci, [camps[n]["science"] for n in sci], color=[_COLORS.get(camps[n]["agent"]) for n in sci])
-    axs[1].set_title("science (value of completed tasks)")
-    axs[2].bar(sci, [camps[n]["science_per_credit"] or 0 for n in sci],
-               color=[_COLORS.get(camps[n]["agent"]) for n in sci])
-    axs[2].set_title("science per credit")
-    for a in axs:
-        a.tick_params(axis="x", labelrotation=30, labelsize=8)
-    out["credits"] = _png(fig)
+    if nm:
+        out["credits"] = _credits_figure(plt, camps, nm)
 
     # 6. I/O throttling
     fls = {n: v["fs"] for n, v in s.get("flow", {}).items() if "fs" in v}
     if fls:
         fig, axs = plt.subplots(1, 2, figsize=(11, 3.2))
         for n, fl in fls.items():
-            c = _COLORS.get(camps[n]["agent"])
+            c = _COLORS.get(camps[n]["agent"], _OTHER)
             axs[0].plot(tm, fl["allowed"], color=c, lw=1, label=f"{n} allowed")
             axs[0].plot(tm, np.minimum(fl["asked"], 1e4), color=c, lw=0.6, ls=":",
                         label=f"{n} asked")
@@ -186,7 +184,7 @@ def figures(res: SimResult) -> dict[str, str]:
         axs[0].legend(fontsize=7)
         for n in fls:
             if n in s.get("busy", {}):
-                c = _COLORS.get(camps[n]["agent"])
+                c = _COLORS.get(camps[n]["agent"], _OTHER)
                 axs[1].plot(tm, s["busy"][n] - s["running"][n], color=c, lw=1,
                             label=f"{n}: GPUs waiting on inputs")
                 axs[1].plot(tm, s["running"][n], color=c, lw=1, ls="--",
@@ -196,6 +194,22 @@ def figures(res: SimResult) -> dict[str, str]:
         axs[1].legend(fontsize=7)
         out["io"] = _png(fig)
     return out
+
+
+def _credits_figure(plt: Any, camps: dict, nm: list[str]) -> str:
+    fig, axs = plt.subplots(1, 3, figsize=(11, 3.2))
+    cols = [_COLORS.get(camps[n]["agent"], _OTHER) for n in nm]
+    axs[0].bar(nm, [camps[n]["credits_spent"] for n in nm], color=cols)
+    axs[0].set_title("credits spent")
+    sci = [n for n in nm if "science" in camps[n]]
+    axs[1].bar(sci, [camps[n]["science"] for n in sci], color=[_COLORS.get(camps[n]["agent"], _OTHER) for n in sci])
+    axs[1].set_title("science (value of completed tasks)")
+    axs[2].bar(sci, [camps[n]["science_per_credit"] or 0 for n in sci],
+               color=[_COLORS.get(camps[n]["agent"], _OTHER) for n in sci])
+    axs[2].set_title("science per credit")
+    for a in axs:
+        a.tick_params(axis="x", labelrotation=30, labelsize=8)
+    return _png(fig)
 
 
 def _timeline_data(res: SimResult, max_events: int = 4000) -> dict:
@@ -213,6 +227,16 @@ def _timeline_data(res: SimResult, max_events: int = 4000) -> dict:
                                   "g": cap["g"], "s": cap["s"], "b": cap["b"],
                                   "held": np.asarray(h).astype(int).tolist(),
                                   "tokens": tokens})
+    for spec in res.scenario.populations:
+        h = s.get("groups_held", {}).get(spec.name)
+        if h is None:
+            continue
+        env, dim = spec.envelope, res.scenario.pool.dims[0]
+        data["campaigns"].append({"name": f"{spec.name} ×{spec.count:,}", "agent": "population",
+                                  "class": spec.service_class, "color": _COLORS["population"],
+                                  "g": spec.count * env.g(dim), "s": spec.count * env.s(dim),
+                                  "b": spec.count * env.b(dim),
+                                  "held": np.asarray(h).astype(int).tolist(), "tokens": None})
     pool = s.get("pool", {})
     if pool.get("t") is not None and len(pool["t"]):
         for k in ("multiplier", "free", "congestion"):
@@ -380,7 +404,8 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
     parts.append("</table>")
     # timeline
     data = _timeline_data(res)
-    storm_w = [d["window"][0] for d in camps.values() if d["agent"] == "storm"]
+    storm_w = [d["window"][0] for d in camps.values()
+               if d["agent"] == "storm" and d["window_in_run"]]
     data["focus"] = storm_w[0] + 60 if storm_w else 0
     parts.append("<h2>Timeline — drag the slider to scrub through time</h2>"
                  "<p class='sub'>Bars: GPUs held by each campaign (marks: green guarantee, black "
@@ -464,26 +489,51 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
     return "".join(parts)
 
 
+def _replace(path: str, write: Any) -> None:
+    """``write(tmp_path)`` then rename over ``path``: a reader sees the old file or the
+    whole new one, and a failed write leaves no partial file behind."""
+    d, base = os.path.split(path)
+    tmp = os.path.join(d, f".{base}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _write_text(text: str) -> Any:
+    def write(p: str) -> None:
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(text)
+    return write
+
+
 def write_outputs(res: SimResult, out_dir: str | os.PathLike, *, journal: bool = True,
                   report: bool = True) -> dict[str, str]:
-    """Write ``report.html``, ``summary.json`` and ``journal.jsonl`` into ``out_dir``."""
+    """Write ``report.html``, ``summary.json`` and ``journal.jsonl`` into ``out_dir``.
+
+    The summary and the page are rendered before anything is written, so a run whose
+    report cannot be made writes nothing; each file is written beside its final name and
+    renamed into place, so none is ever left half-written."""
     from ..journal import export_jsonl
 
+    summary = json.dumps(res.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    page = render_html(res) if report else None
+    out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     p = os.path.join(out_dir, "summary.json")
-    with open(p, "w", encoding="utf-8") as f:
-        json.dump(res.to_json(), f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
+    _replace(p, _write_text(summary))
     paths["summary"] = p
     if journal and res.journal is not None:
         p = os.path.join(out_dir, "journal.jsonl")
-        export_jsonl(res.journal, p)
+        _replace(p, lambda tmp: export_jsonl(res.journal, tmp))
         paths["journal"] = p
-    if report:
+    if page is not None:
         p = os.path.join(out_dir, "report.html")
-        with open(p, "w", encoding="utf-8") as f:
-            f.write(render_html(res))
+        _replace(p, _write_text(page))
         paths["report"] = p
     return paths
 

@@ -37,7 +37,13 @@ from ..errors import InvalidArgument
 
 __all__ = ["Scenario", "CampaignSpec", "PopulationSpec", "TaskSetSpec", "ScenarioError",
            "load_scenario", "parse_scenario", "scenario_path", "builtin_scenarios",
-           "AGENTS", "AGENT_DEFAULTS", "FACILITY_DEFAULTS"]
+           "AGENTS", "AGENT_DEFAULTS", "FACILITY_DEFAULTS", "MAX_SIM_SECONDS", "MAX_SEED"]
+
+
+MAX_SIM_SECONDS = 30 * 86400.0
+"""The longest simulated run (thirty days): a scenario's duration, the demo's seconds."""
+MAX_SEED = 2**63 - 1
+"""Seeds are integers in ``[0, MAX_SEED]``."""
 
 
 class ScenarioError(InvalidArgument):
@@ -324,8 +330,8 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
     if "duration" not in sc:
         raise ctx.err("scenario.duration", "is required (simulated seconds)")
     duration = _num(ctx, sc["duration"], "scenario.duration", lo=0.0, lo_open=True,
-                    hi=30 * 86400.0)
-    seed = _num(ctx, sc.get("seed", 7), "scenario.seed", integer=True, hi=2.0**63 - 1)
+                    hi=MAX_SIM_SECONDS)
+    seed = _num(ctx, sc.get("seed", 7), "scenario.seed", integer=True, hi=MAX_SEED)
     sample_every = _num(ctx, sc.get("sample_every", 10.0), "scenario.sample_every", lo=0.0,
                         lo_open=True, hi=duration)
 
@@ -578,9 +584,16 @@ def load_scenario(name_or_path: str | os.PathLike | None = None) -> Scenario:
     """Load and validate a scenario: a TOML file path or a shipped name (default:
     ``default``, SPEC §10's scenario)."""
     path = scenario_path(name_or_path)
+    if os.path.isdir(path):
+        raise ScenarioError("scenario", "is a directory, not a scenario file (.toml)", path)
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError("toml", f"not valid TOML: {e}", None, path) from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError("toml", f"not valid TOML: not UTF-8 text (byte {e.start})", None,
+                            path) from None
+    except OSError as e:
+        raise ScenarioError("scenario", f"cannot be read ({e.strerror})", path) from None
     return parse_scenario(doc, source=path)
