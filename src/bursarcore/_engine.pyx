@@ -1979,8 +1979,8 @@ cdef class _ExpiredRun:
 cdef class FastAcquire:
     """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
     values, no policy event due (the pending queue is served through
-    ``Broker._serve_pending`` when the broker would serve it, or probed here when that
-    would only probe and find nothing grantable: ``_serve``), a warm grant, a
+    ``Broker._serve_pending`` when the broker would serve it and a key's wake-up is due;
+    with none due that pass would only count itself, done here: ``_serve``), a warm grant, a
     refusal or a decision that needs the policy layer (``Broker._slow``). With a journal
     (one whose ``Journal.add`` is not overridden) it writes the general path's records —
     ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
@@ -2037,8 +2037,8 @@ cdef class FastAcquire:
     cdef bint jend
     # runs of expiries queued in Broker._events since the last poll (_ExpiredRun)
     cdef Py_ssize_t nrun
-    # the pending queue's probe done here (_serve): the broker's own _serve_pending and
-    # _nothing_grantable (not a subclass's), and the kernel module it was built with
+    # the pending queue's wake-up check done here (_serve): the broker's own _serve_pending
+    # and _wake_due (not a subclass's), and the kernel module it was built with
     cdef bint cprobe
     cdef object kmod
 
@@ -2081,7 +2081,7 @@ cdef class FastAcquire:
         self.nrun = 0
         from .broker import Broker as _Broker
         self.cprobe = (getattr(tp, "_serve_pending", None) is _Broker._serve_pending
-                       and getattr(tp, "_nothing_grantable", None) is _Broker._nothing_grantable)
+                       and getattr(tp, "_wake_due", None) is _Broker._wake_due)
         self.kmod = b._k
 
     def __call__(self, intent):
@@ -2256,49 +2256,51 @@ cdef class FastAcquire:
 
     # -- acquire ----------------------------------------------------------------------------
     cdef int _serve(self, int64_t t) except -1:
-        """``Broker._serve_pending(t)`` (queue not empty). When it would only probe — two
-        or more intents served by keys, no python event due before t, the key rows kept
-        (``_prows``) — and the probe finds nothing grantable, that probe is done here with
-        its writes (``_pass``, ``_probe``, ``_pflip``: see ``Broker._nothing_grantable``);
-        otherwise (nothing changed but the settles of the rows decided, which the broker's
-        probe repeats at the same t) the broker's method."""
-        cdef object rows, bufs, flip, reasons, P, P0
-        cdef cnp.ndarray a
-        cdef int64_t* op
-        cdef _Ctx cx
-        cdef Py_ssize_t j, K
-        if self.cprobe and len(self.pending) > 1 and self._attr("_k") is self.kmod \
-                and self._attr("_queue_by_key") is True \
-                and not (self.pyev and self.pyev[0][0] < t):
-            rows = self._attr("_prows")
-            if type(rows) is np.ndarray:
-                a = <cnp.ndarray>rows
-                bufs = self._attr("_pbufs")
-                flip = self._attr("_pflip")
-                K = cnp.PyArray_DIM(a, 0)
-                if cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 2 \
-                        and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_DIM(a, 1) == 6 \
-                        and K > 0 and type(bufs) is tuple and len(<tuple>bufs) == 2 \
-                        and type(flip) is int and (flip == 0 or flip == 1):
-                    reasons = (<tuple>bufs)[<int>flip]
-                    op = _i64_buffer(reasons, K)
-                    if op != NULL:
-                        # the pass is counted first, as the broker does (an error raised
-                        # by a row leaves it counted)
-                        P0 = self._attr("_pass")
-                        P = P0 + 1
-                        PyDict_SetItem(self.bd, "_pass", P)
-                        cx = self._cx()
-                        j = _decide_keys(cx, <const int64_t*>cnp.PyArray_DATA(a), K, t, op)
-                        cx = None
-                        if j < 0:
-                            PyDict_SetItem(self.bd, "_probe",
-                                           (P, self._attr("_pkeyl"), reasons))
-                            PyDict_SetItem(self.bd, "_pflip", 1 - <int>flip)
-                            return 0
-                        PyDict_SetItem(self.bd, "_pass", P0)    # the broker's pass counts it
+        """``Broker._serve_pending(t)`` (queue not empty). When no key's wake-up is due
+        (``_due``: ``Broker._wake_due``), that pass would only count itself, which is
+        done here; otherwise the broker's method."""
+        if self.cprobe and self._attr("_k") is self.kmod \
+                and self._attr("_queue_by_key") is True and not self._due(t):
+            PyDict_SetItem(self.bd, "_pass", self._attr("_pass") + 1)
+            return 0
         self.b._serve_pending(t)
         return 0
+
+    cdef bint _due(self, int64_t t) except -1:
+        """``Broker._wake_due(t)``: a key woken, a campaign's lease ended, a token wake time
+        reached, or a dimension's free / reachable / firm-room units at a key's threshold
+        or its congestion multiplier below one a key failed at (the heaps' tops)."""
+        cdef object h, hf, hr, ho, hp
+        cdef list lf, lr, lo, lp
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef Py_ssize_t d, D
+        cdef int64_t free
+        if len(self._attr("_woken")) or len(self._attr("_ended")):
+            return True
+        h = self._attr("_wtime")
+        if h and h[0][0] <= t:
+            return True
+        lf, lr, lo, lp = (self._attr("_wfree"), self._attr("_wreach"), self._attr("_wroom"),
+                          self._attr("_wprice"))
+        cx = self._cx()
+        e = &cx.e
+        D = e.D
+        if len(lf) != D or len(lr) != D or len(lo) != D or len(lp) != D:
+            return True
+        for d in range(D):
+            hf, hr, ho, hp = lf[d], lr[d], lo[d], lp[d]
+            if hf or hr or ho:
+                free = k_free(e, d)
+                if hf and hf[0][0] <= free - e.headroom[d]:
+                    return True
+                if hr and hr[0][0] <= free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]):
+                    return True
+                if ho and ho[0][0] <= e.cap[d] - e.F[d] - e.U[d]:
+                    return True
+            if hp and hp[0][0] < -k_cong_mult(e, d):
+                return True
+        return False
 
     cpdef object acquire(self, object intent):
         cdef object b = self.b, v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
@@ -2602,6 +2604,10 @@ cdef class FastAcquire:
         cdef object opp, rv, last
         cdef _ExpiredRun run = None
         cdef Py_ssize_t total = 0
+        # the campaigns with queue keys to wake when a lease of theirs ends (Broker._wown),
+        # and the set of those that had one (Broker._ended: Broker._lease_ended)
+        cdef dict wown = self._attr("_wown")
+        cdef set ended = self._attr("_ended") if len(wown) else None
         while True:
             m = k_advance(e, t, self.adv, chunk, &err)
             total += m
@@ -2629,6 +2635,8 @@ cdef class FastAcquire:
                 rv = self.revoking[d]
                 if PySet_GET_SIZE(rv):
                     PySet_Discard(rv, lid)
+                if ended is not None and e.lr[r].camp in wown:
+                    PySet_Add(ended, e.lr[r].camp)
                 q = run.rec + run.n * RUN_W
                 q[0] = e.lr[r].t_end
                 q[1] = e.lr[r].camp

@@ -33,10 +33,11 @@ import numpy as np
 from . import _backend, units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
-from .admission.state import (ACTIVE, CAPACITY, CREDIT, CREDITS, DEADLINE, GRANTED, HOUR_NS,
+from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE, GRANTED,
+                              HOUR_NS,
                               LEASE_STATES, MAXV, OK, PPM, REASONS, RECLAIM, REFUSED, RELEASED,
                               REVOKED, REVOKING, STARTING, TOKENS, TTL, WARM, CANCELLED,
-                              REUSE_AFTER, ROW_MASK, EngineState)
+                              PENDING_LIMIT, REUSE_AFTER, ROW_MASK, EngineState)
 from .batchprep import finish, minmax
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
@@ -56,6 +57,7 @@ _MAX_GRID = 1_000_000                       # cells of one quote
 _DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
+MAX_PENDING = 1024          # Broker(max_pending=): pending intents per campaign, by default
 
 _compiled = _backend.compiled("_engine")
 ENGINES: dict[str, Any] = {"reference": _ref_engine}
@@ -275,9 +277,8 @@ class BatchResult(NamedTuple):
 
 @dataclass
 class _Pending:
-    """A waiting intent. Its reason code is ``Broker._reason_of(p)``: ``reason`` when it
-    was written at or after its key's last stamp (``rstamp >= key.stamp``), else the key's
-    (see :class:`_PKey`)."""
+    """A waiting intent. ``reason`` is the rule that bound it when it went pending; what
+    :meth:`Broker.pending` reports is worked out when read (``Broker._reasons``)."""
     intent_id: int
     campaign: int
     dim: int
@@ -291,7 +292,6 @@ class _Pending:
     arrival: int
     reason: int
     request: Intent | None = None
-    rstamp: int = 0                      # the pass that wrote ``reason`` (or created it)
     key: "_PKey | None" = field(default=None, repr=False, compare=False)
 
 
@@ -300,21 +300,23 @@ class _PKey:
 
     They share class rank, deficit and tokens, so the queue order (SPEC §4.5) ranks keys
     and, within a key, goes by arrival; ``by_nmin`` holds their arrivals (= intent ids)
-    in order per nmin, ``nmins`` the distinct nmins sorted. A pass that fails some of K's
-    intents and skips the rest stores their reasons here once: ``seg_at`` (ascending
-    arrivals, the failures of that pass) and ``seg_why``; a pending intent with
-    ``rstamp < stamp`` has the reason of the last failure at or before its arrival."""
+    in order per nmin, ``nmins`` the distinct nmins sorted.
 
-    __slots__ = ("c", "d", "k", "dur", "spend", "by_nmin", "nmins", "stamp", "seg_at",
-                 "seg_why")
+    Between passes a key is either *woken* (``Broker._woken``: the next pass decides it)
+    or *filed* under one limit that a decision found below its smallest nmin, with the
+    watch that tells when that limit may have risen (see ``Broker._file``). ``ver`` moves
+    whenever the key is woken or filed again, so the watches of an earlier filing are
+    stale (each watch entry holds the ``ver`` it was filed with); ``alive`` is False once
+    the key has no intents left."""
+
+    __slots__ = ("c", "d", "k", "dur", "spend", "by_nmin", "nmins", "ver", "alive")
 
     def __init__(self, key: tuple) -> None:
         self.c, self.d, self.k, self.dur, self.spend = key
         self.by_nmin: dict[int, list[int]] = {}
         self.nmins: list[int] = []
-        self.stamp = -1
-        self.seg_at: list[int] = []
-        self.seg_why: list[int] = []
+        self.ver = 0
+        self.alive = True
 
     def after(self, a: int, m: float) -> int | None:
         """The first arrival after ``a`` among the intents with nmin < m."""
@@ -347,7 +349,9 @@ class Broker:
     900 s), ``half_life`` (fair share, default 600 s), ``enforcement`` (``"prepaid"`` or,
     for experiments only, ``"instant"``), ``backend`` (``"compiled"``/``"reference"``),
     ``reuse_after`` (the rows of ended leases are reused once this many later leases have
-    ended; None never reuses them: docs/policy.md, "Memory").
+    ended; None never reuses them: docs/policy.md, "Memory"), ``max_pending`` (the most
+    intents one campaign may have waiting in the pending queue, default 1024; one more is
+    refused with ``pending_limit``; None: no cap).
     """
 
     def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
@@ -355,7 +359,8 @@ class Broker:
                  ttl: float = 900.0, half_life: float = 600.0, enforcement: str = "prepaid",
                  backend: str | None = None, cold_wait: Any = None,
                  journal: Journal | None = None, durable: bool = False,
-                 reuse_after: int | None = REUSE_AFTER) -> None:
+                 reuse_after: int | None = REUSE_AFTER,
+                 max_pending: int | None = MAX_PENDING) -> None:
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
         self.pool = pool
@@ -383,6 +388,10 @@ class Broker:
                                         or isinstance(reuse_after, bool) or reuse_after < 0):
             raise InvalidArgument("reuse_after", "must be None or an integer >= 0", reuse_after)
         self.reuse_after = reuse_after
+        if max_pending is not None and (not isinstance(max_pending, int)
+                                        or isinstance(max_pending, bool) or max_pending < 0):
+            raise InvalidArgument("max_pending", "must be None or an integer >= 0", max_pending)
+        self.max_pending = max_pending
         self.dims = pool.dims
         self._dim_index = {d: i for i, d in enumerate(self.dims)}
         price = dict(price or {})
@@ -436,17 +445,28 @@ class Broker:
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
         self._pending: dict[int, _Pending] = {}
+        # per campaign: its pending intents, in arrival order (pending(campaign), the cap)
+        self._pcamp: dict[int, dict[int, _Pending]] = {}
         # per key (campaign, dim, class, duration, max_spend): its pending intents
         self._pkeys: dict[tuple, _PKey] = {}
-        self._pass = 0                        # passes over the queue so far (reason stamps)
-        # the probe's key rows (see _nothing_grantable), rebuilt after the keys change
-        self._prows: np.ndarray | None = None
-        self._pkeyl: list[_PKey] = []
-        self._pbufs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        self._pflip = 0
-        # the last probe that found nothing, its reasons not yet stored on its keys:
-        # (pass, keys, reasons) (see _store_probe)
-        self._probe: tuple[int, list[_PKey], np.ndarray] | None = None
+        self._pass = 0                        # passes over the queue so far
+        # the queue's wake-ups (see _file): the keys the next pass decides; the campaigns
+        # with a lease ended or renewed since the last pass, and per campaign the keys
+        # that such an event wakes; a min-heap of token wake times; per dimension, heaps
+        # of capacity thresholds (free units for opportunistic keys, reachable units and
+        # firm room for firm ones) and of the congestion multipliers keys failed at
+        # (negated: a max-heap). Heap entries are (threshold, seq, ver, key).
+        self._woken: dict[_PKey, None] = {}
+        self._ended: set[int] = set()
+        self._wown: dict[int, list[tuple[int, _PKey]]] = {}
+        self._wtime: list[tuple[int, int, int, _PKey]] = []
+        D = len(self.dims)
+        self._wfree: list[list] = [[] for _ in range(D)]
+        self._wreach: list[list] = [[] for _ in range(D)]
+        self._wroom: list[list] = [[] for _ in range(D)]
+        self._wprice: list[list] = [[] for _ in range(D)]
+        self._wseq = 0                        # watch entries pushed (heap ties, compaction)
+        self._wlive = 0                       # watch entries since the last compaction
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
         self._next_intent = 0
@@ -484,7 +504,8 @@ class Broker:
                                      "thresholds": list(self.congestion.thresholds),
                                      "multipliers": list(self.congestion.multipliers)},
                       "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
-                      "enforcement": enforcement, "reuse_after": reuse_after}
+                      "enforcement": enforcement, "reuse_after": reuse_after,
+                      "max_pending": max_pending}
             row = {}
             row["op"] = J.OP["config"]
             row["t"] = self._t
@@ -659,6 +680,8 @@ class Broker:
             r = lid & ROW_MASK
             n, d, lk, lintent, lcost = (int(st.units[r]), int(st.dim[r]), int(st.lcls[r]),
                                         int(st.intent[r]), int(st.cost[r]))
+        if kind == "expired" or kind == "revoked":
+            self._lease_ended(c)
         ev = Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
                    deadline=None if deadline is None else deadline / NS,
                    reason=REASONS[reason] if reason else None, units=n)
@@ -906,7 +929,7 @@ class Broker:
     def _slow(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request) -> Decision:
         """Reclaim or pend: the parts of §4 that need policy (victims, queue)."""
         name = self._names[c]
-        n, reason, path, pm, _ = self._k.decide(self.st, c, d, k, nmin, nmax, dur, spend, t)
+        n, reason, path, pm, lims = self._k.decide(self.st, c, d, k, nmin, nmax, dur, spend, t)
         if n >= nmin and path == RECLAIM:
             plan = self._plan_reclaim(d, n, t)
             if deadline is not None and plan[1] > deadline:
@@ -916,17 +939,30 @@ class Broker:
             return Decision(GRANTED_OUT, iid, name, units=n, lease=self.lease(lid),
                             path="reclaim", cost=int(self.st.cost[lid & ROW_MASK]) / CREDIT,
                             wait=(self._activation[lid] - t) / NS)
+        mine = self._pcamp.get(c)
+        if self.max_pending is not None and mine is not None and len(mine) >= self.max_pending:
+            # at its cap: a slot frees by the time its oldest waiting intent expires
+            oldest = next(iter(mine.values()))
+            return Decision(REFUSED_OUT, iid, name, reason=REASONS[PENDING_LIMIT],
+                            retry_after=max(0, oldest.expires - t) / NS)
+        if self.max_pending == 0:
+            return Decision(REFUSED_OUT, iid, name, reason=REASONS[PENDING_LIMIT])
         expires = t + ttl
         if deadline is not None:
             expires = min(expires, deadline)
         key = (c, d, k, dur, spend)
-        self._prows = None
         q = self._pkeys.get(key)
         if q is None:
             q = self._pkeys[key] = _PKey(key)
+            lower = True
+        else:
+            lower = nmin < q.nmins[0] and q not in self._woken
         p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason,
-                     request, self._pass, q)
+                     request, q)
         self._pending[iid] = p
+        if mine is None:
+            mine = self._pcamp[c] = {}
+        mine[iid] = p
         lst = q.by_nmin.get(nmin)
         if lst is None:
             lst = q.by_nmin[nmin] = []
@@ -935,6 +971,10 @@ class Broker:
             bisect.insort(lst, iid)
         else:
             lst.append(iid)               # intent ids grow: arrival order
+        if lower:
+            # the decision above failed it at nmin, now its key's smallest, in this state:
+            # file the key (more pending demand below only raises the price)
+            self._file(q, lims, t)
         if self.st.cls[k, 2]:
             self.st.pend[d] += nmax
         self._push(expires, _EV_PENDING, iid)
@@ -1016,7 +1056,10 @@ class Broker:
 
     def _drop_pending(self, iid: int) -> _Pending:
         p = self._pending.pop(iid)
-        self._prows = None
+        mine = self._pcamp[p.campaign]
+        del mine[iid]
+        if not mine:
+            del self._pcamp[p.campaign]
         q = p.key
         lst = q.by_nmin[p.nmin]
         if lst[0] == iid:                 # grants and expiries mostly take the oldest
@@ -1028,55 +1071,226 @@ class Broker:
             q.nmins.remove(p.nmin)
             if not q.nmins:
                 del self._pkeys[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
+                q.alive = False
+                self._woken.pop(q, None)
         if self.st.cls[p.cls, 2]:
             self.st.pend[p.dim] -= p.nmax
         return p
 
-    @staticmethod
-    def _reason_of(p: _Pending) -> int:
-        """A pending intent's reason code: its own, or the one its key stored for it
-        (with the last probe's stored: :meth:`_store_probe`)."""
-        q = p.key
-        if p.rstamp >= q.stamp:
-            return p.reason
-        return q.seg_why[bisect.bisect_right(q.seg_at, p.arrival) - 1]
+    # -- wake-ups ---------------------------------------------------------------------------
+    # A pass decides only the keys that can have become grantable since they last failed.
+    # A key that fails at its smallest nmin m is filed under one limit found below m, with
+    # the watch that says when that limit may have risen to m (``_file``); until then the
+    # key provably fails, and skipping it changes nothing (a decision that fails only
+    # settles buckets, which is path-independent). The limits (reference.engine.decide)
+    # rise only through
+    #   * the key's own campaign: a lease of it ending (holding down, tokens and credits
+    #     refunded, an unmet guarantee back) or renewed (tokens refunded): ``_lease_ended``;
+    #   * time: the bucket refilling (an exact wake time) — and the congestion window's
+    #     bins rolling, which lowers the multiplier;
+    #   * its dimension: free, reachable or firm room units up, the multiplier down
+    #     (releases, expiries, revocations, nodes, pending demand leaving). These are
+    #     thresholds on per-dimension figures, kept in heaps and compared at each pass (and
+    #     after each grant of a pass: a grant lowers pending demand and can free units by
+    #     revoking more than it takes, so the price or the free units can move up).
 
+    def _lease_ended(self, c: int) -> None:
+        """A lease of campaign c ended or was renewed: its keys' own limits may rise."""
+        if c in self._wown:
+            self._ended.add(c)
+
+    def _wpush(self, h: list, thr: int, q: _PKey) -> None:
+        self._wseq += 1
+        self._wlive += 1
+        heapq.heappush(h, (thr, self._wseq, q.ver, q))
+
+    def _file(self, q: _PKey, lims: tuple, t: int) -> None:
+        """File key q, which a decision at t in the state as it stands found below its
+        smallest nmin (``lims``: that decision's ceiling, capacity, tokens and credits
+        limits), under one limit that fails it, with that limit's watch."""
+        st, k = self.st, self._k
+        m = q.nmins[0]
+        lc, lcap, ltok, lcred = lims
+        q.ver += 1
+        c, d = q.c, q.d
+        own = True
+        if lc < m:
+            pass                                  # b - H: only its own lease ends raise it
+        elif ltok < m:
+            H, s = int(st.H[c, d]), int(st.s[c, d])
+            r = s - H
+            at = None
+            if r > 0 and st.scal[1]:
+                at = t + 1        # instant mode: T (0 here) is positive as soon as time moves
+            elif r > 0:
+                need = (m - r) * q.dur            # T // dur >= m - (s - H)
+                if need <= int(st.Bcap[c, d]):
+                    at = t + -(-(need - int(st.T[c, d])) // r)
+            if at is not None:
+                self._wpush(self._wtime, at, q)
+        elif lcred < m and not st.cls[q.k, 2]:
+            pass                                  # unpriced: only refunds raise it
+        elif lcap < m:
+            free = k.free_now(st, d)
+            if st.cls[q.k, 3]:                    # opportunistic: free - headroom >= m
+                self._wpush(self._wfree[d], m, q)
+                own = False
+            elif free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])) < m:
+                self._wpush(self._wreach[d], m, q)
+                own = False
+            else:                                 # cap - F - U + unmet(c, d) >= m
+                self._wpush(self._wroom[d], m - k.unmet(st, c, d), q)
+        else:                                     # credits at a congestion-priced price
+            self._wpush(self._wprice[d], -k.congestion_mult(st, d), q)
+        if own:
+            self._wlive += 1
+            lst = self._wown.get(c)
+            if lst is None:
+                lst = self._wown[c] = []
+            lst.append((q.ver, q))
+        if self._wlive > 4 * len(self._pkeys) + 4096:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale watch entries (keys woken, filed again or gone since)."""
+        live = 0
+        for hs in (self._wfree, self._wreach, self._wroom, self._wprice, [self._wtime]):
+            for h in hs:
+                h[:] = [e for e in h if e[3].alive and e[3].ver == e[2]]
+                heapq.heapify(h)
+                live += len(h)
+        for c in list(self._wown):
+            lst = [e for e in self._wown[c] if e[1].alive and e[1].ver == e[0]]
+            if lst:
+                self._wown[c] = lst
+                live += len(lst)
+            else:
+                del self._wown[c]
+        self._wlive = live
+
+    def _wake(self, q: _PKey) -> None:
+        q.ver += 1                                # every other watch of q goes stale
+        self._woken[q] = None
+
+    def _wake_heap(self, h: list, lim: int, woke: list | None) -> None:
+        """Wake the keys of heap h whose threshold is at most ``lim``."""
+        while h and h[0][0] <= lim:
+            _, _, v, q = heapq.heappop(h)
+            if q.alive and q.ver == v:
+                self._wake(q)
+                if woke is not None:
+                    woke.append(q)
+
+    def _dim_figures(self, d: int) -> tuple[int, int, int]:
+        """Dimension d's free units above the warm headroom, reachable units (free,
+        reclaimable, revoking beyond promises) and firm room (capacity − firm holdings −
+        unmet guarantees): what capacity limits compare with."""
+        st = self.st
+        free = self._k.free_now(st, d)
+        return (free - int(st.headroom[d]),
+                free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])),
+                int(st.cap[d]) - int(st.F[d]) - int(st.U[d]))
+
+    def _wake_dim(self, d: int, woke: list | None = None) -> None:
+        """Wake the keys filed on dimension d whose capacity threshold is met or whose
+        congestion multiplier has fallen below the one they failed at."""
+        if self._wfree[d] or self._wreach[d] or self._wroom[d]:
+            free, reach, room = self._dim_figures(d)
+            self._wake_heap(self._wfree[d], free, woke)
+            self._wake_heap(self._wreach[d], reach, woke)
+            self._wake_heap(self._wroom[d], room, woke)
+        h = self._wprice[d]
+        if h:
+            self._wake_heap(h, -self._k.congestion_mult(self.st, d) - 1, woke)
+
+    def _collect_wakes(self, t: int) -> None:
+        """Wake every key whose watch has fired by t (the state as it stands)."""
+        if self._ended:
+            for c in self._ended:
+                for v, q in self._wown.pop(c, ()):
+                    if q.alive and q.ver == v:
+                        self._wake(q)
+            self._ended.clear()
+        self._wake_heap(self._wtime, t, None)
+        for d in range(len(self.dims)):
+            self._wake_dim(d)
+
+    def _wake_due(self, t: int) -> bool:
+        """Whether a pass at t has a key to decide (what ``_collect_wakes`` would wake, or
+        stale entries it would drop): False means the pass would do nothing but count
+        itself. Reads only (``FastAcquire`` does the same checks in C)."""
+        if self._woken or self._ended:
+            return True
+        if self._wtime and self._wtime[0][0] <= t:
+            return True
+        for d in range(len(self.dims)):
+            if self._wfree[d] or self._wreach[d] or self._wroom[d]:
+                free, reach, room = self._dim_figures(d)
+                if ((self._wfree[d] and self._wfree[d][0][0] <= free)
+                        or (self._wreach[d] and self._wreach[d][0][0] <= reach)
+                        or (self._wroom[d] and self._wroom[d][0][0] <= room)):
+                    return True
+            h = self._wprice[d]
+            if h and h[0][0] < -self._k.congestion_mult(self.st, d):
+                return True
+        return False
+
+    def _wake_all(self) -> None:
+        """Every key woken (the watches dropped): after a pass intent by intent."""
+        for h in (*self._wfree, *self._wreach, *self._wroom, *self._wprice, self._wtime):
+            h.clear()
+        self._wown.clear()
+        self._ended.clear()
+        self._wlive = 0
+        for q in self._pkeys.values():
+            self._wake(q)
+
+    # -- the pass ---------------------------------------------------------------------------
     def _serve_pending(self, t: int) -> None:
-        """Grant what the queue can have at t, in the order of SPEC §4.5, and set the
-        reason of every intent that still waits.
+        """Grant what the queue can have at t, in the order of SPEC §4.5.
 
-        The pass goes key by key (:meth:`_serve_keys`), costing the number of keys plus
-        the intents it decides, not the queue depth. An intent past its deadline but not
-        yet expired keeps its reason and is skipped; the key pass cannot skip single
-        intents, so while one may exist (some python event is due before t: every pending
-        intent's expiry is one, at or before its deadline) the pass goes intent by intent,
-        as it does for a queue of one."""
+        Only the keys woken since they last failed are decided (see ``_file``), each at
+        its smallest nmin: if none can be granted, no intent can, and the pass is over
+        (the pass over every intent would grant nothing either). Otherwise the keys that
+        can go through :meth:`_serve_keys` in queue order, and every key it decided is
+        decided again at its end and filed, or left woken for the next pass."""
         if not self._pending:
             return
-        st = self.st
         self._pass += 1
-        P = self._pass
-        exact = (not self._queue_by_key or len(self._pending) == 1
-                 or bool(self._pyev and self._pyev[0][0] < t))
-        if exact:
-            self._store_probe()
-            for p in self._pending.values():     # every reason into its intent
-                p.reason = self._reason_of(p)
-                p.rstamp = P
+        if not self._queue_by_key:
+            self._serve_intents(t)
+            return
+        self._collect_wakes(t)
+        woken = self._woken
+        if not woken:
+            return
+        st, decide = self.st, self._k.decide
+        cand = []
+        for q in list(woken):
+            m = q.nmins[0]
+            n, _, _, _, lims = decide(st, q.c, q.d, q.k, m, m, q.dur, q.spend, t)
+            if n >= m:
+                cand.append(q)
+            else:
+                del woken[q]
+                self._file(q, lims, t)
+        if cand:
+            self._serve_keys(t, cand)
+
+    def _serve_intents(self, t: int) -> None:
+        """The pass intent by intent, over the whole queue (the specification the pass by
+        woken keys must equal: ``_queue_by_key = False``)."""
+        st = self.st
         if len(self._pending) > 1:
-            # the probe decides (and so settles) every key when it finds nothing to grant
-            if self._nothing_grantable(t, P, exact):
-                return
-            self._store_probe()
-            # a pass that orders grants: every pending (c, d) settled at t (the tokens
-            # sort key), and deficits (O(campaigns), vectorised) — the common pass that
-            # can grant nothing costs per key, whatever the number of campaigns
-            for c, d in {(key[0], key[1]) for key in self._pkeys}:
+            keys = list(self._pkeys.values())
+            rows = np.array([(q.c, q.d, q.k, q.nmins[0], q.dur, q.spend) for q in keys],
+                            dtype=np.int64).reshape(-1, 6)
+            if self._k.decide_keys(st, rows, t, np.zeros(len(keys), dtype=np.int64)) < 0:
+                self._wake_all()
+                return                    # nothing grantable: the pass grants nothing
+            for c, d in {(q.c, q.d) for q in keys}:
                 self._k.settle(st, c, d, t)
             deficit = self._deficit_array(t)
-            if not exact:
-                self._serve_keys(t, deficit, P)
-                return
             order = list(self._pending.values())
             camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
             dim = np.fromiter((p.dim for p in order), np.int64, len(order))
@@ -1089,23 +1303,23 @@ class Broker:
             order = list(self._pending.values())
         # Within one pass grants only consume, so limits only shrink: once an intent of
         # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
-        # nmin >= m fails too. Keeps a long queue of one agent's retries O(1) per pass.
-        failed: dict[tuple, tuple[int, int]] = {}
+        # nmin >= m fails too.
+        failed: dict[tuple, int] = {}
         for p in order:
+            if p.intent_id not in self._pending:
+                continue
             if p.deadline is not None and p.deadline < t:
                 continue
             key = (p.campaign, p.dim, p.cls, p.dur, p.max_spend)
             seen = failed.get(key)
-            if seen is not None and p.nmin >= seen[0]:
-                p.reason = seen[1]
+            if seen is not None and p.nmin >= seen:
                 continue
             self._reserve(1, p.nmax)
             n, reason, path, pm, _ = self._k.decide(st, p.campaign, p.dim, p.cls, p.nmin,
                                                     p.nmax, p.dur, p.max_spend, t)
             if n < p.nmin:
-                p.reason = reason
-                if seen is None or p.nmin < seen[0]:
-                    failed[key] = (p.nmin, reason)
+                if seen is None or p.nmin < seen:
+                    failed[key] = p.nmin
                 continue
             plan = None
             if path == RECLAIM:
@@ -1113,6 +1327,7 @@ class Broker:
                 if p.deadline is not None and plan[1] > p.deadline:
                     continue
             self._grant_pending(p, n, path, pm, plan, t)
+        self._wake_all()
 
     def _grant_pending(self, p: _Pending, n: int, path: int, pm: int, plan: Any,
                        t: int) -> None:
@@ -1127,131 +1342,102 @@ class Broker:
             lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
         self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
 
-    def _serve_keys(self, t: int, deficit: np.ndarray, P: int) -> None:
-        """The pass of :meth:`_serve_pending` over keys (no intent past its deadline).
+    def _serve_keys(self, t: int, cand: list[_PKey]) -> None:
+        """The pass of :meth:`_serve_pending` over the keys ``cand`` that can be granted.
 
-        The intents of a key K share class rank, deficit and tokens, so sorting the keys
-        by those and merging the keys that tie by arrival gives the intent order of §4.5.
-        Within one pass grants only consume, so limits only shrink: once an intent of K
-        fails at nmin m, any later one of K with nmin >= m fails too and is skipped (its
-        reason is that failure's); ``_PKey.after`` finds the next one with nmin < m. The
-        skipped intents' reasons are stored once per key (``seg_at``/``seg_why``, stamped
-        with the pass) instead of on each intent."""
-        st, pend, decide = self.st, self._pending, self._k.decide
-        qs = list(self._pkeys.values())
-        tiers: list[list[_PKey]] = []
-        if len(qs) == 1:
-            tiers.append(qs)
-        else:
-            nq = len(qs)
-            camp = np.fromiter((q.c for q in qs), np.int64, nq)
-            dim = np.fromiter((q.d for q in qs), np.int64, nq)
-            rank = st.cls[np.fromiter((q.k for q in qs), np.int64, nq), 0]
-            ntok, ndef = -st.T[camp, dim], -deficit[camp]
-            idx = np.lexsort((ntok, ndef, rank)).tolist()
-            rl, dl, tl = rank.tolist(), ndef.tolist(), ntok.tolist()
-            prev = -1
-            for i in idx:
-                if (prev >= 0 and rl[i] == rl[prev] and tl[i] == tl[prev]
-                        and (dl[i] == dl[prev] or (dl[i] != dl[i] and dl[prev] != dl[prev]))):
-                    tiers[-1].append(qs[i])       # (lexsort keeps NaN deficits together)
-                else:
-                    tiers.append([qs[i]])
-                prev = i
+        The intents of a key K share class rank, deficit and tokens, so ordering the keys
+        by those (as they stand at the start of the pass) and merging the keys that tie by
+        arrival gives the intent order of §4.5. Within one pass grants only consume, so
+        limits only shrink: once an intent of K fails at nmin m, any later one of K with
+        nmin >= m fails too and is skipped; ``_PKey.after`` finds the next one with
+        nmin < m. The keys not decided fail wherever the pass reaches them — except that a
+        grant can raise its dimension's figures (pending demand leaves, so the multiplier
+        can fall; revoking more than it takes frees units): after each grant the keys of
+        that dimension whose watch fires join the pass where it has not reached them yet
+        (those it has passed failed there, and stay woken for the next pass)."""
+        st, pend, decide, settle = self.st, self._pending, self._k.decide, self._k.settle
+        deficit = self._deficit_array(t) if len(pend) > 1 else None
+        tok0: dict[tuple[int, int], int] = {}
+
+        def place(q: _PKey) -> tuple:
+            cd = (q.c, q.d)
+            tok = tok0.get(cd)
+            if tok is None:                       # no grant to (c, d) yet in this pass
+                settle(st, q.c, q.d, t)
+                tok = tok0[cd] = int(st.T[q.c, q.d])
+            dv = float(deficit[q.c]) if deficit is not None else 0.0
+            # (lexsort's order: a NaN deficit after every number)
+            return (int(st.cls[q.k, 0]), (1, 0.0) if dv != dv else (0, -dv), -tok)
+
         inf = math.inf
-        for tier in tiers:
-            # per key of the tier: the smallest nmin that failed, and the failures
-            low = [inf] * len(tier)
-            seg: list[tuple[list[int], list[int]] | None] = [None] * len(tier)
-            heap = []
-            for j, q in enumerate(tier):
-                a = q.after(-1, inf)
-                if a is not None:
-                    heap.append((a, j))
-            if len(heap) > 1:
-                heapq.heapify(heap)
-            while heap:
-                a, j = heap[0]
-                q = tier[j]
-                p = pend[a]
+        heap = []
+        members: list[_PKey] = []
+        for q in cand:
+            members.append(q)
+            a = q.after(-1, inf)
+            if a is not None:
+                heap.append((place(q), a, q))
+        heapq.heapify(heap)
+        low: dict[_PKey, int] = {}
+        woke: list[_PKey] = []
+        while heap:
+            o, a, q = heap[0]
+            p = pend.get(a)
+            if p is not None and (p.deadline is None or p.deadline >= t):
                 self._reserve(1, p.nmax)
                 n, reason, path, pm, _ = decide(st, p.campaign, p.dim, p.cls, p.nmin,
                                                 p.nmax, p.dur, p.max_spend, t)
                 if n < p.nmin:
-                    p.reason, p.rstamp = reason, P
-                    low[j] = p.nmin
-                    if seg[j] is None:
-                        seg[j] = ([], [])
-                    seg[j][0].append(a)
-                    seg[j][1].append(reason)
+                    low[q] = p.nmin
                 else:
                     plan = None
                     if path == RECLAIM:
                         plan = self._plan_reclaim(p.dim, n, t)
-                    if plan is not None and p.deadline is not None and plan[1] > p.deadline:
-                        # waits on, its reason unchanged by this pass
-                        p.reason, p.rstamp = self._reason_of(p), P
-                    else:
+                    if plan is None or p.deadline is None or plan[1] <= p.deadline:
                         self._grant_pending(p, n, path, pm, plan, t)
-                nxt = q.after(a, low[j])
-                if nxt is None:
-                    heapq.heappop(heap)
-                else:
-                    heapq.heapreplace(heap, (nxt, j))
-            for j, q in enumerate(tier):
-                if seg[j] is not None:
-                    q.stamp, (q.seg_at, q.seg_why) = P, seg[j]
+                        self._wake_dim(p.dim, woke)
+                        for q2 in woke:
+                            o2 = place(q2)
+                            a2 = (q2.after(-1, inf) if o2 > o else
+                                  q2.after(a, inf) if o2 == o else None)
+                            if a2 is not None:
+                                members.append(q2)
+                                heapq.heappush(heap, (o2, a2, q2))
+                        woke.clear()
+                    # else: its reclaim plan misses its deadline; it waits on
+            nxt = q.after(a, low.get(q, inf)) if q.alive else None
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (o, nxt, q))
+        for q in members:
+            if not q.alive or q not in self._woken:
+                continue
+            m = q.nmins[0]
+            n, _, _, _, lims = decide(st, q.c, q.d, q.k, m, m, q.dur, q.spend, t)
+            if n < m:
+                del self._woken[q]
+                self._file(q, lims, t)
 
-    def _nothing_grantable(self, t: int, P: int, exact: bool) -> bool:
-        """The pass below when it grants nothing, without its sort: True (and every
-        intent's reason set as that pass sets it) if no pending intent can be granted now.
-
-        While nothing is granted the state does not move (buckets are settled at t), so
-        an intent of key K = (campaign, dim, class, duration, max_spend) fails exactly when
-        its nmin exceeds L_K, the smallest of K's limits, and every failure of K reports
-        the same reason (the first limit equal to max(0, L_K)). So one ``decide`` per key,
-        at the key's smallest nmin, tells whether the pass would grant anything. The
-        reason goes to the key (stamped with pass ``P``), or with ``exact`` to each intent
-        not past its deadline."""
-        # (the smallest nmin per key counts intents past their deadline too, which can
-        # only send us to the full pass)
-        rows = self._prows
-        if rows is None:                  # the keys changed since the last probe
-            keys = self._pkeyl = list(self._pkeys.values())
-            rows = self._prows = np.array(
-                [(q.c, q.d, q.k, q.nmins[0], q.dur, q.spend) for q in keys],
-                dtype=np.int64).reshape(-1, 6)
-            # two buffers: a probe that finds something grantable must not overwrite
-            # the reasons of the record it does not replace
-            self._pbufs = (np.zeros(len(keys), dtype=np.int64),
-                           np.zeros(len(keys), dtype=np.int64))
-        keys = self._pkeyl
-        reasons = self._pbufs[self._pflip]
-        if self._k.decide_keys(self.st, rows, t, reasons) >= 0:     # one C loop over keys
-            return False
-        if not exact:
-            # the reasons go to the keys (stamp P) when next read (_store_probe): until
-            # then nothing reads them, and a later probe rewrites every key of this one
-            self._probe = (P, keys, reasons)
-            self._pflip ^= 1
-            return True
-        why = dict(zip(((q.c, q.d, q.k, q.dur, q.spend) for q in keys), reasons.tolist()))
-        for p in self._pending.values():
-            if p.deadline is None or p.deadline >= t:
-                p.reason = why[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
-        return True
-
-    def _store_probe(self) -> None:
-        """Store the reasons of the last probe that found nothing grantable on its keys
-        (stamp P, each key's one reason for all its intents), as that probe would have;
-        done before anything reads or writes key stamps (a pass, ``pending``)."""
-        rec = self._probe
-        if rec is None:
-            return
-        self._probe = None
-        P, keys, reasons = rec
-        for q, why in zip(keys, reasons.tolist()):
-            q.stamp, q.seg_at, q.seg_why = P, [-1], [why]
+    def _reasons(self, ps: Iterable[_Pending]) -> list[int]:
+        """The reason code of each pending intent: the rule that binds it in the state as
+        it stands (the first of ceiling, capacity, tokens, credits whose limit is at most
+        max(0, the smallest limit) — what a pass would report for it now; for an intent
+        that the next pass could grant, the tightest rule). Its key's limits are the same
+        for all its intents: one decision per key."""
+        st, decide, t = self.st, self._k.decide, self._t
+        codes = (CEILING, CAPACITY, TOKENS, CREDITS)
+        why: dict[_PKey, int] = {}
+        out = []
+        for p in ps:
+            q = p.key
+            r = why.get(q)
+            if r is None:
+                _, _, _, _, lims = decide(st, q.c, q.d, q.k, 1, 1, q.dur, q.spend, t)
+                bound = max(0, min(lims))
+                r = why[q] = next(code for code, lim in zip(codes, lims) if lim <= bound)
+            out.append(r)
+        return out
 
     @_op
     def cancel(self, intent_id: int) -> bool:
@@ -1275,13 +1461,15 @@ class Broker:
         return True
 
     def pending(self, campaign: str | None = None) -> list[dict]:
+        """The pending intents (of one campaign: from its own index), in arrival order,
+        each with the rule that binds it now (see :meth:`_reasons`)."""
         c = None if campaign is None else self.campaign_index(campaign)
-        self._store_probe()
+        ps = list((self._pending if c is None else self._pcamp.get(c, {})).values())
         return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
                  "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
-                 "duration": p.dur / NS, "reason": REASONS[self._reason_of(p)],
+                 "duration": p.dur / NS, "reason": REASONS[r],
                  "expires": p.expires / NS, "service_class": self.classes[p.cls].name}
-                for p in self._pending.values() if c is None or p.campaign == c]
+                for p, r in zip(ps, self._reasons(ps))]
 
     # ------------------------------------------------------------------ leases
     def _lease_id(self, lease_id: Any) -> int:
@@ -1331,6 +1519,7 @@ class Broker:
                             lease=self.lease(lid))
         before = int(st.refunded[c])
         self._k.end_lease(st, lid, t, RELEASED)
+        self._lease_ended(c)
         self._purge_retired()
         d = int(st.dim[r])
         self._opp_active[d].discard(lid)
@@ -1396,6 +1585,8 @@ class Broker:
                             lease=self.lease(lid))
         self._reserve(1, 0)
         reason, price = self._k.renew(st, lid, ext, t, spend)
+        if reason == OK:
+            self._lease_ended(c)          # (a renewal can refund tokens)
         if reason != OK:
             return Decision(REFUSED_OUT, int(st.intent[r]), name, reason=REASONS[reason],
                             lease=self.lease(lid), cost=price / CREDIT)
@@ -1972,7 +2163,9 @@ class Broker:
                 ttl=cfg["ttl"], half_life=cfg["half_life"], enforcement=cfg["enforcement"],
                 backend=backend, journal=shadow,
                 # a journal written before rows were reused names none: it replays as such
-                reuse_after=cfg.get("reuse_after"))
+                reuse_after=cfg.get("reuse_after"),
+                # a journal written before the cap existed had none: it replays as such
+                max_pending=cfg.get("max_pending"))
         for i in range(1, rows.shape[0]):
             r = rows[i]
             op = int(r["op"])

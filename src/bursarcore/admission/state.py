@@ -28,9 +28,10 @@ PPM = 1_000_000
 CREDIT = 1_000_000                # micro-credits per credit
 
 # reason codes (index into REASONS); 0 = none
-OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID, UNKNOWN_CAMPAIGN, CANCELLED = range(10)
+(OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID, UNKNOWN_CAMPAIGN, CANCELLED,
+ PENDING_LIMIT) = range(11)
 REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
-           "unknown_campaign", "cancelled")
+           "unknown_campaign", "cancelled", "pending_limit")
 # kernel outcomes of admit/admit_batch items
 GRANTED, REFUSED, SLOW = 0, 1, 2
 # lease states

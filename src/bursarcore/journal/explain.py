@@ -136,6 +136,9 @@ def _because(rec: dict, dim: str, granted: bool = False) -> str:
         return "the campaign is not registered."
     if reason == "cancelled":
         return "it was cancelled."
+    if reason == "pending_limit":
+        return ("the campaign already has as many intents waiting in the pending queue as "
+                "its cap (max_pending) allows.")
     return f"rule {reason}."
 
 

@@ -40,7 +40,7 @@ INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release"
                                       "remove_nodes"))
 OUTCOMES = ("", "granted", "pending", "refused", "ok")
 REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
-           "unknown_campaign", "cancelled")
+           "unknown_campaign", "cancelled", "pending_limit")
 
 RECORD_DTYPE = np.dtype([
     ("seq", "i8"), ("t", "i8"), ("op", "i1"), ("outcome", "i1"), ("reason", "i1"),

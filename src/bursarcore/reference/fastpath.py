@@ -16,8 +16,9 @@ takes a shortcut through the same steps when none of the policy layer's work is 
   the expiry loop of the general path).
 
 It then runs ``ring_advance``, the expiries (an ``expired`` event each, the victim sets
-kept), the pending queue when the broker would serve it (``Broker._serve_pending``: the
-clock moved or a lease expired), and one ``admit``; a decision that needs the policy
+kept, the campaign's queue keys told: ``Broker._lease_ended``), the pending queue when the
+broker would serve it (the clock moved or a lease expired: ``Broker._serve_pending``, or
+only its count when no key's wake-up is due, ``Broker._wake_due``), and one ``admit``; a decision that needs the policy
 layer goes to ``Broker._slow``. With a journal it writes the records the general path
 writes — an ``expire`` record after each expiry (the state right after it), the
 ``advance`` record when a moved clock served a non-empty queue, and the ``acquire`` record
@@ -95,6 +96,15 @@ class FastAcquire:
     def _journal_ok(jn) -> bool:
         """Records reach ``jn`` through ``Journal.add`` itself (not an override)."""
         return type(jn).add is Journal.add
+
+    def _serve(self, t: int) -> None:
+        """``Broker._serve_pending(t)`` (queue not empty): when no key's wake-up is due
+        (``Broker._wake_due``), that pass would only count itself, which is done here."""
+        b = self.b
+        if b._queue_by_key and not b._wake_due(t):
+            b._pass += 1
+        else:
+            b._serve_pending(t)
 
     def _admit(self, c, d, kc, nmin, nmax, dur, spend, t, iid):
         """``admit`` with room made first (the broker's ``_reserve``); fills ``self.buf``."""
@@ -190,7 +200,7 @@ class FastAcquire:
         k.ring_advance(st, t)
         freed = self._expire(t) if due else 0
         if self.pending and (moved or freed):
-            b._serve_pending(t)
+            self._serve(t)
         if moved and t > b._t:        # max(): a subscriber may have moved it meanwhile
             b._t = t
         # Broker._acquire_ns / _decide_one
@@ -244,7 +254,7 @@ class FastAcquire:
         k.ring_advance(st, t)
         freed = self._expire(t, jn) if due else 0
         if self.pending and (moved or freed):
-            b._serve_pending(t)
+            self._serve(t)
         if moved and t > b._t:
             b._t = t
         if note:
@@ -312,6 +322,7 @@ class FastAcquire:
             for lid in adv[:m]:
                 r = lid & ROW_MASK
                 d = int(st.dim[r])
+                self.b._lease_ended(int(st.camp[r]))
                 if not st.firm[r]:
                     self.opp[d].discard(lid)
                 self.revoking[d].discard(lid)
