@@ -31,7 +31,7 @@ INF = math.inf
 
 def build(backend: str, depth: int) -> Broker:
     b = Broker(Pool(gpu=100_000, slots_per_node=1000), clock=ManualClock(0.0),
-               backend=backend, ttl=1e6)
+               backend=backend, ttl=86_400.0)
     env = Envelope(credits=INF, sustained={"gpu": 100}, ceiling={"gpu": 100}, burst={"gpu": INF})
     for i in range(CAMPAIGNS):
         name = f"q{i}"

@@ -192,7 +192,7 @@ def test_a_pass_decides_no_key_that_cannot_have_changed(backend):
     capacity short of their size: passes at later times decide none of them (an acquire
     does not pay for the queue); a lease end of their campaign, the refill time of a
     token-bound key and freed capacity wake exactly the keys they concern."""
-    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, ttl=1e5,
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, ttl=86_400.0,
                max_pending=None)
     b.register("ceil", Envelope(credits=INF, sustained={"gpu": 4}, ceiling={"gpu": 4},
                                 burst={"gpu": INF}))

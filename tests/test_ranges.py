@@ -260,3 +260,19 @@ def test_a_deadline_that_lapses_at_a_poll_at_the_same_instant_replays(eb):
     b.acquire(Intent("a", {"gpu": 1}, 1))
     r = Broker.replay(b.journal, clock=ManualClock(clk.now()), backend=eb)
     assert r.state() == b.state()
+
+
+def test_nodes_added_while_leases_are_held_take_their_slots_back(eb):
+    """The free-slot stack is wide enough for every slot of the dimension, held ones too:
+    adding a node while leases are held, then ending those leases, once overfilled it
+    (IndexError inside an operation)."""
+    b = Broker(Pool(gpu=16), clock=ManualClock(0.0), backend=eb, journal=MemoryJournal())
+    b.register("a", Envelope(credits=math.inf, sustained={"gpu": 24}, ceiling={"gpu": 24}))
+    leases = [b.acquire(Intent("a", {"gpu": 1}, 10)).lease.id for _ in range(5)]
+    b.add_nodes("gpu", [("extra", 8)])
+    b.clock.advance(11)
+    assert [e.kind for e in b.poll()] == ["expired"] * 5
+    assert b.acquire(Intent("a", {"gpu": 24}, 10)).granted
+    assert len(set(b.leases()[0].slots)) == 24 and all(b.lease(l).state == "expired"
+                                                     for l in leases)
+    Broker.replay(b.journal, backend=eb, clock=ManualClock(b.clock.now()))

@@ -1999,7 +1999,9 @@ class Broker:
         start = self._node_of_slot[d].shape[0]
         total = sum(k for _, k in nodes)
         ids = np.arange(start, start + total, dtype=np.int32)
-        need = int(st.top[d]) + total
+        # the stack holds every slot of the dimension once they are all free again: the
+        # held ones come back to it when their leases end
+        need = start + total
         if need > st.free_slots.shape[1]:
             wider = np.zeros((st.D, max(need, 2 * st.free_slots.shape[1])), dtype=np.int32)
             wider[:, : st.free_slots.shape[1]] = st.free_slots
