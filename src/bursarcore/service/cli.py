@@ -95,34 +95,24 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="log every request line (never headers, so never tokens)")
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 65535] (got {text!r})")
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be in [0, 65535] (got {port})")
-    return port
+def _bounded(kind: type, lo: float, hi: float, what: str) -> Any:
+    """An argparse ``type=``: ``kind(text)`` within ``[lo, hi]``, or a usage error
+    saying which ``what`` was wanted."""
+    def convert(text: str) -> Any:
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})") from None
+        if not lo <= x <= hi:
+            top = "" if hi == float("inf") else f", at most {hi:g}"
+            raise argparse.ArgumentTypeError(f"must be {what} >= {lo:g}{top} (got {text})")
+        return x
+    return convert
 
 
-def _seconds(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds (got {text!r})")
-    if not 0 <= x <= 86400:
-        raise argparse.ArgumentTypeError(f"must be in [0, 86400] seconds (got {text})")
-    return x
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number (got {text!r})")
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {n})")
-    return n
+_port = _bounded(int, 0, 65535, "a port number")
+_seconds = _bounded(float, 0, 86400, "a number of seconds")
+_count = _bounded(int, 0, float("inf"), "a whole number")
 
 
 def _paths(args: argparse.Namespace) -> tuple[str | None, str | None]:
