@@ -2,12 +2,18 @@
 
 import glob
 import os
+import sys
 
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 extra = ["-O3"] if os.name != "nt" else ["/O2"]
+# Distributed binaries carry no debug information: -g0 drops it at compile time (after the
+# interpreter's own -g), -s strips the symbol table at link time (GNU ld).
+if os.name != "nt":
+    extra.append("-g0")
+link = ["-s"] if sys.platform.startswith("linux") else []
 
 extensions = [
     Extension(
@@ -15,6 +21,7 @@ extensions = [
         [f"src/bursarcore/{name}.pyx"],
         include_dirs=[np.get_include()],
         extra_compile_args=extra,
+        extra_link_args=link,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
     for name in sorted(os.path.basename(p)[:-4] for p in glob.glob("src/bursarcore/_*.pyx"))

@@ -73,3 +73,128 @@ def test_worker_version_as_a_module():
     out = subprocess.run([sys.executable, "-m", "bursarcore.runtime.worker", "--version"],
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == f"bursar-worker {__version__}"
+
+
+# --------------------------------------------------------------------- interpreter
+def test_requires_python_is_the_real_floor():
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(PYPROJECT["project"]["requires-python"])
+    # 3.11: dataclass(weakref_slot=True) in the broker, tomllib in the simulator
+    assert "3.10" not in spec and "3.11" in spec
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" in spec
+    listed = [c.rsplit(" :: ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
+              if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert listed and min(listed, key=lambda v: tuple(map(int, v.split(".")))) == "3.11"
+    assert all(v in spec for v in listed)
+
+
+# -------------------------------------------------------------------- dependencies
+#: the distribution that provides each third-party module the package may import
+DISTRIBUTION = {
+    "numpy": "numpy", "fastapi": "fastapi", "starlette": "starlette", "pydantic": "pydantic",
+    "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib", "tqdm": "tqdm",
+    "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
+    "token_bucket": "token-bucket", "pytest": "pytest", "pyximport": "cython",
+    "Cython": "cython",
+}
+
+#: which extra a module of src/bursarcore belongs to (first match); the rest is the core
+OWNER = [("service/", "service"), ("client.py", "service"), ("sim/kernels.py", "numba"),
+         ("sim/", "sim"), ("adapters/parsl.py", "parsl"), ("bench.py", "bench")]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements(extra: str | None) -> dict[str, object]:
+    """Distribution name -> Requirement, for the core (None) or an extra with the core and
+    the extras it names (``bursarcore[sim]``)."""
+    from packaging.requirements import Requirement
+
+    project = PYPROJECT["project"]
+    out: dict[str, object] = {}
+    todo = [None] if extra is None else [None, extra]
+    seen: set[str | None] = set()
+    while todo:
+        e = todo.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        for line in (project["dependencies"] if e is None
+                     else project["optional-dependencies"][e]):
+            req = Requirement(line)
+            if _norm(req.name) == "bursarcore":
+                todo.extend(req.extras)
+            else:
+                out[_norm(req.name)] = req
+    return out
+
+
+def _third_party_imports(root: Path) -> dict[str, set[str]]:
+    """Top-level module -> the files (relative to ``root``) that import it, for every
+    absolute import that is neither the standard library, bursarcore, nor a module (or a
+    .pyx built by pyximport) that lives under ``root``."""
+    local = ({p.stem for p in root.rglob("*.py")} | {p.stem for p in root.rglob("*.pyx")}
+             | {p.name for p in root.rglob("*") if p.is_dir()})
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "bursarcore" or top in local:
+                    continue
+                found.setdefault(top, set()).add(path.relative_to(root).as_posix())
+    return found
+
+
+def _owner(relpath: str) -> str | None:
+    return next((extra for prefix, extra in OWNER if relpath.startswith(prefix)), None)
+
+
+def test_every_import_of_the_package_is_declared_where_it_is_used():
+    imports = _third_party_imports(SRC)
+    assert {"numpy", "fastapi", "starlette", "pydantic", "uvicorn"} <= set(imports)
+    missing = []
+    for module, files in sorted(imports.items()):
+        assert module in DISTRIBUTION, f"{module} ({sorted(files)}): name its distribution"
+        for f in sorted(files):
+            extra = _owner(f)
+            if _norm(DISTRIBUTION[module]) not in _requirements(extra):
+                missing.append(f"{f} imports {module}: not in {extra or 'dependencies'}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_bench_extra_covers_the_benchmarks():
+    declared = _requirements("bench")
+    imports = _third_party_imports(ROOT / "benchmarks")
+    missing = sorted(f"{m} ({sorted(files)[0]})" for m, files in imports.items()
+                     if _norm(DISTRIBUTION.get(m, m)) not in declared)
+    assert not missing
+
+
+def test_every_requirement_has_a_tested_floor_and_bounds_only_where_known():
+    from packaging.requirements import Requirement
+
+    project = PYPROJECT["project"]
+    lines = list(project["dependencies"]) + [
+        r for reqs in project["optional-dependencies"].values() for r in reqs]
+    lines += PYPROJECT["build-system"]["requires"]
+    upper = set()
+    for line in lines:
+        req = Requirement(line)
+        if _norm(req.name) == "bursarcore":
+            continue
+        ops = {s.operator for s in req.specifier}
+        assert ">=" in ops, f"{line}: every requirement states its floor (>=)"
+        if ops & {"<", "<="}:
+            upper.add(_norm(req.name))
+    # pytest < 9.1 (schemathesis' plugin), Cython < 4 (the .pyx are Cython 3)
+    assert upper == {"pytest", "cython"}
