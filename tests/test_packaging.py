@@ -198,3 +198,25 @@ def test_every_requirement_has_a_tested_floor_and_bounds_only_where_known():
             upper.add(_norm(req.name))
     # pytest < 9.1 (schemathesis' plugin), Cython < 4 (the .pyx are Cython 3)
     assert upper == {"pytest", "cython"}
+
+
+def test_the_floor_constraints_pin_every_declared_requirement():
+    # .ci/min-deps installs these pins and runs the smoke test: a floor raised or a new
+    # dependency declared is tested there without editing the script
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("floors", ROOT / ".ci" / "floors.py")
+    floors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floors)
+    extras = ["service", "sim", "numba", "parsl"]
+    pins = floors.floors(PYPROJECT, extras)
+    declared: dict[str, object] = {}
+    for extra in extras:
+        declared.update(_requirements(extra))
+    assert set(pins) == set(declared)
+    for name, req in declared.items():
+        (floor,) = [s.version for s in req.specifier if s.operator == ">="]
+        assert pins[name] == floor
+    assert pins["pydantic"] and pins["starlette"] and pins["numpy"]
+    with pytest.raises(SystemExit, match="no extra 'nope'"):
+        floors.floors(PYPROJECT, ["nope"])
