@@ -5,8 +5,16 @@ import os
 import sys
 
 import numpy as np
+import setuptools
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+# pyproject.toml's SPDX `license` and `license-files` need setuptools 77; an older one (a
+# direct `python setup.py build_ext --inplace` outside build isolation) fails obscurely
+if int(setuptools.__version__.split(".")[0]) < 77:
+    sys.exit(f"setup.py: setuptools {setuptools.__version__} is too old: the build needs "
+             "setuptools>=77 (pyproject.toml [build-system] requires); "
+             "pip install 'setuptools>=77'")
 
 extra = ["-O3"] if os.name != "nt" else ["/O2"]
 # Distributed binaries carry no debug information: -g0 drops it at compile time (after the

@@ -220,3 +220,15 @@ def test_the_floor_constraints_pin_every_declared_requirement():
     assert pins["pydantic"] and pins["starlette"] and pins["numpy"]
     with pytest.raises(SystemExit, match="no extra 'nope'"):
         floors.floors(PYPROJECT, ["nope"])
+
+
+def test_an_old_setuptools_is_refused_in_one_line():
+    pytest.importorskip("Cython")
+    code = ("import runpy, setuptools; setuptools.__version__ = '65.5.0'; "
+            "runpy.run_path('setup.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("setup.py: setuptools 65.5.0 is too old: the build needs "
+                                "setuptools>=77 (pyproject.toml [build-system] requires); "
+                                "pip install 'setuptools>=77'")
