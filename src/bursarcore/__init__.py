@@ -13,8 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 # public name -> (submodule, attribute; None: the submodule itself)
 _LAZY: dict[str, tuple[str, str | None]] = {

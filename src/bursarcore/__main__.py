@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
+from ._version import __version__
+
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 
@@ -75,6 +77,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_bench, add_d
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bursar", description="bursarcore command line.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
     for add in COMMANDS:
         add(sub)

@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any, Collection, Sequence, TextIO
 
+from .._version import __version__
 from ..adapters.base import CommandError
 from ..errors import BursarError, InvalidArgument
 from .plugins import available_plugins, plugin_name
@@ -324,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bursar-run", description="Run agent tasks from a "
                                 "shared-filesystem queue in Slurm job arrays, with "
                                 "checkpoint, requeue and resume.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("submit", help="queue tasks and submit one worker array per tier")

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from .._version import __version__
 from ..errors import InvalidArgument
 from .checkpoint import CheckpointStore, empty_directory
 from .isolation import RUNNERS, NoneRunner, Runner, get_runner
@@ -447,8 +448,9 @@ def stderr_logging(worker_id: str, redactor: SecretRedactor, level: int = loggin
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bursarcore.runtime.worker",
+    p = argparse.ArgumentParser(prog="bursar-worker",
                                 description="Run tasks from a bursarcore runtime queue (SPEC §13).")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--queue", required=True, help="queue directory (TaskQueue.create)")
     p.add_argument("--tier", type=int, default=0, help="this worker's memory tier (default 0)")
     p.add_argument("--id", dest="worker_id", help="worker id (default host:pid[:job_task])")
@@ -471,7 +473,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m bursarcore.runtime.worker``; returns the exit status."""
+    """Entry point of ``bursar-worker`` (``python -m bursarcore.runtime.worker``); returns the
+    exit status."""
     a = _parser().parse_args(argv)
     worker = None
 
