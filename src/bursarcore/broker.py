@@ -76,15 +76,13 @@ def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     u = units.column(values, "units")
     if u.dtype.kind not in "iu":
         raise InvalidArgument("units", "must be integers", u.dtype)
+    if u.dtype.kind == "u" and u.size and int(u.max()) > _MAX_U:
+        u = np.minimum(u, _MAX_U + 1)   # (named below, before it could wrap to int64)
     if u.shape == (n,):
-        if u.dtype.kind == "u" and n and int(u.max()) > _MAX_U:
-            u = np.minimum(u, _MAX_U + 1)   # (named below, before it could wrap to int64)
         nmin = nmax = np.ascontiguousarray(u, dtype=np.int64)
         low, top = minmax(nmax) if n else (1, 0)
         ok = low >= 1 and top <= _MAX_U
     elif u.shape == (n, 2):
-        if u.dtype.kind == "u" and n and int(u.max()) > _MAX_U:
-            u = np.minimum(u, _MAX_U + 1)
         nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
         top = int(nmax.max()) if n else 0
         ok = not n or (int(nmin.min()) >= 1 and top <= _MAX_U and not (nmin > nmax).any())
