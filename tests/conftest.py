@@ -1,8 +1,10 @@
 """Shared fixtures: one parametrisation over every usable backend (propcache's habit).
 
-``backend`` yields a backend *name* ("compiled", "reference"); with
-``BURSARCORE_NO_EXTENSIONS=1`` only "reference" exists. Later suites (admission, leases)
-take ``backend`` and pick their own class for that name; ``TB`` is the token-bucket class.
+``backend`` yields an engine backend *name* ("compiled", "reference"); with
+``BURSARCORE_NO_EXTENSIONS=1`` only "reference" exists. Suites (admission, leases, flow)
+take ``backend`` and pick their own class for that name. ``TB`` is the token-bucket class of
+every usable bucket backend ("cython" and "cffi", the two bindings of the C core, and
+"reference").
 
 Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE``:
 
@@ -31,16 +33,16 @@ settings.register_profile("thorough", derandomize=False, deadline=None, max_exam
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-@pytest.fixture(params=sorted(BACKENDS), scope="session")
+@pytest.fixture(params=sorted(ENGINES), scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
-    """The name of a usable backend; every test taking it runs once per backend."""
+    """The name of a usable engine backend; every test taking it runs once per backend."""
     return request.param
 
 
-@pytest.fixture(scope="session")
-def TB(backend: str) -> type:  # noqa: N802 - a class, named like one
-    """The ``TokenBuckets`` class of ``backend``."""
-    return BACKENDS[backend]
+@pytest.fixture(params=list(BACKENDS), scope="session")
+def TB(request: pytest.FixtureRequest) -> type:  # noqa: N802 - a class, named like one
+    """A usable ``TokenBuckets`` class; every test taking it runs once per bucket backend."""
+    return BACKENDS[request.param]
 
 
 

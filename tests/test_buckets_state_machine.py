@@ -1,4 +1,5 @@
-"""The compiled token buckets against the reference, step by step (PyRoaringBitMap's habit).
+"""Each binding of the C core's token buckets against the reference, step by step
+(PyRoaringBitMap's habit).
 
 A hypothesis ``RuleBasedStateMachine`` applies the same operation to two objects and
 requires the same result, bit for bit, and the same ``state`` after every step; an
@@ -6,8 +7,8 @@ invalid operation (which it generates on purpose now and then) must raise the sa
 exception type with the same ``field`` in both, and change nothing. Invariants: tokens in
 [0, capacity], remainder in [0, 1e9) and 0 for a full bucket, no update after the watermark.
 
-With the compiled backend present the pair is (compiled, reference), each with its own
-history. On the pure-Python path the pair is (reference, a fresh reference rebuilt from the
+For each compiled backend present (the core bound by Cython, and by cffi) the pair is
+(that backend, reference), each with its own history. On the pure-Python path the pair is (reference, a fresh reference rebuilt from the
 first one's ``state`` before every step), so the machine still checks that ``state``
 captures everything an operation depends on, and that the reference is deterministic.
 """
@@ -29,8 +30,7 @@ from bursarcore.errors import InvalidArgument
 
 NS = units.NS
 MAX_S = units.MAX_NS / NS
-PAIRED = "compiled" in BACKENDS
-FIRST = BACKENDS["compiled"] if PAIRED else ReferenceTokenBuckets
+COMPILED = [name for name in BACKENDS if name != "reference"]
 SECOND = ReferenceTokenBuckets
 
 # -- value strategies: mostly valid, sometimes deliberately not -------------------------------
@@ -107,6 +107,9 @@ def outcome(f, tb):
 class BucketsMachine(RuleBasedStateMachine):
     """Drives FIRST and SECOND with the same operations."""
 
+    FIRST: type = ReferenceTokenBuckets
+    PAIRED = False
+
     def __init__(self) -> None:
         super().__init__()
         self.a = self.b = None
@@ -114,7 +117,7 @@ class BucketsMachine(RuleBasedStateMachine):
 
     # -- plumbing -----------------------------------------------------------------------------
     def both(self, name, f):
-        if not PAIRED:  # the second object is the first one rebuilt from its state
+        if not self.PAIRED:  # the second object is the first one rebuilt from its state
             self.b = SECOND.from_state(self.a.state)
         before = self.a.state
         ra, rb = outcome(f, self.a), outcome(f, self.b)
@@ -184,7 +187,7 @@ class BucketsMachine(RuleBasedStateMachine):
         rts = data.draw(st.lists(rates, min_size=n, max_size=n))
         fr = data.draw(st.none() | st.lists(fractions, min_size=n, max_size=n))
         toks = None if fr is None else [c * f for c, f in zip(caps, fr)]
-        self.a = FIRST(caps, rts, tokens=toks, now=start)
+        self.a = self.FIRST(caps, rts, tokens=toks, now=start)
         self.b = SECOND(caps, rts, tokens=toks, now=start)
         self.now_ns = units.to_ns(start)
         same_state(self.a.state, self.b.state)
@@ -198,7 +201,7 @@ class BucketsMachine(RuleBasedStateMachine):
                         | maybe_bad(rates) | st.just([1.0] * (n + 1)))
         toks = data.draw(st.none() | st.lists(maybe_bad(capacities), min_size=n, max_size=n))
         start = data.draw(maybe_bad(st.floats(-10, 10)))
-        ra = outcome(lambda cls: cls(caps, rts, tokens=toks, now=start), FIRST)
+        ra = outcome(lambda cls: cls(caps, rts, tokens=toks, now=start), self.FIRST)
         rb = outcome(lambda cls: cls(caps, rts, tokens=toks, now=start), SECOND)
         assert ra[0] == rb[0], (ra, rb)
         if ra[0] == "error":
@@ -333,11 +336,11 @@ class BucketsMachine(RuleBasedStateMachine):
         same_state(b.state, self.b.state)
         self.a, self.b = a, b
 
-    @precondition(lambda self: PAIRED)
+    @precondition(lambda self: self.PAIRED)
     @rule()
     def swap_state_across_backends(self):
         """Each backend rebuilt from the other's state."""
-        a, b = FIRST.from_state(self.b.state), SECOND.from_state(self.a.state)
+        a, b = self.FIRST.from_state(self.b.state), SECOND.from_state(self.a.state)
         same_state(a.state, b.state)
         self.a, self.b = a, b
 
@@ -363,7 +366,16 @@ class BucketsMachine(RuleBasedStateMachine):
             assert (peek >= 0).all() and (peek <= self.a.capacity).all()
 
 
-# twice the profile's examples: this one test stands in for many table rows
-BucketsMachine.TestCase.settings = settings(settings(), stateful_step_count=40,
-                                            max_examples=2 * settings().max_examples)
-TestBucketsAgainstReference = BucketsMachine.TestCase
+def _machine(name: str) -> type:
+    """The machine pairing backend ``name`` with the reference (or, with no compiled
+    backend, the reference with itself rebuilt from its state)."""
+    cls = type(f"BucketsMachine_{name}", (BucketsMachine,),
+               {"FIRST": BACKENDS[name], "PAIRED": name != "reference"})
+    # twice the profile's examples: this one test stands in for many table rows
+    cls.TestCase.settings = settings(settings(), stateful_step_count=40,
+                                     max_examples=2 * settings().max_examples)
+    return cls.TestCase
+
+
+for _name in COMPILED or ["reference"]:
+    globals()[f"TestBucketsAgainstReference_{_name}"] = _machine(_name)

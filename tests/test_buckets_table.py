@@ -39,7 +39,7 @@ def copy(b):
 def test_backends_and_default_class():
     assert "reference" in BACKENDS
     assert BACKENDS["reference"] is ReferenceTokenBuckets
-    assert list(BACKENDS)[0] == TokenBuckets.backend  # the default is the first, compiled if any
+    assert list(BACKENDS)[0] == TokenBuckets.backend  # the default is the fastest present
     for name, cls in BACKENDS.items():
         assert cls.backend == name
 
@@ -273,12 +273,21 @@ def test_time_until_then_debit_at_ns_level(TB):
 
 
 def test_time_until_large_values_exact(TB):
-    # a 4e12-unit bucket at 7 micro-units/s: ceil(1e18 * 1e9 / 7) ns does not fit in int64,
-    # and above 2**53 ns the float must be the correctly rounded int quotient (the reference)
-    b = TB([4e12], [0.000007], tokens=[0])
-    assert b.time_until(0, 1e12, 0.0) == ((10**27 + 6) // 7) / 10**9
-    assert b.time_until(0, 2.5e12, 0.0) == ((25 * 10**26 + 6) // 7) / 10**9
-    assert b.time_until(0, 1e-3, 0.0) == ((10**3 * 10**9 + 6) // 7) / 10**9  # small: C path
+    # a 4e12-unit bucket at 333.333333 units/s: ceil(1e18 * 1e9 / 333333333) ns is beyond
+    # 2**53, so the float must be the correctly rounded int quotient (the reference's)
+    b = TB([4e12], [333.333333], tokens=[0])
+    assert b.time_until(0, 1e12, 0.0) == ((10**27 + 333333332) // 333333333) / 10**9
+    # a wait beyond 2**62 ns (146 years) is reported as never, as for a zero rate
+    slow = TB([4e12], [0.000007], tokens=[0])
+    assert slow.time_until(0, 1e12, 0.0) == math.inf               # 1.4e26 ns
+    assert slow.time_until(0, 1e-3, 0.0) == ((10**3 * 10**9 + 6) // 7) / 10**9  # small
+    # the edge: a wait of exactly 2**62 ns is reported, one more ns is not
+    edge = TB.from_state({"capacity": [2**62], "rate": [10**9], "tokens": [0],
+                          "remainder": [0], "last": [0], "watermark": 0})
+    assert edge.time_until(0, units.from_fixed(2**62), 0.0) == 2**62 / 10**9
+    edge2 = TB.from_state({"capacity": [2**62], "rate": [10**9 - 1], "tokens": [0],
+                           "remainder": [0], "last": [0], "watermark": 0})
+    assert edge2.time_until(0, units.from_fixed(2**62), 0.0) == math.inf
     # rate 1 µ/s, 1_065_019_671 µ short, remainder 571_262_044: the wait is
     # q = 1_065_019_671 * 1e9 - 571_262_044 ns, which a C double cannot hold
     q = 1_065_019_670_428_737_956
@@ -510,7 +519,7 @@ def test_batch_survives_a_concurrent_append(TB):
     # grows the table would move them, and the batch's debits would land in freed memory.
     import threading
 
-    n = 1_000_000 if TB.backend == "compiled" else 20_000
+    n = 1_000_000 if TB.backend != "reference" else 20_000
     idx = np.zeros(n, dtype=np.int64)
     amt = np.ones(n, dtype=np.int64)               # one micro-unit each
     ts = np.arange(n, dtype=np.int64)              # one ns apart

@@ -29,7 +29,7 @@ def test_bench_quick_tiny_prints_the_table(capsys):
     def rows(label):
         return [line for line in lines if line.startswith(label)]
 
-    compiled = "compiled" in BACKENDS
+    compiled = "cython" in BACKENDS
     assert len(rows("compiled try_debit, single calls")) == 1
     batch = rows("compiled try_debit_batch")
     assert len(batch) == 2                                  # the small and the large table

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import os
+
 from . import errors
 from ._version import __version__
 
@@ -27,7 +29,25 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **{n: ("clock", n) for n in ("ManualClock", "MonotonicClock")},
 }
 
-__all__ = ["errors", "__version__", *_LAZY]
+__all__ = ["errors", "__version__", "get_include", "get_library", *_LAZY]
+
+_CORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core")
+
+
+def get_include() -> str:
+    """The folder holding ``bursarcore.h``, the C core's public ABI (``cc -I``)."""
+    return os.path.join(_CORE, "include")
+
+
+def get_library() -> str:
+    """The path of ``libbursarcore.so``, the C core as a shared library C programs link
+    against (docs/c-api.md). Raises FileNotFoundError on a source checkout that was not
+    built (``python setup.py build_ext --inplace``)."""
+    path = os.path.join(_CORE, "libbursarcore.so")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"bursarcore: {path} is not built; build the package "
+                                "(pip install . or python setup.py build_ext --inplace)")
+    return path
 
 
 def __getattr__(name: str) -> Any:

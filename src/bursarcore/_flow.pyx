@@ -6,7 +6,7 @@ validation helpers this module calls, so both refuse the same inputs the same wa
 Layout: one 128-byte row (16 int64) per (campaign, dimension) holding the guaranteed,
 sustained and peak buckets (size, rate, tokens, remainder each) and their shared last
 update, so a decision touches one aligned pair of cache lines plus the dimension's
-facility row. Refill is the arithmetic of ``_buckets._refill`` (exact, with remainder).
+facility row. One bucket's arithmetic (refill, level, wait) is the C core's ``bucket.h``.
 
 ``retry_after`` is the same number as the reference's binary search over [0, MAX_WAIT],
 found faster: closed forms for the single buckets, and for "guaranteed + facility" an
@@ -29,16 +29,12 @@ cnp.import_array()
 
 cdef extern from *:
     """
-    static inline int bc_mul_ovf(int64_t a, int64_t b, int64_t *r) {
-        return __builtin_mul_overflow(a, b, r);
-    }
     static inline void bc_prefetch(const void *p) {
         __builtin_prefetch(p, 1, 3);
         __builtin_prefetch((const char *)p + 64, 1, 3);
     }
     """
     ctypedef long long i128 "__int128"
-    bint bc_mul_ovf(int64_t a, int64_t b, int64_t* r) nogil
     void bc_prefetch(const void* p) nogil
 
 DEF W = 16          # int64 per campaign row: 3 buckets x 4 + last + 3 spare
@@ -67,74 +63,16 @@ cdef int64_t EXACT_INT = 1LL << 53
 NEVER_NS = NEVER
 
 
-# -- bucket arithmetic (b points at size, rate, tokens, remainder) ---------------------------
+# -- bucket arithmetic (b points at size, rate, tokens, remainder): the core's, written once
 
-cdef inline void _settle(int64_t* b, i128 dt) noexcept nogil:
-    """Refill for ``dt`` > 0 ns: reference.buckets.refill."""
-    cdef int64_t tok = b[TOK], rate = b[RATE], g64
-    cdef i128 gained
-    if tok >= b[SIZE]:
-        b[TOK] = b[SIZE]
-        b[REM] = 0
-        return
-    if rate == 0:
-        return
-    if dt <= I64_MAX and not bc_mul_ovf(rate, <int64_t>dt, &g64) and g64 <= I64_MAX - b[REM]:
-        g64 += b[REM]
-        if g64 // NS >= b[SIZE] - tok:       # gained >= (size - tok) * NS
-            b[TOK] = b[SIZE]
-            b[REM] = 0
-        else:
-            b[TOK] = tok + g64 // NS
-            b[REM] = g64 % NS
-        return
-    gained = <i128>rate * dt + b[REM]
-    if gained >= <i128>(b[SIZE] - tok) * NS:
-        b[TOK] = b[SIZE]
-        b[REM] = 0
-    else:
-        b[TOK] = tok + <int64_t>(gained // NS)
-        b[REM] = <int64_t>(gained % NS)
-
-
-cdef inline int64_t _level(const int64_t* b, i128 dt) noexcept nogil:
-    """Tokens ``dt`` >= 0 ns after the last settlement (a peek)."""
-    cdef int64_t tok = b[TOK], rate = b[RATE], g64
-    cdef i128 gained
-    if tok >= b[SIZE]:
-        return b[SIZE]
-    if dt <= 0 or rate == 0:
-        return tok
-    if dt <= I64_MAX and not bc_mul_ovf(rate, <int64_t>dt, &g64) and g64 <= I64_MAX - b[REM]:
-        g64 += b[REM]
-        if g64 // NS >= b[SIZE] - tok:
-            return b[SIZE]
-        return tok + g64 // NS
-    gained = <i128>rate * dt + b[REM]
-    if gained >= <i128>(b[SIZE] - tok) * NS:
-        return b[SIZE]
-    return tok + <int64_t>(gained // NS)
+cdef extern from "bucket.h" nogil:
+    void _settle "bc_bucket_settle"(int64_t* b, i128 dt)
+    int64_t _level "bc_bucket_level"(const int64_t* b, i128 dt)
+    int64_t _wait1 "bc_bucket_wait"(const int64_t* b, int64_t v)
 
 
 cdef inline int64_t _limit(const int64_t* b) noexcept nogil:
     return b[SIZE] if b[RATE] > 0 else b[TOK]
-
-
-cdef inline int64_t _wait1(const int64_t* b, int64_t v) noexcept nogil:
-    """Smallest dt with _level(b, dt) >= v, or NEVER (also when beyond MAX_WAIT)."""
-    cdef int64_t tok = b[TOK], rate = b[RATE], q
-    cdef i128 need, q128
-    if v <= tok:
-        return 0
-    if v > b[SIZE] or rate == 0:
-        return NEVER
-    if v - tok <= 9223372035LL:             # (v - tok) * NS fits in int64
-        q = (v - tok) * NS - b[REM]
-        q = (q - 1) // rate + 1             # q > 0: ceil(q / rate)
-        return NEVER if q > MAX_WAIT else q
-    need = <i128>(v - tok) * NS - b[REM]
-    q128 = (need - 1) // rate + 1
-    return NEVER if q128 > MAX_WAIT else <int64_t>q128
 
 
 cdef inline int64_t _sum(const int64_t* g, const int64_t* f, int64_t dt) noexcept nogil:

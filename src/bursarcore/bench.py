@@ -225,7 +225,7 @@ def run(sizes: Sizes = QUICK, peers: bool = True) -> Report:
     s = sizes
     rep = Report(s)
     add = rep.rows.append
-    compiled = BACKENDS.get("compiled")
+    compiled = BACKENDS.get("cython")   # the C core through its Cython binding
     reference = BACKENDS["reference"]
     if compiled is None:
         why = "compiled extension unavailable (BURSARCORE_NO_EXTENSIONS or no build)"

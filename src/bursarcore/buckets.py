@@ -15,13 +15,15 @@ Operations
     ``tokens(now) -> ndarray`` — peek, no mutation.
     ``set_rate(i, rate, now)`` — settles the bucket at the old rate first.
     ``time_until(i, amount, now) -> float`` — seconds until ``amount`` is available (0 if
-    now; ``inf`` if it exceeds the capacity or the rate is 0).
+    now; ``inf`` if it exceeds the capacity, the rate is 0, or the wait would exceed
+    2^62 ns, 146 years).
     ``append(capacity, rate, tokens=None, now=None) -> int`` — grows in place.
     ``state`` / ``from_state`` and pickling.
 
 Bad input raises :class:`bursarcore.errors.InvalidArgument` naming the argument, before
-any state changes. ``TokenBuckets`` is the compiled class unless extensions are disabled
-(``BURSARCORE_NO_EXTENSIONS=1``) or unavailable; :data:`BACKENDS` has every usable one.
+any state changes. ``TokenBuckets`` is the backend's class (``BURSARCORE_BACKEND``,
+:mod:`bursarcore._backend`): the C core bound by Cython, the same core bound by cffi, or the
+pure-Python reference; :data:`BACKENDS` has every usable one, fastest first.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ from .reference.buckets import TokenBuckets as ReferenceTokenBuckets
 
 __all__ = ["TokenBuckets", "ReferenceTokenBuckets", "BACKENDS"]
 
-_ext = _backend.compiled("_buckets")
-BACKENDS: dict[str, type] = {"reference": ReferenceTokenBuckets}
-if _ext is not None:
-    BACKENDS = {"compiled": _ext.TokenBuckets, **BACKENDS}
-TokenBuckets = _ext.TokenBuckets if _ext is not None else ReferenceTokenBuckets
+BACKENDS: dict[str, type] = {}
+_cy = _backend.compiled("_buckets")
+if _cy is not None:
+    BACKENDS["cython"] = _cy.TokenBuckets
+_cf = _backend.cffi("_cffi_buckets")
+if _cf is not None:
+    BACKENDS["cffi"] = _cf.TokenBuckets
+BACKENDS["reference"] = ReferenceTokenBuckets
+TokenBuckets: type = _backend.pick(BACKENDS)

@@ -12,7 +12,7 @@ import time
 import httpx
 
 from bursarcore import Intent
-from bursarcore._backend import available
+from bursarcore.broker import ENGINES
 from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
@@ -64,7 +64,7 @@ def _state(url: str, op_token: str) -> dict:
 
 KILLS_PER_BACKEND = int(os.environ.get("BURSAR_SIGKILLS", "50"))
 # both backends each run (the pure-Python run has only the reference: it takes all kills)
-BACKENDS = tuple(b for b in ("compiled", "reference") if b in available())
+BACKENDS = tuple(b for b in ("compiled", "reference") if b in ENGINES)
 
 
 def _kill_cycles(srv, kills: int, seed: int) -> list:

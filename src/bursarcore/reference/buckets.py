@@ -21,7 +21,11 @@ from .. import _validate, units
 from ..errors import InvalidArgument, TimeWentBackwards
 from ..units import NS, SCALE
 
-__all__ = ["TokenBuckets", "refill"]
+__all__ = ["TokenBuckets", "refill", "MAX_WAIT"]
+
+#: the longest wait ``time_until`` reports, in ns (146 years); a longer one is ``inf``,
+#: as for a wait no time ends
+MAX_WAIT = 1 << 62
 
 
 def refill(tokens: int, rem: int, capacity: int, rate: int, dt: int) -> tuple[int, int]:
@@ -157,8 +161,8 @@ class TokenBuckets:
             return 0.0
         if a > self._cap[k] or self._rate[k] == 0:
             return math.inf
-        need = (a - tok) * NS - rem
-        return (-(-need // self._rate[k])) / NS
+        wait = -(-((a - tok) * NS - rem) // self._rate[k])
+        return math.inf if wait > MAX_WAIT else wait / NS
 
     def append(self, capacity: float, rate: float, tokens: float | None = None,
                now: float | None = None) -> int:

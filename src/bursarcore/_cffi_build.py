@@ -1,0 +1,51 @@
+"""The cffi binding of the C core: ``bursarcore._cffi_core``, built from the same sources as
+the Cython binding and the shared library (``core/``), declared from the public header as
+written (the part between its ``cdef begin`` and ``cdef end`` markers).
+
+setup.py builds it (``cffi_modules``); by hand: ``python src/bursarcore/_cffi_build.py``
+from the project root. API mode (out-of-line, compiled), so it runs on CPython and on PyPy
+without CPython-only tricks.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORE = os.path.join(HERE, "core")
+HEADER = os.path.join(CORE, "include", "bursarcore.h")
+SOURCES = [os.path.join(CORE, "src", name) for name in ("core.c", "buckets.c")]
+
+
+def declarations() -> str:
+    """The header's declarations cffi reads: what lies between its cdef markers, plus the
+    integer constants it defines."""
+    with open(HEADER, encoding="utf-8") as f:
+        text = f.read()
+    body = text.split("/* --- cdef begin", 1)[1].split("\n", 1)[1]
+    body = body.split("/* --- cdef end", 1)[0]
+    consts = [line.split()[1] for line in text.splitlines()
+              if line.startswith("#define BC_") or line.startswith("#define BURSARCORE_ABI")]
+    return "".join(f"#define {name} ...\n" for name in consts) + body
+
+
+def _rel(path: str) -> str:
+    # setuptools wants sources relative to the project root, where it runs this script
+    return os.path.relpath(path)
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(declarations())
+ffibuilder.set_source(
+    "bursarcore._cffi_core",
+    '#include "bursarcore.h"',
+    sources=[_rel(p) for p in SOURCES],
+    include_dirs=[_rel(os.path.join(CORE, "include")), _rel(os.path.join(CORE, "src"))],
+    extra_compile_args=["-O3", "-g0"] if os.name != "nt" else ["/O2"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=os.path.join(HERE, os.pardir, os.pardir, "build", "cffi"),
+                       verbose=True)
