@@ -37,6 +37,26 @@ def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def check_c_abi(work: Path, source: Path) -> None:
+    """The installed header and shared library build a C program that runs."""
+    import bursarcore
+
+    cc = shutil.which("cc")
+    if cc is None:
+        print("smoke: skipped: the C example (no cc)")
+        return
+    demo = source / "examples" / "c" / "buckets_demo.c"
+    lib = bursarcore.get_library()
+    r = run([cc, "-std=c11", "-Wall", "-Werror", f"-I{bursarcore.get_include()}", "-o",
+             str(work / "buckets_demo"), str(demo), lib,
+             f"-Wl,-rpath,{os.path.dirname(lib)}"], work)
+    check(r.returncode == 0, f"cc builds examples/c/buckets_demo.c against {lib}"
+          + ("" if r.returncode == 0 else f"\n{r.stderr}"))
+    r = run([str(work / "buckets_demo")], work)
+    check(r.returncode == 0 and r.stdout.splitlines()[2] == "debit -> ok 1",
+          "the C example runs against the installed library")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", required=True, type=Path,
@@ -72,7 +92,8 @@ def main() -> int:
           + (f"; not installed: {', '.join(skipped)}" if skipped else ""))
 
     backends = bursarcore.available_backends()
-    check("compiled" in backends, f"backends {backends}")
+    check(backends == ["cython", "cffi", "reference"], f"backends {backends}")
+    check_c_abi(work, a.source)
     from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 
     b = Broker(Pool(gpu=512), clock=ManualClock(0.0))
