@@ -1,6 +1,6 @@
 """bursarcore: the policy core of an agent resource broker above Slurm or PBS Pro.
 
-See README.md and docs/ for the model; SPEC.md sections are cited in the docstrings.
+See README.md and docs/ for the model; "SPEC §x.y" in the docstrings cites docs/spec.md.
 
 The public names below are loaded on first use (PEP 562), so a process that needs only a
 light part — a runtime worker or an agent (``bursarcore.runtime``), which start by the

@@ -93,7 +93,30 @@ def real(value: object, field: str, *, lo: float = 0.0, hi: float = math.inf,
 
     The one check every numeric input goes through: Python and numpy numbers alike
     (``np.int64(10)`` is 10.0), never a boolean, NaN, or an int too large for a float.
-    ``-0.0`` is 0.0. Raises :class:`InvalidArgument` naming ``field`` and the rule."""
+
+    Parameters
+    ----------
+    value
+        The number to check.
+    field
+        The input's name, for the error (``"credits"``, ``"units[gpu]"``).
+    lo, hi
+        The range, inclusive.
+    allow_inf
+        Accept ``inf`` as well (an unlimited budget or bucket).
+    what
+        What the value must be, for the error of a value that is not a number.
+
+    Returns
+    -------
+    float
+        ``value`` as a plain float; ``-0.0`` is 0.0.
+
+    Raises
+    ------
+    InvalidArgument
+        Naming ``field`` and the rule, for a value outside the range or not a number.
+    """
     if type(value) is float and lo <= value <= hi and math.isfinite(value):  # common case
         return value + 0.0
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
@@ -112,8 +135,27 @@ def real(value: object, field: str, *, lo: float = 0.0, hi: float = math.inf,
 
 
 def whole(value: object, field: str, *, lo: int = 0, hi: int = MAX_UNITS) -> int:
-    """A whole number of held units in ``[lo, hi]`` (``3``, ``3.0`` and ``np.int32(3)``
-    alike) as a plain int; :class:`InvalidArgument` naming ``field`` otherwise."""
+    """A whole number of held units in ``[lo, hi]`` as a plain int.
+
+    Parameters
+    ----------
+    value
+        ``3``, ``3.0`` and ``np.int32(3)`` alike.
+    field
+        The input's name, for the error.
+    lo, hi
+        The range, inclusive (by default 0 to :data:`MAX_UNITS`).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InvalidArgument
+        Naming ``field`` and the rule, for a fraction, a value outside the range or a value
+        that is not a number.
+    """
     if type(value) is int and lo <= value <= hi:     # the common case, without the ABCs
         return value
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):

@@ -4,7 +4,7 @@
 against recorded ``qstat``/``pbsnodes`` documents: no PBS server runs here) and
 ``LocalBinding`` (processes on this host: the default for the simulator and demos), all
 behind one interface, :class:`Binding`; :class:`PoolManager` joins a binding to a
-:class:`~bursarcore.broker.Broker`. See ``docs/bindings.md``.
+:class:`~bursarcore.broker.Broker`. See ``docs/bindings.md``::
 
     from bursarcore import Broker, MonotonicClock, Pool
     from bursarcore.adapters import PoolManager, SlurmBinding
