@@ -24,9 +24,10 @@ if int(setuptools.__version__.split(".")[0]) < 77:
              "pip install 'setuptools>=77'")
 
 CORE = "src/bursarcore/core"
-CORE_SOURCES = sorted(glob.glob(f"{CORE}/src/*.c"))
+CORE_SOURCES = sorted(set(glob.glob(f"{CORE}/src/*.c")) - {f"{CORE}/src/unity.c"})
 CORE_INCLUDE = [f"{CORE}/include", f"{CORE}/src"]
-# Cython modules that bind the core (the rest are self-contained)
+# Cython modules that bind the core: each includes what it uses (the whole core as
+# core/src/unity.c, or the inline rules of a header), so the compiler can inline it
 BINDS_CORE = {"_buckets", "_flow"}
 LIBRARY = "bursarcore.core.libbursarcore"
 
@@ -50,7 +51,7 @@ def wanted(name):
 extensions = [
     Extension(
         f"bursarcore.{name}",
-        [f"src/bursarcore/{name}.pyx"] + (CORE_SOURCES if name in BINDS_CORE else []),
+        [f"src/bursarcore/{name}.pyx"],
         include_dirs=[np.get_include()] + (CORE_INCLUDE if name in BINDS_CORE else []),
         extra_compile_args=extra,
         extra_link_args=link,

@@ -21,6 +21,16 @@ extensions built in place (``BURSAR_BUILD_ONLY=_engine python setup.py build_ext
 - ``acquire``: the realistic ``acquire`` (``test_acquire``) at 10,000 campaigns, 1,000
   calls plus ``poll()`` a round, the clock moving on every call past a standing pending
   queue of ~60 keys (two rounds of traffic before timing).
+
+Token buckets and flow dimensions (``benchmarks/test_bench_buckets.py``, ``test_bench_flow.py``),
+each on the fastest bucket class a build has (``--buckets cffi`` asks for the cffi binding;
+an old build without it uses its compiled class):
+
+- ``buckets-batch``: ``try_debit_batch`` of 1,000,000 requests over 10,000 buckets (float
+  amounts, one instant);
+- ``buckets-single``: 10,000 ``try_debit`` calls;
+- ``flow-batch``: ``consume_batch`` of 1,000,000 requests, 10,000 campaigns, the
+  ``congested`` workload (every request computes its exact ``retry_after``).
 """
 
 from __future__ import annotations
@@ -35,6 +45,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 N = 10_000
 
 
+def _buckets_class(name: str):
+    from bursarcore.buckets import BACKENDS
+    for key in (name, "cython", "compiled"):
+        if key in BACKENDS:
+            return BACKENDS[key]
+    raise SystemExit(f"no compiled bucket class in {list(BACKENDS)}")
+
+
 def _child(src: str, workload: str, rounds: int, seed: int) -> None:
     sys.path.insert(0, src)
     sys.path.insert(0, HERE)
@@ -46,7 +64,9 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
     if not bursarcore.__file__.startswith(os.path.abspath(src)):
         raise SystemExit(f"bursarcore imported from {bursarcore.__file__}, not {src}")
     rng = np.random.default_rng(seed)
-    if workload == "summary-batch":
+    if workload.startswith(("buckets-", "flow-")):
+        one = _small_workload(workload, rng, rounds)
+    elif workload == "summary-batch":
         b = summary_broker("compiled", N)
         b.st.grow_leases(rounds * N + 2 * N)
         u = np.full(N, 2, dtype=np.int64)
@@ -99,7 +119,7 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
             b.poll()
         one(-2)
         one(-1)
-    else:
+    elif not workload.startswith(("buckets-", "flow-")):
         raise SystemExit(f"unknown workload {workload!r}")
     print("ready", flush=True)
     for i in range(rounds):
@@ -107,6 +127,42 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
         t0 = time.perf_counter()
         one(i)
         print(f"{time.perf_counter() - t0:.9f}", flush=True)
+
+
+def _small_workload(workload: str, rng, rounds: int):
+    import numpy as np
+    clock = {"t": 0.0}
+    base, _, which = workload.partition(":")
+    if base == "buckets-batch":
+        b = _buckets_class(which)(np.full(N, 1e3), np.full(N, 10.0))
+        work = [rng.integers(0, N, 1_000_000).astype(np.int64) for _ in range(2)]
+        amounts = np.full(1_000_000, 0.001)
+
+        def one(i):
+            clock["t"] += 0.01
+            b.try_debit_batch(work[i % 2], amounts, clock["t"])
+    elif base == "buckets-single":
+        b = _buckets_class(which)(np.full(N, 1e3), np.full(N, 10.0))
+        idx = rng.integers(0, N, N).tolist()
+
+        def one(i):
+            t0 = clock["t"] = clock["t"] + 0.01
+            debit = b.try_debit
+            for k, c in enumerate(idx):
+                debit(c, 0.001, t0 + k * 1e-7)
+    elif base == "flow-batch":
+        from test_bench_flow import WORKLOADS, _engine
+        from bursarcore.flow import FLOW_BACKENDS
+        fe = _engine(FLOW_BACKENDS["compiled"], "congested")
+        work = [rng.integers(0, N, 1_000_000).astype(np.int64) for _ in range(2)]
+        amounts = np.full(1_000_000, WORKLOADS["congested"][-1])
+
+        def one(i):
+            clock["t"] += 0.01
+            fe.consume_batch(work[i % 2], 0, amounts, clock["t"])
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+    return one
 
 
 def _quartiles(x: list[float]) -> tuple[float, float, float]:
@@ -120,7 +176,10 @@ def main() -> None:
     ap.add_argument("a", help="the src directory of the first (old) build")
     ap.add_argument("b", help="the src directory of the second (new) build")
     ap.add_argument("--workload", default="summary-batch",
-                    choices=("summary-batch", "batch", "summary-acquire", "acquire"))
+                    choices=("summary-batch", "batch", "summary-acquire", "acquire",
+                             "buckets-batch", "buckets-single", "flow-batch"))
+    ap.add_argument("--buckets", default="cython", choices=("cython", "cffi"),
+                    help="the bucket class of the new build (buckets-* workloads)")
     ap.add_argument("--pairs", type=int, default=3, help="process pairs, each a new seed")
     ap.add_argument("--rounds", type=int, default=40, help="rounds per process (2 untimed)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -128,10 +187,13 @@ def main() -> None:
     if args.child:
         src, workload, rounds, seed = args.child
         return _child(src, workload, int(rounds), int(seed))
+    workload = args.workload
+    if workload.startswith("buckets-"):
+        workload = f"{workload}:{args.buckets}"
     ta, tb, ratio = [], [], []
     for seed in range(args.pairs):
         ps = [subprocess.Popen([sys.executable, __file__, "x", "x", "--child", src,
-                                args.workload, str(args.rounds), str(seed)],
+                                workload, str(args.rounds), str(seed)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
               for src in (args.a, args.b)]
         for p in ps:

@@ -265,7 +265,7 @@ def test_a_refused_batch_changes_nothing(core, bad):
     granted = np.zeros(4, dtype=np.uint8)
     where = ffi.new("size_t *")
     p = lambda a, t="int64_t *": ffi.cast(t, a.ctypes.data)  # noqa: E731
-    st = lib.bc_buckets_try_debit_batch(b, p(idx), p(amt), p(now), 4, 4,
+    st = lib.bc_buckets_try_debit_batch(b, p(idx), 4, p(amt), 4, p(now), 4,
                                         p(granted, "uint8_t *"), where)
     assert st == want
     assert where[0] == (2 if bad == "amount" else 3)
@@ -280,7 +280,7 @@ def test_unsorted_times_on_different_buckets_are_allowed(core):
     amt = np.full(4, 10**6, dtype=np.int64)
     granted = np.zeros(4, dtype=np.uint8)
     p = lambda a, t="int64_t *": ffi.cast(t, a.ctypes.data)  # noqa: E731
-    assert lib.bc_buckets_try_debit_batch(b, p(idx), p(amt), p(now), 4, 4,
+    assert lib.bc_buckets_try_debit_batch(b, p(idx), 4, p(amt), 4, p(now), 4,
                                           p(granted, "uint8_t *"), ffi.NULL) == lib.BC_OK
     assert granted.tolist() == [1, 1, 1, 1]
     assert columns(core, b)[4] == [6 * 10**9, 3 * 10**9, 0]

@@ -110,7 +110,7 @@ static int run(bc_buckets *b, char *line)
             amount[m++] = y;
             line += n;
         }
-        st = bc_buckets_try_debit_batch(b, idx, amount, &when, 1, m, granted, &bad);
+        st = bc_buckets_try_debit_batch(b, idx, m, amount, m, &when, 1, granted, &bad);
         printf("batch -> %s", name(st));
         for (k = 0; st == BC_OK && k < m; k++)
             printf(" %d", granted[k]);

@@ -22,6 +22,10 @@ from .reference.buckets import _validate_state
 
 cnp.import_array()
 
+# the core compiled into this module as one unit, so the compiler can inline its calls
+cdef extern from "unity.c":
+    pass
+
 cdef extern from "bursarcore.h" nogil:
     int BC_OK, BC_EINVAL, BC_ERANGE, BC_EINDEX, BC_ETIME, BC_ENOMEM, BC_ETOKENS
     int64_t BC_NEVER
@@ -44,8 +48,9 @@ cdef extern from "bursarcore.h" nogil:
                            int64_t* tokens, int64_t* remainder, int64_t* last, size_t n)
     int bc_buckets_try_debit(bc_buckets* b, size_t i, int64_t amount, int64_t now,
                              int* granted)
-    int bc_buckets_try_debit_batch(bc_buckets* b, const int64_t* idx, const int64_t* amount,
-                                   const int64_t* now, size_t n_now, size_t n,
+    int bc_buckets_try_debit_batch(bc_buckets* b, const int64_t* idx, size_t n,
+                                   const int64_t* amount, size_t n_amount,
+                                   const int64_t* now, size_t n_now,
                                    uint8_t* granted, size_t* bad)
     int bc_buckets_refund(bc_buckets* b, size_t i, int64_t amount, int64_t now,
                           int64_t* credited)
@@ -248,17 +253,15 @@ cdef class TokenBuckets:
         n = cnp.PyArray_DIM(<cnp.ndarray>idx, 0)
         if n == 0:
             return None
-        amt = np.empty(n, dtype=np.int64)
-        dst = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt)
         if isinstance(amounts, float):
             x = <double>amounts
             if not _fixed_ok(x):
                 return None
-            t1 = llrint(x * SCALE_D)
-            with nogil:
-                for k in range(n):
-                    dst[k] = t1
+            amt = np.empty(1, dtype=np.int64)        # one amount for every request
+            (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt))[0] = llrint(x * SCALE_D)
         elif _plain(amounts, cnp.NPY_FLOAT64, n):
+            amt = np.empty(n, dtype=np.int64)
+            dst = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt)
             src = <const double*>cnp.PyArray_DATA(<cnp.ndarray>amounts)
             with nogil:
                 for k in range(n):
@@ -306,10 +309,11 @@ cdef class TokenBuckets:
         cdef size_t bad = 0
         return bc_buckets_try_debit_batch(
             self._h, <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>idx),
+            <size_t>cnp.PyArray_DIM(<cnp.ndarray>idx, 0),
             <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt),
+            <size_t>cnp.PyArray_DIM(<cnp.ndarray>amt, 0),
             <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ts),
             <size_t>cnp.PyArray_DIM(<cnp.ndarray>ts, 0),
-            <size_t>cnp.PyArray_DIM(<cnp.ndarray>idx, 0),
             <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>out), &bad)
 
     def debit_fixed(self, idx, amounts, now_ns):

@@ -123,8 +123,8 @@ class TokenBuckets:
         out = np.empty(n, dtype=np.bool_)
         if n == 0:
             return out
-        st = self._call(lib.bc_buckets_try_debit_batch, _ptr(ix), _ptr(amt), _ptr(ts),
-                                            ts.shape[0], n, _ptr(out, "uint8_t *"), ffi.NULL)
+        st = self._call(lib.bc_buckets_try_debit_batch, _ptr(ix), n, _ptr(amt), amt.shape[0],
+                        _ptr(ts), ts.shape[0], _ptr(out, "uint8_t *"), ffi.NULL)
         if st == _ETIME:        # the position and the bucket, in the library's words
             _validate.batch_times(ix, ts, self._column(4), self._wm())
         if st != _OK:

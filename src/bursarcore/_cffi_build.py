@@ -16,7 +16,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORE = os.path.join(HERE, "core")
 HEADER = os.path.join(CORE, "include", "bursarcore.h")
-SOURCES = [os.path.join(CORE, "src", name) for name in ("core.c", "buckets.c")]
+SOURCES = [os.path.join(CORE, "src", "unity.c")]       # the whole core, one unit
 
 
 def declarations() -> str:

@@ -104,13 +104,15 @@ int bc_buckets_columns(const bc_buckets *b, int64_t *capacity, int64_t *rate,
 int bc_buckets_try_debit(bc_buckets *b, size_t i, int64_t amount, int64_t now,
                          int *granted);
 
-/* n requests in order: request k settles bucket idx[k] at now[k] (or now[0] for every
- * request when n_now == 1) and takes amount[k] if it can, so request k sees the effect
- * of the requests before it; granted[k] = 1 or 0. Times must not decrease per bucket nor
- * precede a bucket's last update; every index and time is checked before any bucket
- * changes (on an error *bad is the first offending position, when bad is not NULL). */
-int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, const int64_t *amount,
-                               const int64_t *now, size_t n_now, size_t n,
+/* n requests in order: request k settles bucket idx[k] at now[k] and takes amount[k] if
+ * it can, so request k sees the effect of the requests before it; granted[k] = 1 or 0.
+ * n_amount and n_now are n, or 1 for one amount or one instant for every request. Times must not decrease per bucket nor
+ * precede a bucket's last update; every index, amount and time is checked before any
+ * bucket changes. On an error, *bad (when bad is not NULL) is the position of the first
+ * index or amount out of range, or else of the first time refused. */
+int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, size_t n,
+                               const int64_t *amount, size_t n_amount,
+                               const int64_t *now, size_t n_now,
                                uint8_t *granted, size_t *bad);
 
 /* Settles bucket i at `now`, then credits up to `amount` (never beyond the capacity);

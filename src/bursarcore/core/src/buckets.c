@@ -16,8 +16,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+#define BC_ALWAYS_INLINE static inline __attribute__((always_inline))
 #else
 #define PREFETCH_W(p) ((void)(p))
+#define BC_ALWAYS_INLINE static inline
 #endif
 
 struct bc_buckets {
@@ -280,28 +282,31 @@ int bc_buckets_try_debit(bc_buckets *b, size_t i, int64_t amount, int64_t now,
 /* Every check of a batch, before any bucket changes. The common batch (times sorted and
  * none before the watermark) needs one pass over the inputs; otherwise each touched row's
  * scratch word tracks the newest time seen for it, so times must not decrease per bucket. */
-static int batch_check(bc_buckets *b, const int64_t *idx, const int64_t *amount,
-                       const int64_t *now, size_t n_now, size_t n, size_t *bad)
+static int batch_check(bc_buckets *b, const int64_t *idx, size_t n, const int64_t *amount,
+                       size_t n_amount, const int64_t *now, size_t n_now, size_t *bad)
 {
     size_t k;
     int sorted = 1;
     int64_t prev = b->wm, t;
-    for (k = 0; k < n; k++) {
-        t = now[n_now == 1 ? 0 : k];
-        if ((uint64_t)idx[k] >= b->n) {
-            *bad = k;
-            return BC_EINDEX;
-        }
-        if (!amount_ok(amount[k])) {
-            *bad = k;
-            return BC_ERANGE;
-        }
+    uint64_t size = b->n, worst = 0;
+    /* the common pass: OR of out-of-range flags, no branch per request */
+    for (k = 0; k < n; k++)
+        worst |= (uint64_t)idx[k] >= size;
+    for (k = 0; k < n_amount; k++)
+        worst |= (uint64_t)amount[k] > (uint64_t)BC_MAX_AMOUNT;
+    if (worst) {
+        for (k = 0; (uint64_t)idx[k] < size && amount_ok(amount[n_amount == 1 ? 0 : k]); k++)
+            ;
+        *bad = k;
+        return (uint64_t)idx[k] >= size ? BC_EINDEX : BC_ERANGE;
+    }
+    for (k = 0; k < n_now; k++) {
+        t = now[k];
         if (!time_ok(t)) {
             *bad = k;
             return BC_ERANGE;
         }
-        if (t < prev)
-            sorted = 0;
+        sorted &= t >= prev;
         prev = t;
     }
     if (sorted)
@@ -320,46 +325,64 @@ static int batch_check(bc_buckets *b, const int64_t *idx, const int64_t *amount,
     return BC_OK;
 }
 
-int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, const int64_t *amount,
-                               const int64_t *now, size_t n_now, size_t n,
-                               uint8_t *granted, size_t *bad)
+/* The batch's loop, written once; inlined with constant flags into four copies, so none
+ * tests per request whether the amount or the time is one for all. */
+BC_ALWAYS_INLINE int64_t
+debit_loop(int64_t *base, const int64_t *idx, size_t n, const int64_t *amount,
+           int one_amount, const int64_t *now, int one_now, uint8_t *granted)
 {
-    size_t k, where = 0;
-    int64_t *base, *r, t, a, newest;
-    int st;
-    if (b == NULL || (n && (idx == NULL || amount == NULL || now == NULL || granted == NULL)))
-        return BC_EINVAL;
-    if (n == 0)
-        return BC_OK;
-    if (n_now != 1 && n_now != n)
-        return BC_EINVAL;
-    st = batch_check(b, idx, amount, now, n_now, n, &where);
-    if (st != BC_OK) {
-        if (bad != NULL)
-            *bad = where;
-        return st;
-    }
-    base = b->rows;
-    t = newest = now[0];
+    size_t k;
+    int64_t *r, t = now[0], a = amount[0], newest = now[0];
     for (k = 0; k < n; k++) {
         /* random rows of a table larger than the cache each cost a memory round trip;
          * asking for row k + AHEAD now overlaps those trips. A prefetch never faults. */
         if (k + AHEAD < n)
             PREFETCH_W(base + idx[k + AHEAD] * W);
         r = base + idx[k] * W;
-        if (n_now != 1)
+        if (!one_now)
             t = now[k];
+        if (!one_amount)
+            a = amount[k];
         refill(r, t);
-        a = amount[k];
         if (r[BC_B_TOK] >= a) {
             r[BC_B_TOK] -= a;
             granted[k] = 1;
         } else {
             granted[k] = 0;
         }
-        if (t > newest)
+        if (!one_now && t > newest)
             newest = t;
     }
+    return newest;
+}
+
+int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, size_t n,
+                               const int64_t *amount, size_t n_amount,
+                               const int64_t *now, size_t n_now,
+                               uint8_t *granted, size_t *bad)
+{
+    size_t where = 0;
+    int64_t newest;
+    int st;
+    if (b == NULL || (n && (idx == NULL || amount == NULL || now == NULL || granted == NULL)))
+        return BC_EINVAL;
+    if (n == 0)
+        return BC_OK;
+    if ((n_now != 1 && n_now != n) || (n_amount != 1 && n_amount != n))
+        return BC_EINVAL;
+    st = batch_check(b, idx, n, amount, n_amount, now, n_now, &where);
+    if (st != BC_OK) {
+        if (bad != NULL)
+            *bad = where;
+        return st;
+    }
+    if (n_amount == 1 && n > 1)
+        newest = n_now == 1 ? debit_loop(b->rows, idx, n, amount, 1, now, 1, granted)
+                            : debit_loop(b->rows, idx, n, amount, 1, now, 0, granted);
+    else
+        newest = n_now == 1 && n > 1
+            ? debit_loop(b->rows, idx, n, amount, 0, now, 1, granted)
+            : debit_loop(b->rows, idx, n, amount, 0, now, 0, granted);
     touch(b, newest);
     return BC_OK;
 }
