@@ -4,7 +4,10 @@ up.sh, 2 CPUs), fed through the command seam. ``recorded/slurm/``: ``squeue_runn
 (43 and 45 cancelled, 46 failed with ``exit 3``), ``sinfo.json``, ``squeue --start``,
 ``sbatch --test-only`` and ``squeue --steps`` output; ``now*.txt`` hold the epoch they were
 taken at. Only the three jobs were kept from ``squeue --json`` (which ignores ``-j`` in
-22.05 and returned every job slurmctld held)."""
+22.05 and returned every job slurmctld held). ``PENDING_45_46`` is the queue's pending
+list in the text form the binding reads (``squeue --noheader --states=PENDING
+--format=%i|%P|%C|%D|%b``, format as recorded in tests/fixtures/slurm/squeue_pending_22.05.txt)
+for the same two pending jobs."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from bursarcore.adapters.slurm import (SLURM_NODE_STATES, SLURM_STATES, SQUEUE_C
 from bindings_helpers import FakeProc, Script, recorded
 
 NOW = float(recorded("slurm/now.txt"))
+PENDING_45_46 = "45|debug|1|1|N/A\n46|debug|1|1|N/A\n"
 
 
 class RecordedSlurm(SlurmBinding):
@@ -48,6 +52,7 @@ class RecordedSlurm(SlurmBinding):
 def slurm(script):
     script.on("squeue", "--json", stdout=recorded("slurm/squeue_running.json"))
     script.on("sinfo", "--json", stdout=recorded("slurm/sinfo.json"))
+    script.on("squeue", "--noheader", "--states=PENDING", stdout=PENDING_45_46)
     return RecordedSlurm(script, min_interval=5.0)
 
 
@@ -96,7 +101,7 @@ def test_a_failing_query_raises_with_command_and_stderr_and_is_not_retried_at_on
     b = RecordedSlurm(script, min_interval=10)
     with pytest.raises(CommandError) as e:
         b.status(["43"])
-    assert e.value.argv == ["squeue", "--json"] and e.value.returncode == 1
+    assert e.value.argv == ["squeue", "--json", "--me"] and e.value.returncode == 1
     assert "squeue --json" in str(e.value) and "Unable to contact slurm controller" in str(e.value)
     with pytest.raises(CommandError):
         b.status(["43"])

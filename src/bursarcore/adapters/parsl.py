@@ -39,8 +39,20 @@ How Parsl's calls map onto the broker:
 
 Tasks that were running on a block whose lease is revoked are lost with its workers; Parsl
 re-runs them when the config asks for it (``Config(retries=...)``), on the replacement
-block. Parsl is imported lazily: ``import bursarcore.adapters.parsl`` does not need it;
-``BursarProvider`` does.
+block. ``submit``'s ``tasks_per_node`` is honoured: the block starts that many copies of
+the worker command (per node, with ``LocalLauncher(per_node=True)`` or a facility binding),
+wrapped by Parsl's own ``SingleNodeLauncher``; the block fails if any copy fails. A
+block's status carries the paths of its workers' output (``stdout_path``/``stderr_path``,
+which Parsl's error handler shows), when the launcher writes them to files.
+
+``BursarProvider`` is defined in :mod:`bursarcore.adapters.parsl_provider`, the one module
+that imports Parsl; ``import bursarcore.adapters.parsl`` does not need Parsl, and
+``from bursarcore.adapters.parsl import BursarProvider`` loads it on first access. The
+provider pickles as its configuration (``copy.deepcopy`` too): an unpickled copy has the
+same settings and no blocks, threads or leases — those stay with the process that holds
+them. A provider on ``broker=`` or ``client=`` does not pickle (an in-process broker and
+an open HTTP client do not leave their process); give ``base_url=`` and ``token=``. The
+pickle then holds the campaign token, like the config that made it.
 """
 
 from __future__ import annotations
@@ -61,12 +73,13 @@ from ..admission import Intent
 from ..broker import Lease
 from ..errors import BursarError, InvalidArgument, UnknownLease
 
-__all__ = ["BursarProvider", "WorkerLauncher", "LocalLauncher", "BindingLauncher", "lease_env"]
+__all__ = ["BursarProvider", "WorkerLauncher", "LocalLauncher", "LocalHandle", "BindingLauncher",
+           "lease_env"]
 
 if TYPE_CHECKING:
-    # made on first access by the module's __getattr__ (below): it subclasses Parsl's
+    # loaded on first access by the module's __getattr__ (below): it subclasses Parsl's
     # ExecutionProvider, and importing this module must not import Parsl
-    BursarProvider: type
+    from .parsl_provider import BursarProvider as BursarProvider
 
 log = logging.getLogger("bursarcore.adapters.parsl")
 
@@ -80,6 +93,9 @@ class WorkerLauncher(Protocol):
     ``start(block_id, command, lease, env) -> handle``; ``poll(handle) -> int | None``
     (an exit status once every process has ended, else None); ``stop(handle, grace)``
     (SIGTERM, then SIGKILL after ``grace`` seconds; must return within about ``grace``).
+    A launcher may also have ``outputs(handle) -> (stdout_path, stderr_path)``: the files
+    the block's output goes to (of the process that failed, if one did), for the block's
+    status; without it, or with ``(None, None)``, the status names no files.
     """
 
     def start(self, block_id: str, command: str, lease: Lease,
@@ -97,6 +113,15 @@ def lease_env(lease: Lease, campaign: str) -> dict[str, str]:
             "BURSAR_PLACEMENT": ",".join(f"{n}:{u}" for n, u in lease.placement),
             "BURSAR_SLOTS": ",".join(str(s) for s in lease.slots),
             "BURSAR_EXPIRY": "" if lease.expiry is None else repr(lease.expiry)}
+
+
+class LocalHandle(list):
+    """The processes of one block (a ``list`` of ``Popen``) and, in the same order, the
+    ``(stdout, stderr)`` files each writes to."""
+
+    def __init__(self, procs: Sequence[subprocess.Popen], paths: Sequence[tuple[str, str]]) -> None:
+        super().__init__(procs)
+        self.paths = list(paths)
 
 
 class LocalLauncher:
@@ -119,25 +144,35 @@ class LocalLauncher:
         return self.script_dir
 
     def start(self, block_id: str, command: str, lease: Lease,
-              env: Mapping[str, str]) -> list[subprocess.Popen]:
+              env: Mapping[str, str]) -> LocalHandle:
         d = self._dir()
         nodes = list(lease.placement) if self.per_node and lease.placement else [("", lease.units)]
-        procs = []
+        procs, paths = [], []
         for i, (node, units) in enumerate(nodes):
             e = {**os.environ, **env}
             if node:
                 e["BURSAR_NODE"], e["BURSAR_NODE_UNITS"] = node, str(units)
             suffix = f".{i}" if len(nodes) > 1 else ""
-            out = open(os.path.join(d, f"{block_id}{suffix}.out"), "ab")
-            err = open(os.path.join(d, f"{block_id}{suffix}.err"), "ab")
+            files = (os.path.join(d, f"{block_id}{suffix}.out"),
+                     os.path.join(d, f"{block_id}{suffix}.err"))
+            out, err = open(files[0], "ab"), open(files[1], "ab")
             try:
                 procs.append(subprocess.Popen(["/bin/bash", "-c", command], env=e, stdout=out,
                                               stderr=err, stdin=subprocess.DEVNULL,
                                               start_new_session=True))
+                paths.append(files)
             finally:
                 out.close()
                 err.close()
-        return procs
+        return LocalHandle(procs, paths)
+
+    def outputs(self, handle: LocalHandle) -> tuple[str | None, str | None]:
+        """The files of the first process that exited non-zero, else of the first."""
+        if not handle.paths:
+            return None, None
+        codes = [p.poll() for p in handle]
+        i = next((k for k, c in enumerate(codes) if c not in (None, 0)), 0)
+        return handle.paths[i]
 
     def poll(self, handle: list[subprocess.Popen]) -> int | None:
         codes = [p.poll() for p in handle]
@@ -179,6 +214,17 @@ class BindingLauncher:
     def poll(self, handle: Any) -> int | None:
         return handle.exit_code
 
+    def outputs(self, handle: Any) -> tuple[str | None, str | None]:
+        """The binding's ``log_dir/lease-<id>.<k>.{out,err}`` of the first part that exited
+        non-zero, else of part 0; none if the binding discards output (no ``log_dir``)."""
+        log_dir = getattr(self.binding, "log_dir", None)
+        parts = list(getattr(handle, "parts", ()))
+        if log_dir is None or not parts:
+            return None, None
+        k = next((i for i, p in enumerate(parts) if p.poll() not in (None, 0)), 0)
+        base = os.path.join(log_dir, f"lease-{handle.lease_id}.{k}")
+        return base + ".out", base + ".err"
+
     def stop(self, handle: Any, grace: float) -> None:
         if handle.exit_code is not None:
             return
@@ -218,6 +264,7 @@ class _Block:
     next_renew: float = 0.0
     final: tuple[str, str | None, int | None] | None = None   # (state name, message, exit)
     leases: list[int] = field(default_factory=list)
+    outputs: tuple[str | None, str | None] = (None, None)       # the workers' stdout, stderr
 
 
 class _Provider:
@@ -234,6 +281,9 @@ class _Provider:
                  stop_grace: float = 5.0, label: str = "bursar",
                  cores_per_node: int | None = None, mem_per_node: float | None = None,
                  status_polling_interval: float = 1.0, background: bool = True) -> None:
+        # the arguments as given, before any is resolved (base_url= becomes a client
+        # below): pickling rebuilds the provider from them (__reduce__)
+        self._init_args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if not isinstance(campaign, str) or not campaign:
             raise InvalidArgument("campaign", "must be a non-empty string", campaign)
         sources = sum(x is not None for x in (base_url, broker, client))
@@ -311,6 +361,17 @@ class _Provider:
                 f"adaptive={self.adaptive}, init_blocks={self.init_blocks}, "
                 f"min_blocks={self.min_blocks}, max_blocks={self.max_blocks})")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the configuration (see the module docstring): the copy is
+        ``type(self)(campaign, **arguments)``, with no blocks."""
+        kw = dict(self._init_args)
+        for name in ("broker", "client"):
+            if kw[name] is not None:
+                raise TypeError(f"BursarProvider({name}=...) cannot be pickled: an in-process "
+                                f"broker or an open client does not leave its process; give "
+                                f"base_url= and token= instead")
+        return _restore, (type(self), kw.pop("campaign"), kw)
+
     @property
     def label(self) -> str:
         return self._label
@@ -327,9 +388,21 @@ class _Provider:
         return self._launcher
 
     # ------------------------------------------------------------------ Parsl's interface
-    def submit(self, command: str, tasks_per_node: int, job_name: str = "parsl.auto") -> str:
+    def submit(self, command: str, tasks_per_node: int = 1,
+               job_name: str = "parsl.auto") -> str:
         """Record a PENDING block and return its id at once; the background thread files
-        its intent."""
+        its intent. ``tasks_per_node`` copies of ``command`` run on the block (per node,
+        when the launcher starts one per node), after ``worker_init``; a bad
+        ``tasks_per_node`` raises :class:`InvalidArgument` and records nothing."""
+        if isinstance(tasks_per_node, bool) or not isinstance(tasks_per_node, int) \
+                or tasks_per_node < 1:
+            raise InvalidArgument("tasks_per_node", "must be an integer >= 1", tasks_per_node)
+        if tasks_per_node > 1:
+            # Parsl's own wrapper (what its cluster providers run): N copies in the
+            # background, wait for all; fail_on_any so one failed copy fails the block
+            from parsl.launchers import SingleNodeLauncher
+
+            command = SingleNodeLauncher(debug=False, fail_on_any=True)(command, tasks_per_node, 1)
         job_id = f"{self._label}-{next(self._ids)}"
         cmd = f"{self.worker_init}\n{command}" if self.worker_init else command
         with self._lock:
@@ -351,10 +424,12 @@ class _Provider:
                     out.append(JobStatus(JobState.UNKNOWN, "not a block of this provider"))
                 elif b.final is not None:
                     name, msg, code = b.final
-                    out.append(JobStatus(JobState[name], msg, exit_code=code))
+                    out.append(JobStatus(JobState[name], msg, exit_code=code,
+                                         stdout_path=b.outputs[0], stderr_path=b.outputs[1]))
                 elif b.state == RUNNING:
                     out.append(JobStatus(JobState.RUNNING, f"lease {b.lease.id}"
-                                         if b.lease else None))
+                                         if b.lease else None, stdout_path=b.outputs[0],
+                                         stderr_path=b.outputs[1]))
                 else:
                     out.append(JobStatus(JobState.PENDING, self._pending_message(b)))
         return out
@@ -518,6 +593,17 @@ class _Provider:
                 with self._lock:
                     b.released = False          # the refresh thread tries again
 
+    def _outputs(self, handle: Any) -> tuple[str | None, str | None]:
+        get = getattr(self.launcher, "outputs", None)
+        if get is None:
+            return None, None
+        try:
+            out, err = get(handle)
+        except Exception:  # noqa: BLE001 - a status without paths, not a failed block
+            log.exception("reading the workers' output paths")
+            return None, None
+        return (None if out is None else str(out)), (None if err is None else str(err))
+
     def _stop_workers(self, handle: Any) -> None:
         try:
             self.launcher.stop(handle, self.stop_grace)
@@ -587,7 +673,9 @@ class _Provider:
                 b.final, b.state = ("FAILED", f"launch failed: {e}", None), ENDED
             return
         self.stats["launched"] += 1
+        outputs = self._outputs(handle)
         with self._lock:
+            b.outputs = outputs
             if b.cancelled:
                 cancelled = True
             else:
@@ -610,8 +698,10 @@ class _Provider:
         code = self.launcher.poll(b.handle) if b.handle is not None else None
         if code is not None:
             # the workers ended by themselves: nothing uses the lease any more
+            outputs = self._outputs(b.handle)      # now: of the process that failed
             self._settle(b, lease, None)
             with self._lock:
+                b.outputs = outputs
                 b.handle, b.state = None, ENDED
                 b.final = ("COMPLETED", "workers exited", 0) if code == 0 else \
                     ("FAILED", f"workers exited with status {code}", code)
@@ -674,34 +764,17 @@ def _gone(last: Lease, now: float) -> str:
     return "ended"
 
 
-def _make_provider_class() -> type:
-    from parsl.providers.base import ExecutionProvider
-
-    class BursarProvider(_Provider, ExecutionProvider):
-        __doc__ = _Provider.__doc__
-
-        def __init__(self, campaign: str, **kwargs: Any) -> None:
-            _Provider.__init__(self, campaign, **kwargs)
-
-    BursarProvider.__module__ = __name__
-    BursarProvider.__doc__ = (
-        "A Parsl ExecutionProvider where one block is one bursar lease.\n\n"
-        "``BursarProvider(campaign, base_url=..., token=... | broker=..., gpus_per_block=1, "
-        "lease_duration=600, adaptive=True, init_blocks=1, min_blocks=0, max_blocks=1, "
-        "launcher=None)``; see the module docstring.")
-    return BursarProvider
-
-
-_cls: type | None = None
+def _restore(cls: type, campaign: str, kwargs: dict[str, Any]) -> Any:
+    """Unpickle a provider: a new one from the same arguments (``_Provider.__reduce__``)."""
+    return cls(campaign, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
-    """``BursarProvider`` is made (and Parsl imported) on first access (PEP 562)."""
-    global _cls
+    """``BursarProvider`` is loaded (and Parsl imported) on first access (PEP 562)."""
     if name == "BursarProvider":
-        if _cls is None:
-            _cls = _make_provider_class()
-        return _cls
+        from .parsl_provider import BursarProvider
+
+        return BursarProvider
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -3,10 +3,31 @@ step inside it (SPEC §12). Driven through Slurm's commands — ``sbatch``, ``sq
 --json``, ``sinfo --json``, ``squeue --start``, ``sbatch --test-only``, ``srun``,
 ``scancel`` — every one through :meth:`~bursarcore.adapters.base.Binding.execute`.
 
-Written against Slurm 22.05 (Debian 12) and run against it: ``squeue --json`` ignores
-``-j`` there, so the whole list is read once per ``min_interval`` and filtered here;
-``exit_code`` in it is a raw wait status; times in text output are local time, so the
-commands whose times are parsed run with ``TZ=UTC``.
+Run against Slurm 22.05 (Debian 12); reads the ``squeue --json`` of every release from
+22.05 to 25.11 (tests/fixtures/slurm/README.md cites each shape's source).
+
+Status. ``squeue --json --me``, once per ``min_interval``: only the pilots' user's jobs
+(the binding submits them, so they are its user's). From 23.02 on, ``--me`` makes squeue ask
+slurmctld for one user's jobs (``slurm_load_job_user``): one small request for every pilot
+however many there are, and the JSON holds only those. ``--jobs`` would not do: squeue asks
+for one job by id only when given exactly one id, else loads every job of the cluster, and
+23.02 dumps that whole list into the JSON whatever the filter. 22.05's ``squeue --json``
+ignores every option (it runs the openapi ``/jobs`` handler, all jobs): there the flag
+costs nothing and the binding picks its pilots by id, as it must anyway. Supply's pending
+demand is the queue's, every user's: ``squeue --noheader --states=PENDING
+--format=%i|%P|%C|%D|%b`` (text, whose filters every release honours: a few bytes a job,
+not the JSON's few kilobytes).
+
+Shapes. 22.05 (openapi v0.0.38) prints ``job_state`` as a name, numbers as numbers and
+``exit_code`` as a raw wait status; 23.02 (data_parser v0.0.39) wraps numbers that may be
+unset as ``{"set", "infinite", "number"}``, the wait status too; 23.11 (v0.0.40) on print
+``job_state`` as a list of the base state and its flags, times as ``{set, infinite,
+number}`` and ``exit_code`` as ``{"status": [...], "return_code": {...}, "signal": {"id":
+{...}, "name": ...}}``; 24.05 (v0.0.41) on print ``job_resources.nodes`` as ``{"count",
+"list", "allocation": [{"name", "cpus": {"count"}, ...}]}`` instead of ``allocated_nodes``.
+A state list is read as ``job_state_string()`` reads the bits: the first flag in its order,
+else the base state. Times in text output are local time, so the commands whose times are
+parsed run with ``TZ=UTC``.
 
 Pilot. ``sbatch --parsable --no-requeue --job-name=<name> --nodes=N --time=<minutes>``
 with either ``--exclusive`` (whole nodes, the default) or ``--ntasks-per-node=S`` (S
@@ -47,7 +68,8 @@ from .base import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, NODE_BUSY, NODE_D
                    SchedulerSupply, map_state)
 
 __all__ = ["SlurmBinding", "SLURM_STATES", "SQUEUE_CODES", "SLURM_NODE_STATES",
-           "SlurmStepHandle", "parse_wait_status"]
+           "SlurmStepHandle", "parse_wait_status", "slurm_number", "job_state_name",
+           "job_exit_code"]
 
 #: Every job state ``squeue``/``sacct`` print in 22.05 (base states, then the names
 #: ``job_state_string`` gives a job with a state flag set), to ours.
@@ -58,6 +80,7 @@ SLURM_STATES: dict[str, str] = {
     "REQUEUED": PENDING,           # back in the queue
     "REQUEUE_FED": PENDING,
     "REQUEUE_CRON": PENDING,
+    "EXPEDITING": PENDING,         # 25.11: an expedited requeue
     "REQUEUE_HOLD": HELD,
     "SPECIAL_EXIT": HELD,          # requeued and held (RequeueExitHold)
     "RESV_DEL_HOLD": HELD,
@@ -118,6 +141,79 @@ def parse_wait_status(raw: int | None) -> int | None:
     raw = int(raw)
     sig = raw & 0x7F
     return 128 + sig if sig else (raw >> 8) & 0xFF
+
+
+#: the flags ``job_state_string()`` names instead of the base state, in its order
+#: (src/common/slurm_protocol_defs.c; EXPEDITING from 25.11)
+_STATE_FLAG_ORDER = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "EXPEDITING", "RESIZING",
+                     "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED",
+                     "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+_BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED",
+                "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def slurm_number(v: Any) -> float | int | None:
+    """A number of ``squeue --json`` in any release's shape: a plain number (22.05), or
+    ``{"set": bool, "infinite": bool, "number": n}`` (23.02 on): None when not set or
+    infinite (Slurm's NO_VAL and INFINITE)."""
+    if isinstance(v, Mapping):
+        if not v.get("set", False) or v.get("infinite", False):
+            return None
+        v = v.get("number")
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    try:
+        return float(v) if "." in str(v) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def job_state_name(v: Any) -> str:
+    """One state name from ``job_state``: a name (22.05–23.02) as it is; a list of the base
+    state and its flags (23.11 on) as ``job_state_string()`` names the bits — the first
+    flag in its order, else the base state, else the first entry."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)):
+        names = [str(x) for x in v]
+        for flag in _STATE_FLAG_ORDER:
+            if flag in names:
+                return flag
+        return next((n for n in names if n in _BASE_STATES), names[0] if names else "")
+    return "" if v is None else str(v)
+
+
+def job_exit_code(v: Any) -> int | None:
+    """A job's exit status in shell convention (128 + N for a death by signal N) from
+    ``exit_code`` in any release's shape: a raw wait status (22.05), the same wrapped as
+    ``{set, infinite, number}`` (23.02), or ``{"status": [...], "return_code": {...},
+    "signal": {"id": {...}, "name": ...}}`` (23.11 on); None while it has none."""
+    if isinstance(v, Mapping) and ("status" in v or "return_code" in v or "signal" in v):
+        st = v.get("status")
+        status = {str(x) for x in (st if isinstance(st, (list, tuple)) else [st])}
+        if status & {"SIGNALED", "CORE_DUMPED"}:
+            sig = v.get("signal") or {}
+            num = slurm_number(sig.get("id")) if isinstance(sig, Mapping) else None
+            if num is None and isinstance(sig, Mapping) and sig.get("name"):
+                name = str(sig["name"]).upper()
+                name = name if name.startswith("SIG") else "SIG" + name
+                num = getattr(_signal.Signals, name, None)
+                num = None if num is None else int(num)
+            return None if num is None else 128 + int(num)
+        if "PENDING" in status:
+            return None
+        rc = slurm_number(v.get("return_code"))
+        return None if rc is None else int(rc)
+    return parse_wait_status(slurm_number(v))
+
+
+def _names(v: Any) -> list[str]:
+    """A list of names given as a list or as one comma-separated string."""
+    if isinstance(v, str):
+        return [x for x in v.split(",") if x]
+    return [str(x) for x in v or ()]
 
 
 def _utc(text: str) -> float | None:
@@ -211,43 +307,74 @@ class SlurmBinding(Binding):
         if ids:
             self.execute(["scancel", *[str(i) for i in ids]])
 
+    #: the status query: only this user's jobs (see the module docstring)
+    SQUEUE_JSON = ("squeue", "--json", "--me")
+
     def _jobs(self) -> dict[str, dict]:
         def load() -> dict[str, dict]:
-            out = self.execute(["squeue", "--json"]).stdout
+            argv = list(self.SQUEUE_JSON)
+            out = self.execute(argv).stdout
             try:
                 doc = json.loads(out)
             except ValueError as e:
-                raise CommandError(["squeue", "--json"], 0, f"unparseable JSON: {e}", out) from None
+                raise CommandError(argv, 0, f"unparseable JSON: {e}", out) from None
             return {str(j["job_id"]): j for j in doc.get("jobs", [])}
         return self.query("squeue", load)
+
+    def _pending(self) -> list[tuple[str, int, int, str]]:
+        """Every user's pending jobs (in the partition): (partition, CPUs, nodes, gres)."""
+        def load() -> list[tuple[str, int, int, str]]:
+            argv = ["squeue", "--noheader", "--states=PENDING", "--format=%i|%P|%C|%D|%b"]
+            if self.partition:
+                argv.append(f"--partition={self.partition}")
+            rows = []
+            for line in self.execute(argv).stdout.splitlines():
+                f = line.strip().split("|")
+                if len(f) != 5 or not f[0]:
+                    continue
+                try:
+                    rows.append((f[1], int(f[2]), int(f[3]), "" if f[4] == "N/A" else f[4]))
+                except ValueError:
+                    raise CommandError(argv, 0, f"unexpected squeue line {line!r}",
+                                       line) from None
+            return rows
+        return self.query("pending", load)
 
     def status(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
         jobs = self._jobs()
         return {str(i): self._status_of(jobs[str(i)]) for i in ids if str(i) in jobs}
 
     def _status_of(self, j: Mapping[str, Any]) -> PilotStatus:
-        raw = str(j.get("job_state", ""))
+        raw = job_state_name(j.get("job_state"))
         state = map_state(self.STATES, raw, scheduler=self.name)
         hosts = self._hosts(j) if state in (RUNNING, SUSPENDED, ENDING) else ()
-        start = j.get("start_time") or None
-        end = j.get("end_time") or None
+        start = slurm_number(j.get("start_time")) or None
+        end = slurm_number(j.get("end_time")) or None
         reason = j.get("state_reason") or None
         if raw == "NODE_FAIL":
             reason = "node failure"
         return PilotStatus(state=state, raw=raw, hosts=hosts,
                            start=float(start) if start and state != PENDING else None,
                            end=float(end) if end and state == RUNNING else None,
-                           exit_code=parse_wait_status(j.get("exit_code"))
+                           exit_code=job_exit_code(j.get("exit_code"))
                            if state in base.TERMINAL else None,
-                           reason=None if reason in ("None", "") else reason)
+                           reason=None if reason in ("None", "") else str(reason))
 
     def _hosts(self, j: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
         res = j.get("job_resources") or {}
+        detail = list(j.get("gres_detail") or [])
+        if isinstance(res.get("nodes"), Mapping):
+            # 24.05 on: nodes.allocation[i] = {name, cpus: {count, used}, sockets, ...}
+            alloc = res["nodes"].get("allocation") or []
+            if self.dim == "gpu":
+                return tuple((str(n.get("name")), _gpus(detail[i]) if i < len(detail) else 0)
+                             for i, n in enumerate(alloc))
+            return tuple((str(n.get("name")), int(slurm_number((n.get("cpus") or {}).get("count"))
+                                                  or 0)) for n in alloc)
         nodes = res.get("allocated_nodes") or []
         if isinstance(nodes, dict):            # some versions key the list by index
             nodes = [nodes[k] for k in sorted(nodes, key=lambda x: int(x))]
         if self.dim == "gpu":
-            detail = list(j.get("gres_detail") or [])
             return tuple((str(n.get("nodename")), _gpus(detail[i]) if i < len(detail) else 0)
                          for i, n in enumerate(nodes))
         counts = []
@@ -258,7 +385,7 @@ class SlurmBinding(Binding):
                     if str(v).startswith("alloc") or "use" in str(v):
                         cores += 1
             counts.append([str(n.get("nodename")), cores])
-        total, cpus = sum(c for _, c in counts), int(j.get("cpus") or 0)
+        total, cpus = sum(c for _, c in counts), int(slurm_number(j.get("cpus")) or 0)
         if total and cpus and cpus != total and cpus % total == 0:  # threads per core
             for c in counts:
                 c[1] *= cpus // total
@@ -277,8 +404,17 @@ class SlurmBinding(Binding):
         return self.query("sinfo", load)
 
     def node_state(self, n: Mapping[str, Any]) -> str:
-        st = str(n.get("state", "")).lower()
+        """Ours for one ``sinfo --json`` node: 22.05 gives ``state`` as a name and
+        ``state_flags`` apart; 23.02 on give one list, the base state and its flags
+        (``PARSER_FLAG_ARRAY(NODE_STATES)``), e.g. ``["IDLE", "DRAIN"]``."""
+        raw = n.get("state", "")
         flags = {str(f).upper() for f in n.get("state_flags") or ()}
+        if isinstance(raw, (list, tuple)):
+            names = [str(x).lower() for x in raw]
+            base_st = next((x for x in names if x in self.NODE_STATE_TABLE), names[0] if names else "")
+            flags |= {x.upper() for x in names if x != base_st}
+            raw = base_st
+        st = str(raw).lower()
         if "+" in st:                         # e.g. "idle+drain" in some versions
             st, *more = st.split("+")
             flags |= {m.upper() for m in more}
@@ -287,8 +423,8 @@ class SlurmBinding(Binding):
 
     def supply(self) -> SchedulerSupply:
         nodes = [n for n in self._nodes()
-                 if not self.partition or self.partition in (n.get("partitions") or ())]
-        jobs = self._jobs()
+                 if not self.partition or self.partition in _names(n.get("partitions"))]
+        pending = self._pending()
         total = free = down = s_total = s_free = s_alloc = 0
         for n in nodes:
             st = self.node_state(n)
@@ -305,19 +441,14 @@ class SlurmBinding(Binding):
             s_free += max(0, cap - used)
             free += st == NODE_FREE
         pend_jobs = pend_slots = 0
-        for j in jobs.values():
-            if j.get("job_state") != "PENDING":
-                continue
-            if self.partition and j.get("partition") not in (None, "", self.partition):
+        for part, cpus, nnodes, gres in pending:
+            # a job pending in several partitions lists them all ("debug,long")
+            if self.partition and self.partition not in part.split(","):
                 continue
             pend_jobs += 1
-            tres = str(j.get("tres_req_str") or "")
-            if self.dim == "gpu":
-                m = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", tres)
-                pend_slots += int(m.group(1)) if m else 0
-            else:
-                m = re.search(r"(?:^|,)cpu=(\d+)", tres)
-                pend_slots += int(m.group(1)) if m else int(j.get("cpus") or 0)
+            # GPUs: the per-node gres (--gres=gpu:G) times the nodes; a job asking for
+            # GPUs per job or per task (--gpus=) shows none here and counts 0
+            pend_slots += _gpus(gres) * nnodes if self.dim == "gpu" else cpus
         return SchedulerSupply(time=self.wallclock(), dim=self.dim, nodes_total=total,
                                nodes_free=free, nodes_down=down, slots_total=s_total,
                                slots_free=s_free, slots_allocated=s_alloc,

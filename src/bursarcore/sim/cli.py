@@ -124,26 +124,44 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:
                    help="short runs and fewer points (a smoke test, not the finding)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
+    p.add_argument("--executor", choices=["local", "parsl"], default="local",
+                   help="where the runs go: local worker processes (default), or Parsl "
+                        "(with --parsl-config), e.g. over a cluster's nodes")
+    p.add_argument("--parsl-config", metavar="FILE",
+                   help="a Python file defining `config`, a parsl.config.Config "
+                        "(--executor parsl)")
     p.set_defaults(func=_experiments)
 
 
 def _experiments(args: argparse.Namespace) -> int:
-    from .experiments import run_experiments
+    from .experiments import load_parsl_config, run_experiments
 
     if args.seeds < 1:
         return _fail("experiments", f"--seeds: must be >= 1 (got {args.seeds})")
     if args.jobs < 0:
         return _fail("experiments", f"--jobs: must be >= 0, 0 for one per core (got {args.jobs})")
+    config = None
+    if args.executor == "parsl" and args.parsl_config is None:
+        return _fail("experiments", "--parsl-config: is required with --executor parsl")
+    if args.executor != "parsl" and args.parsl_config is not None:
+        return _fail("experiments", "--parsl-config: is only for --executor parsl")
     try:
         check_output_dir(args.out)
+        if args.executor == "parsl":
+            config = load_parsl_config(args.parsl_config)
     except InvalidArgument as e:
+        if e.field == "parsl_config":
+            return _fail("experiments", f"--parsl-config: {e.rule} (got {args.parsl_config!r})")
+        if e.field == "executor":
+            return _fail("experiments", f"--executor: {e.rule}")
         return _fail("experiments", e)
     failed = _make_out("experiments", args.out)
     if failed is not None:
         return failed
     jobs = args.jobs or os.cpu_count() or 1
     out = run_experiments(args.out, seeds=args.seeds, jobs=jobs, only=args.only,
-                          quick=args.quick, progress=args.progress)
+                          quick=args.quick, progress=args.progress, executor=args.executor,
+                          parsl_config=config)
     for name, info in out.items():
         print(f"  ({name}) {info['finding']}")
         for k in ("csv", "figure"):

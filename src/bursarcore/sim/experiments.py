@@ -14,6 +14,12 @@
 
 Each point × seed is one :class:`~bursarcore.sim.engine.Simulation` without a journal.
 Writes ``sweep_a.csv`` (one row per run), ``sweep_a.png`` and so on, and returns findings.
+
+Where the runs go: local worker processes (``executor="local"``, ``jobs`` of them), or
+Parsl (``executor="parsl"``, ``parsl_config=`` a Python file defining ``config``, a
+``parsl.config.Config``, as Parsl configs usually are), so a sweep of many seeds spreads
+over a cluster's nodes through any Parsl provider. A run depends only on its point and
+seed, so both give the same rows but for ``wall_seconds`` (tested).
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ import numpy as np
 
 from .scenario import load_scenario, parse_scenario
 
-__all__ = ["run_experiments", "sweep_points", "run_point", "Progress"]
+__all__ = ["run_experiments", "sweep_points", "run_point", "Progress", "load_parsl_config",
+           "EXECUTORS"]
+
+#: where ``run_experiments`` runs the simulations
+EXECUTORS = ("local", "parsl")
 
 
 def _base_raw() -> dict:
@@ -174,11 +184,49 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def _run_all(tasks: list, jobs: int, desc: str, progress: bool) -> list[dict]:
+def load_parsl_config(path: str) -> Any:
+    """The ``config`` a Parsl config file defines (run as a Python file, as Parsl configs
+    are written). Raises :class:`~bursarcore.errors.InvalidArgument` naming
+    ``parsl_config`` when the file is missing, fails, defines no ``config``, or defines
+    something that is not a ``parsl.config.Config``; or naming ``executor`` when Parsl is
+    not installed."""
+    import runpy
+
+    from ..errors import InvalidArgument
+
+    try:
+        from parsl.config import Config
+    except ImportError:
+        raise InvalidArgument("executor", "'parsl' needs Parsl (pip install "
+                              "'bursarcore[parsl]')", "parsl") from None
+    if not os.path.isfile(path):
+        raise InvalidArgument("parsl_config", "must be an existing Python file", path)
+    try:
+        ns = runpy.run_path(path, run_name="__parsl_config__")
+    except Exception as e:  # noqa: BLE001 - the user's file: say what it raised
+        raise InvalidArgument("parsl_config", f"raised {type(e).__name__}: {e}", path) from None
+    if "config" not in ns:
+        raise InvalidArgument("parsl_config", "must define a variable named 'config'", path)
+    if not isinstance(ns["config"], Config):
+        raise InvalidArgument("parsl_config", "'config' must be a parsl.config.Config, not "
+                              f"{type(ns['config']).__name__}", path)
+    return ns["config"]
+
+
+def _run_all(tasks: list, jobs: int, desc: str, progress: bool,
+             app: Any = None) -> list[dict]:
+    """Run the tasks: as the Parsl app ``app`` when given, else in ``jobs`` local
+    processes; rows in a fixed order (point, then seed) however they finished."""
     bar = Progress(len(tasks), desc, progress)
     rows: list[dict] = []
     try:
-        if jobs <= 1 or len(tasks) <= 1:
+        if app is not None:
+            from concurrent.futures import as_completed
+
+            for fut in as_completed([app(t) for t in tasks]):
+                rows.append(fut.result())
+                bar.update()
+        elif jobs <= 1 or len(tasks) <= 1:
             for t in tasks:
                 rows.append(run_point(t))
                 bar.update()
@@ -325,14 +373,51 @@ _FINDINGS = {"a": _finding_a, "b": _finding_b, "c": _finding_c}
 
 
 def run_experiments(out: str, seeds: int = 3, jobs: int = 1, only: list[str] | None = None,
-                    quick: bool = False, progress: bool = True) -> dict[str, dict]:
-    """Run the sweeps; write a CSV and a figure per sweep into ``out``; return findings."""
+                    quick: bool = False, progress: bool = True, executor: str = "local",
+                    parsl_config: str | Any = None) -> dict[str, dict]:
+    """Run the sweeps; write a CSV and a figure per sweep into ``out``; return findings.
+
+    ``executor="local"``: ``jobs`` worker processes. ``executor="parsl"``: through Parsl,
+    ``parsl_config`` a config file's path (see :func:`load_parsl_config`) or a
+    ``parsl.config.Config``; ``jobs`` is then unused (the config decides). Bad arguments
+    raise :class:`~bursarcore.errors.InvalidArgument` naming them before anything runs or
+    is written."""
+    from ..errors import InvalidArgument
+
+    if executor not in EXECUTORS:
+        raise InvalidArgument("executor", f"must be one of {', '.join(EXECUTORS)}", executor)
+    config = None
+    if executor == "parsl":
+        if parsl_config is None:
+            raise InvalidArgument("parsl_config", "is required with executor 'parsl'", None)
+        config = load_parsl_config(parsl_config) if isinstance(parsl_config, (str, os.PathLike)) \
+            else parsl_config
+    elif parsl_config is not None:
+        raise InvalidArgument("parsl_config", "is only for executor 'parsl'", parsl_config)
     os.makedirs(out, exist_ok=True)
+    dfk = app = None
+    if config is not None:
+        from parsl import python_app
+        from parsl.dataflow.dflow import DataFlowKernel
+
+        # a DataFlowKernel of its own, not Parsl's global one (a caller that loaded its
+        # own keeps it); one for every sweep, so the workers start once
+        dfk = DataFlowKernel(config)
+        app = python_app(run_point, data_flow_kernel=dfk)
+    try:
+        return _sweeps(out, seeds, jobs, only, quick, progress, app)
+    finally:
+        if dfk is not None:
+            dfk.cleanup()
+
+
+def _sweeps(out: str, seeds: int, jobs: int, only: list[str] | None, quick: bool,
+            progress: bool, app: Any) -> dict[str, dict]:
     result = {}
     for sweep in (only or ["a", "b", "c"]):
         tasks = [(sweep, pt, 7 + s, quick) for pt in sweep_points(sweep, quick)
                  for s in range(seeds)]
-        rows = _run_all(tasks, jobs, f"sweep ({sweep})", progress)
+        rows = _run_all(tasks, jobs, f"sweep ({sweep})", progress, app)
         csv_path = os.path.join(out, f"sweep_{sweep}.csv")
         _write_csv(rows, csv_path)
         finding, fig = _FINDINGS[sweep](rows, out)
