@@ -102,9 +102,12 @@ def test_a_provider_on_an_in_process_broker_refuses_to_pickle_naming_the_argumen
 # ---------------------------------------------------------------------------- output paths
 def test_a_failed_block_names_its_output_files_and_parsl_shows_them(tmp_path):
     _, p = _local(tmp_path)
-    job = p.submit("echo to-stdout; echo to-stderr >&2; exit 3", 1)
+    go = tmp_path / "go"          # the block exits only once the running state was read
+    job = p.submit(f"echo to-stdout; echo to-stderr >&2; "
+                   f"while [ ! -e {go} ]; do sleep 0.02; done; exit 3", 1)
     p.refresh()
     (running,) = p.status([job])
+    go.touch()
     assert running.state == JobState.RUNNING
     assert running.stdout_path == str(tmp_path / f"{job}.out")
     assert running.stderr_path == str(tmp_path / f"{job}.err")
