@@ -28,7 +28,7 @@ CORE_SOURCES = sorted(set(glob.glob(f"{CORE}/src/*.c")) - {f"{CORE}/src/unity.c"
 CORE_INCLUDE = [f"{CORE}/include", f"{CORE}/src"]
 # Cython modules that bind the core: each includes what it uses (the whole core as
 # core/src/unity.c, or the inline rules of a header), so the compiler can inline it
-BINDS_CORE = {"_buckets", "_flow"}
+BINDS_CORE = {"_buckets", "_flow", "_engine"}
 LIBRARY = "bursarcore.core.libbursarcore"
 
 extra = ["-O3"] if os.name != "nt" else ["/O2"]

@@ -90,6 +90,17 @@ cdef extern from *:
     void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
     void prefetch_w "__builtin_prefetch"(const void* p, int rw) noexcept nogil
 
+# the admission rules of SPEC §4 that are arithmetic on one campaign's numbers: the C
+# core's, written once (core/src/rules.h)
+cdef extern from "rules.h" nogil:
+    int64_t bc_excess(int64_t H, int64_t n, int64_t s)
+    int64_t bc_sustained_room(int64_t H, int64_t s)
+    int64_t bc_ceiling_room(int64_t b, int64_t H)
+    int64_t bc_unmet(int64_t g, int64_t Hf)
+    int64_t bc_firm_limit(int64_t cap, int64_t F, int64_t U, int64_t unmet_own)
+    int64_t bc_warm_firm(int64_t free, int64_t firm_limit)
+    int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
+
 cdef extern from *:
     """
     #define BC_HOUR_NS ((int64_t)3600000000000LL)
@@ -145,6 +156,9 @@ cdef enum:
 cdef enum:
     P_WARM = 0
     P_RECLAIM = 1
+    P_COLD = 2
+
+cdef i128 EXACT_DOUBLE = 1LL << 53     # integers a double holds exactly
 
 # error codes of the C kernels (all < 0)
 cdef enum:
@@ -164,7 +178,7 @@ assert (_state.OK, _state.CAPACITY, _state.TOKENS, _state.CREDITS, _state.CEILIN
 assert (_state.GRANTED, _state.REFUSED, _state.SLOW) == (O_GRANTED, O_REFUSED, O_SLOW)
 assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state.EXPIRED,
         _state.REVOKED) == (L_STARTING, L_ACTIVE, L_REVOKING, L_RELEASED, L_EXPIRED, L_REVOKED)
-assert (_state.WARM, _state.RECLAIM) == (P_WARM, P_RECLAIM)
+assert (_state.WARM, _state.RECLAIM, _state.COLD) == (P_WARM, P_RECLAIM, P_COLD)
 assert (_state.MAXV, _state.HOUR_NS, _state.PPM) == (MAXV, HOUR, PPM)
 assert (_state.ROW_BITS, _state.ROW_MASK, _state.GEN_MASK) == (ROW_BITS, ROW_MASK, GEN_MASK)
 cdef double FS_REBASE = _state.FS_REBASE
@@ -490,7 +504,7 @@ cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcep
 
 cdef inline int64_t k_unmet(Eng* e, Py_ssize_t c, Py_ssize_t d) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
-    return imax(0, e.cd[i].g - e.cd[i].Hf)
+    return bc_unmet(e.cd[i].g, e.cd[i].Hf)
 
 
 cdef inline int64_t k_free(Eng* e, Py_ssize_t d) noexcept nogil:
@@ -610,6 +624,7 @@ cdef struct Dec:
     int64_t lim_cap
     int64_t lim_tok
     i128 lim_cred
+    int64_t lim_warm
 
 
 cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
@@ -628,9 +643,9 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     firm = kc[PREEMPT] == 0
     H = e.cd[i].H
     s = e.cd[i].s
-    o.lim_ceil = e.cd[i].b - H
+    o.lim_ceil = bc_ceiling_room(e.cd[i].b, H)
     T = e.cd[i].T
-    base = imax(0, s - H)
+    base = bc_sustained_room(H, s)
     if e.scal[1] != 0:
         o.lim_tok = MAXV if T > 0 else base
     elif dur == 0:
@@ -667,12 +682,13 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
                 o.lim_cred = MAXV
             cred_lazy = False
     if firm:
-        lim_firm = e.cap[d] - e.F[d] - e.U[d] + k_unmet(e, c, d)
-        lim_warm = imin(free, lim_firm)
+        lim_firm = bc_firm_limit(e.cap[d], e.F[d], e.U[d], k_unmet(e, c, d))
+        lim_warm = bc_warm_firm(free, lim_firm)
         o.lim_cap = imin(free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]), lim_firm)
     else:
-        lim_warm = imax(0, free - e.headroom[d])
+        lim_warm = bc_warm_opportunistic(free, e.headroom[d])
         o.lim_cap = lim_warm
+    o.lim_warm = lim_warm
     m = imin(imin(nmax, o.lim_ceil), o.lim_cap)
     if tok_lazy:
         # lim_tok >= m (it does not bind) iff T >= (m − base)·dur; m − base fits int64
@@ -723,19 +739,29 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     return 0
 
 
+cdef inline i128 k_charge(Eng* e, Py_ssize_t c, const int64_t* kc, i128 price) noexcept nogil:
+    """What a lease priced ``price`` is charged (SPEC §7): a class that runs free when the
+    budget is spent costs nothing when the budget cannot pay it."""
+    if kc[FREEBROKE] != 0 and price > e.cr[c].left:
+        return 0
+    return price
+
+
 cdef inline int64_t k_never(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
                             int64_t dur, int64_t pm) noexcept nogil:
     cdef Py_ssize_t i = c * e.D + d
     cdef const int64_t* kc = e.cls + k * NCOL
     cdef int64_t left
-    if nmin > e.cd[i].b:
+    # each rule at its most lenient: nothing held, the pool empty but for the others'
+    # guarantees (a firm lease) or the headroom (an opportunistic one)
+    if nmin > bc_ceiling_room(e.cd[i].b, 0):
         return R_CEILING
     if kc[PREEMPT] != 0:
-        if nmin > e.cap[d] - e.headroom[d]:
+        if nmin > bc_warm_opportunistic(e.cap[d], e.headroom[d]):
             return R_CAPACITY
-    elif nmin > e.cap[d] - (e.gsum[d] - e.cd[i].g):
+    elif nmin > bc_firm_limit(e.cap[d], 0, e.gsum[d] - e.cd[i].g, 0):
         return R_CAPACITY
-    if e.scal[1] == 0 and <i128>imax(0, nmin - e.cd[i].s) * dur > e.cd[i].Bcap:
+    if e.scal[1] == 0 and <i128>bc_excess(0, nmin, e.cd[i].s) * dur > e.cd[i].Bcap:
         return R_TOKENS
     left = e.cr[c].left
     if pm != 0 and left < MAXV and kc[FREEBROKE] == 0 \
@@ -933,13 +959,12 @@ cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t
     firm = kc[PREEMPT] == 0
     H = e.cd[i].H
     s = e.cd[i].s
-    excess = 0 if e.scal[1] != 0 else imax(0, H + n - s) - imax(0, H - s)
+    excess = 0 if e.scal[1] != 0 else bc_excess(H, n, s)
     if excess != 0:       # (a lease within the sustained rate leaves the bucket as it is)
         debit = <i128>excess * dur
         e.cd[i].T = wadd(e.cd[i].T, -debit)
         e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, debit)
-    if kc[FREEBROKE] != 0 and price > e.cr[c].left:
-        price = 0
+    price = k_charge(e, c, kc, price)
     if price != 0:        # (a free lease leaves the credit sums as they are)
         if e.cr[c].left < MAXV:
             e.cr[c].left = wadd(e.cr[c].left, -price)
@@ -1060,7 +1085,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         ex_new = 0
         delta = 0
     else:
-        ex_new = imax(0, H - s) - imax(0, H - n - s)
+        ex_new = bc_excess(H - n, n, s)       # the lease's n units as the top-most held
         delta = <i128>ex_new * (new_end - t) - <i128>e.lr[r].excess * (<i128>end - t)
         if delta > e.cd[i].T:
             return R_TOKENS
@@ -1069,8 +1094,7 @@ cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max
         return E_RANGE
     price = k_cost(n, ext, <int64_t>pm)
     left = e.cr[c].left
-    if kc[FREEBROKE] != 0 and price > left:
-        price = 0
+    price = k_charge(e, c, kc, price)
     price_out[0] = price
     if price > left:              # (an unlimited budget, left = MAXV, bounds a cost too)
         return R_CREDITS
@@ -1245,18 +1269,19 @@ cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
             kc = e.cls + k * NCOL
             firm = kc[PREEMPT] == 0
             H = e.cd[i].H
-            if nmax > e.cd[i].b - H:                                   # ceiling
+            if nmax > bc_ceiling_room(e.cd[i].b, H):                   # ceiling
                 break
             free = k_free(e, d)
             if firm:
-                lim_warm = imin(free, e.cap[d] - e.F[d] - e.U[d] + k_unmet(e, c, d))
+                lim_warm = bc_warm_firm(free, bc_firm_limit(e.cap[d], e.F[d], e.U[d],
+                                                            k_unmet(e, c, d)))
             else:
-                lim_warm = imax(0, free - e.headroom[d])
+                lim_warm = bc_warm_opportunistic(free, e.headroom[d])
             if nmax > lim_warm:                                     # warm capacity
                 break
             s = e.cd[i].s
             T = e.cd[i].T
-            base = imax(0, s - H)
+            base = bc_sustained_room(H, s)
             if instant:                                             # tokens
                 if T <= 0 and nmax > base:
                     break
@@ -1551,6 +1576,56 @@ def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t du
     _cd(x, c, d)
     _kk(x, k)
     return k_never(&x.e, c, d, k, nmin, dur, pm)
+
+
+def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
+    """ns until c's bucket holds the tokens n more units for dur ns need, refilling at
+    s − H; -1 when it holds them now or never refills (SPEC §4.2, §4.5); see
+    :func:`bursarcore.reference.engine.token_wait`. The caller settled the bucket."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    cdef Eng* e = &x.e
+    cdef Py_ssize_t i = c * e.D + d
+    cdef int64_t H = e.cd[i].H, s = e.cd[i].s
+    cdef i128 need = <i128>bc_excess(H, n, s) * dur - e.cd[i].T
+    if e.scal[1] != 0 or s - H <= 0 or need <= 0:
+        return -1
+    return _pyint((need + (s - H) - 1) // (s - H))
+
+
+def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes,
+          const int64_t[::1] durs, int64_t t):
+    """Every (size, duration) cell decided as an intent for exactly that size would be
+    (SPEC §4.4, §7), changing nothing but c's settled bucket; see
+    :func:`bursarcore.reference.engine.quote`. Returns (cost in micro-credits as float64,
+    path codes, reason codes), each of shape (len(sizes), len(durs))."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    _kk(x, k)
+    cdef Py_ssize_t a, b, na = sizes.shape[0], nb = durs.shape[0]
+    cost = np.empty((na, nb), dtype=np.float64)
+    path = np.empty((na, nb), dtype=np.int64)
+    reason = np.empty((na, nb), dtype=np.int64)
+    cdef double[:, ::1] co = cost
+    cdef int64_t[:, ::1] pa = path, re = reason
+    cdef Dec r
+    cdef int err
+    cdef int64_t n
+    cdef i128 price
+    for a in range(na):
+        n = sizes[a]
+        for b in range(nb):
+            err = k_decide(&x.e, c, d, k, n, n, durs[b], -1, t, True, &r)
+            if err:
+                _raise(err)
+            price = k_charge(&x.e, c, x.e.cls + k * NCOL, k_cost(n, durs[b], r.pm))
+            co[a, b] = <double>price if -EXACT_DOUBLE <= price <= EXACT_DOUBLE \
+                else float(_pyint(price))
+            pa[a, b] = P_WARM if n <= r.lim_warm else P_RECLAIM if n <= r.lim_cap else P_COLD
+            re[a, b] = (R_CEILING if r.lim_ceil < n else R_CAPACITY if r.lim_cap < n
+                        else R_TOKENS if r.lim_tok < n else R_CREDITS if r.lim_cred < n
+                        else R_OK)
+    return cost, path, reason
 
 
 def grant(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n, int64_t dur, int64_t pm,
@@ -2296,7 +2371,7 @@ cdef class FastAcquire:
                     return True
                 if hr and hr[0][0] <= free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]):
                     return True
-                if ho and ho[0][0] <= e.cap[d] - e.F[d] - e.U[d]:
+                if ho and ho[0][0] <= bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0):
                     return True
             if hp and hp[0][0] < -k_cong_mult(e, d):
                 return True

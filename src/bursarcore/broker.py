@@ -56,6 +56,7 @@ _MIN_DURATION = round(units.MIN_DURATION * NS)
 _MAX_GRID = 1_000_000                       # cells of one quote
 _DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
 GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
+_PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 MAX_PENDING = 1024          # Broker(max_pending=): pending intents per campaign, by default
 
@@ -1038,12 +1039,9 @@ class Broker:
 
     def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int) -> float | None:
         st = self.st
-        if reason == TOKENS and not st.scal[1]:
-            H, s = int(st.H[c, d]), int(st.s[c, d])
-            need = (max(0, H + nmin - s) - max(0, H - s)) * dur - int(st.T[c, d])
-            if s - H > 0 and need > 0:
-                return -(-need // (s - H)) / NS
-            return None
+        if reason == TOKENS:
+            wait = self._k.token_wait(st, c, d, nmin, dur)
+            return wait / NS if wait >= 0 else None
         if reason == CAPACITY:
             nxt = self._k.next_expiry(st)
             return max(0, nxt - self._t) / NS if nxt >= 0 else None
@@ -1708,38 +1706,15 @@ class Broker:
                                   "cells", (sz.size, du.size))
         t = self._now()
         self._advance(t)
-        st, k = self.st, self._k
-        k.settle(st, c, d, t)
-        pm = k.price_pm(st, d, kc)
-        n_o = sz.astype(object)[:, None]
-        d_o = du.astype(object)[None, :]
-        cost = -(-(n_o * d_o * pm) // HOUR_NS)
-        H, s, b, T = (int(x) for x in (st.H[c, d], st.s[c, d], st.b[c, d], st.T[c, d]))
-        firm = not st.cls[kc, 3]
-        free = k.free_now(st, d)
-        if firm:
-            lim_firm = int(st.cap[d]) - int(st.F[d]) - int(st.U[d]) + k.unmet(st, c, d)
-            warm = min(free, lim_firm)
-            reach = min(free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])), lim_firm)
-        else:
-            warm = reach = max(0, free - int(st.headroom[d]))
-        left = int(st.left[c])
-        excess = np.maximum(0, H + n_o - s) - max(0, H - s)
-        tok_ok = (excess * d_o <= T) if not st.scal[1] else np.ones_like(excess, dtype=bool)
-        cred_ok = (cost <= min(left, MAXV)) | bool(st.cls[kc, 5])   # as decide
-        ceil_ok = np.broadcast_to(H + n_o <= b, cost.shape)
-        path = np.where(n_o <= warm, "warm", np.where(n_o <= reach, "reclaim", "cold"))
-        path = np.broadcast_to(path, cost.shape)
+        cost, path_code, reason_code = self._k.quote(self.st, c, d, kc, sz, du, t)
+        path = np.array(_PATHS, dtype=object)[np.asarray(path_code, dtype=np.int64)]
+        reason = np.array(REASONS, dtype=object)[np.asarray(reason_code, dtype=np.int64)]
         grace = max([cl.grace for cl in self.classes if cl.preemptible] or [0.0])
         cold = self.cold_wait(dname) if self.cold_wait is not None else math.inf
         wait = np.where(path == "warm", 0.0, np.where(path == "reclaim", grace, cold))
-        reason = np.full(cost.shape, "", dtype=object)
-        reason = np.where(~np.asarray(cred_ok, bool), "credits", reason)
-        reason = np.where(~np.asarray(tok_ok, bool), "tokens", reason)
-        reason = np.where(path == "cold", "capacity", reason)
-        reason = np.where(~ceil_ok, "ceiling", reason)
-        return Quote(sizes=sz, durations=du / NS, cost=(cost.astype(float) / CREDIT),
-                     path=path, wait=wait.astype(float), grantable=(reason == ""),
+        return Quote(sizes=sz, durations=du / NS,
+                     cost=np.asarray(cost, dtype=np.float64) / CREDIT,
+                     path=path.astype(str), wait=wait.astype(float), grantable=(reason == ""),
                      reason=reason.astype(str))
 
     # ------------------------------------------------------------------ batch

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..admission.state import (ACTIVE, CAPACITY, CEILING, CREDITS, EXPIRED, FS_REBASE, GEN_MASK,
-                               GRANTED, HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED, REVOKING,
-                               ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
+from ..admission.state import (ACTIVE, CAPACITY, CEILING, COLD, CREDITS, EXPIRED, FS_REBASE,
+                               GEN_MASK, GRANTED, HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED,
+                               REVOKING, ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
 
 # class-table columns
 RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
@@ -31,6 +31,23 @@ def wrap(x: int) -> int:
 
 
 # -- tokens and holdings --------------------------------------------------------------------
+def excess(H: int, n: int, s: int) -> int:
+    """SPEC §4.2: of n units added at holding H, how many lie above the sustained rate s.
+    Only those draw on the prepaid bucket (excess · duration tokens)."""
+    return max(0, H + n - s) - max(0, H - s)
+
+
+def token_wait(st, c: int, d: int, n: int, dur: int) -> int:
+    """SPEC §4.5: ns until c's bucket holds the tokens n more units for dur ns need
+    (it refills at s − H), or -1 when it holds them now or does not refill. The caller
+    settled the bucket."""
+    H, s = int(st.H[c, d]), int(st.s[c, d])
+    need = excess(H, n, s) * dur - int(st.T[c, d])
+    if st.scal[1] or s - H <= 0 or need <= 0:
+        return -1
+    return -(-need // (s - H))
+
+
 def settle(st, c: int, d: int, t: int) -> None:
     """Bring campaign c's bucket on dimension d to time t (SPEC §4.2).
 
@@ -139,6 +156,14 @@ def cost(n: int, dur: int, pm: int) -> int:
     return -(-(n * dur * pm) // HOUR_NS)
 
 
+def charge(st, c: int, k: int, price: int) -> int:
+    """What a lease priced ``price`` is charged (SPEC §7): a class that runs free when the
+    budget is spent costs nothing when the budget cannot pay it."""
+    if st.cls[k, FREEBROKE] and price > int(st.left[c]):
+        return 0
+    return price
+
+
 def _count_shortfall(st, d: int, units: int) -> None:
     k = int(st.scal[0]) % st.bins
     st.ring[d, k] += units
@@ -155,16 +180,36 @@ def decide(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend
     path WARM when n fits in free units now, else RECLAIM; limits are
     (ceiling, capacity, tokens, credits). Settles c's bucket; changes nothing else.
     """
+    lim_ceil, lim_cap, lim_tok, lim_cred, lim_warm, pm = limits(st, c, d, k, dur, max_spend, t)
+    n = max(0, min(nmax, lim_ceil, lim_cap, lim_tok, lim_cred))
+    reason = OK
+    if n < nmin:
+        for code, lim in ((CEILING, lim_ceil), (CAPACITY, lim_cap), (TOKENS, lim_tok),
+                          (CREDITS, lim_cred)):
+            if lim <= n:
+                reason = code
+                break
+    path = WARM if n <= lim_warm else RECLAIM
+    return n, reason, path, pm, (lim_ceil, lim_cap, lim_tok, lim_cred)
+
+
+def limits(st, c: int, d: int, k: int, dur: int, max_spend: int,
+           t: int) -> tuple[int, int, int, int, int, int]:
+    """The most units each rule allows one more lease of campaign c for dur ns at t
+    (SPEC §4.1–§4.4): ``(ceiling, capacity, tokens, credits, warm, pm)``, where capacity
+    counts units a reclaim could free and warm only those free now, and pm is the price.
+    Settles c's bucket; changes nothing else."""
     settle(st, c, d, t)
     firm = not st.cls[k, PREEMPT]
     H = int(st.H[c, d])
     s = int(st.s[c, d])
     lim_ceil = int(st.b[c, d]) - H
     T = int(st.T[c, d])
+    room = max(0, s - H)             # units within the sustained rate: no excess (§4.2)
     if st.scal[1]:
-        lim_tok = BIG if T > 0 else max(0, s - H)
+        lim_tok = BIG if T > 0 else room
     else:
-        lim_tok = max(0, s - H) + T // dur
+        lim_tok = room + T // dur
     pm = price_pm(st, d, k)
     if pm == 0:
         lim_cred = BIG
@@ -182,16 +227,27 @@ def decide(st, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend
         lim_cap = min(free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])), lim_firm)
     else:
         lim_warm = lim_cap = max(0, free - int(st.headroom[d]))
-    n = max(0, min(nmax, lim_ceil, lim_cap, lim_tok, lim_cred))
-    reason = OK
-    if n < nmin:
-        for code, lim in ((CEILING, lim_ceil), (CAPACITY, lim_cap), (TOKENS, lim_tok),
-                          (CREDITS, lim_cred)):
-            if lim <= n:
-                reason = code
-                break
-    path = WARM if n <= lim_warm else RECLAIM
-    return n, reason, path, pm, (lim_ceil, lim_cap, lim_tok, lim_cred)
+    return lim_ceil, lim_cap, lim_tok, lim_cred, lim_warm, pm
+
+
+def quote(st, c: int, d: int, k: int, sizes, durs, t: int):
+    """SPEC §4.4 and §7 for every (size, duration): each cell is what an intent for
+    exactly that many units for that long would meet now, changing nothing but c's
+    settled bucket. Returns ``(cost, path, reason)`` as nested lists (len(sizes) rows of
+    len(durs)): the cost in micro-credits (a float), the path (WARM: free now; RECLAIM:
+    after reclaiming lent units; COLD: neither), and the first rule the full size breaks
+    in the order ceiling, capacity, tokens, credits (OK if none)."""
+    sizes, durs = [int(n) for n in sizes], [int(x) for x in durs]
+    cells = {}
+    for b, dur in enumerate(durs):       # the limits depend on the duration, not the size
+        lim_ceil, lim_cap, lim_tok, lim_cred, lim_warm, pm = limits(st, c, d, k, dur, -1, t)
+        for a, n in enumerate(sizes):
+            cells[a, b] = (float(charge(st, c, k, cost(n, dur, pm))),
+                           WARM if n <= lim_warm else RECLAIM if n <= lim_cap else COLD,
+                           CEILING if lim_ceil < n else CAPACITY if lim_cap < n
+                           else TOKENS if lim_tok < n else CREDITS if lim_cred < n else OK)
+    return tuple([[cells[a, b][f] for b in range(len(durs))] for a in range(len(sizes))]
+                 for f in range(3))
 
 
 def decide_keys(st, keys, t: int, out_reason) -> int:
@@ -220,7 +276,7 @@ def never(st, c: int, d: int, k: int, nmin: int, dur: int, pm: int) -> int:
         others_g = int(st.g[: st.C, d].sum()) - int(st.g[c, d])
         if nmin > int(st.cap[d]) - others_g:
             return CAPACITY
-    if not st.scal[1] and max(0, nmin - int(st.s[c, d])) * dur > int(st.Bcap[c, d]):
+    if not st.scal[1] and excess(0, nmin, int(st.s[c, d])) * dur > int(st.Bcap[c, d]):
         return TOKENS
     left = int(st.left[c])
     if (pm and left < MAXV and not st.cls[k, FREEBROKE]
@@ -243,12 +299,10 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
     firm = not st.cls[k, PREEMPT]
     H = int(st.H[c, d])
     s = int(st.s[c, d])
-    excess = 0 if st.scal[1] else max(0, H + n - s) - max(0, H - s)
-    st.T[c, d] -= excess * dur
-    st.tok_debited[c, d] = wrap(int(st.tok_debited[c, d]) + excess * dur)
-    price = cost(n, dur, pm)
-    if st.cls[k, FREEBROKE] and price > int(st.left[c]):
-        price = 0
+    ex = 0 if st.scal[1] else excess(H, n, s)
+    st.T[c, d] -= ex * dur
+    st.tok_debited[c, d] = wrap(int(st.tok_debited[c, d]) + ex * dur)
+    price = charge(st, c, k, cost(n, dur, pm))
     if int(st.left[c]) < MAXV:
         st.left[c] -= price
     st.escrow[c] = wrap(int(st.escrow[c]) + price)
@@ -261,7 +315,7 @@ def grant(st, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, startin
     st.lcls[r] = k
     st.t_grant[r] = t
     st.dur[r] = dur
-    st.excess[r] = excess
+    st.excess[r] = ex
     st.cost[r] = price
     st.intent[r] = intent
     st.revoke_at[r] = 0
@@ -424,15 +478,14 @@ def renew(st, lid: int, ext: int, t: int, max_spend: int) -> tuple[int, int]:
     if st.scal[1]:
         ex_new, delta = 0, 0
     else:
-        ex_new = max(0, H - s) - max(0, H - n - s)
+        ex_new = excess(H - n, n, s)       # the lease's n units as the top-most held
         delta = ex_new * (new_end - t) - int(st.excess[r]) * (end - t)
         if delta > int(st.T[c, d]):
             return TOKENS, 0
     pm = price_pm(st, d, k)
     price = cost(n, ext, pm)
     left = int(st.left[c])
-    if st.cls[k, FREEBROKE] and price > left:
-        price = 0
+    price = charge(st, c, k, price)
     if price > min(left, MAXV):        # (an unlimited budget bounds a cost by MAXV)
         return CREDITS, price
     if 0 <= max_spend < price:

@@ -1,0 +1,62 @@
+/*
+ * The admission rules of docs/spec.md §4 that are plain arithmetic on one campaign's
+ * numbers, written once. The compiled engine's decision, its batch loop, its grants,
+ * renewals, "never" checks, quotes and token waits all call these; the compiler inlines
+ * them. Units: int64 units and ns (§2).
+ */
+#ifndef BURSARCORE_RULES_H
+#define BURSARCORE_RULES_H
+
+#include <stdint.h>
+
+static inline int64_t bc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t bc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* §4.2 excess: of n units added at holding H, how many lie above the sustained rate s.
+ * Only those draw on the prepaid bucket: excess · duration tokens. */
+static inline int64_t bc_excess(int64_t H, int64_t n, int64_t s)
+{
+    return bc_max64(0, H + n - s) - bc_max64(0, H - s);
+}
+
+/* §4.2 the units that can be added at holding H before any lies above s: for n >= 0,
+ * bc_excess(H, n, s) == max(0, n - bc_sustained_room(H, s)). */
+static inline int64_t bc_sustained_room(int64_t H, int64_t s)
+{
+    return bc_max64(0, s - H);
+}
+
+/* §4.4 ceiling: the units a campaign holding H may add under its burst ceiling b. */
+static inline int64_t bc_ceiling_room(int64_t b, int64_t H)
+{
+    return b - H;
+}
+
+/* §4.1 a campaign's unmet guarantee: g less what it holds firmly. */
+static inline int64_t bc_unmet(int64_t g, int64_t Hf)
+{
+    return bc_max64(0, g - Hf);
+}
+
+/* §4.1 the unmet-guarantee reserve: a firm lease may take capacity cap less the firm
+ * holdings F and every campaign's unmet guarantee U, except its own (unmet_own), so
+ * nothing granted above a guarantee squeezes another's unmet guarantee. */
+static inline int64_t bc_firm_limit(int64_t cap, int64_t F, int64_t U, int64_t unmet_own)
+{
+    return cap - F - U + unmet_own;
+}
+
+/* §4.1 warm capacity: what a firm request can take now (free units, within the
+ * reserve), and what an opportunistic one can (free units above the headroom kept for
+ * firm arrivals). */
+static inline int64_t bc_warm_firm(int64_t free, int64_t firm_limit)
+{
+    return bc_min64(free, firm_limit);
+}
+
+static inline int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
+{
+    return bc_max64(0, free - headroom);
+}
+
+#endif /* BURSARCORE_RULES_H */
