@@ -309,6 +309,36 @@ def _loc(parts: tuple) -> str:
     return out
 
 
+_RULES = {
+    "dict_type": "must be a table (an object)", "model_type": "must be a table (an object)",
+    "model_attributes_type": "must be a table (an object)", "list_type": "must be an array",
+    "int_type": "must be a whole number", "int_from_float": "must be a whole number",
+    "float_type": "must be a number", "bool_type": "must be true or false",
+    "string_type": "must be a string", "finite_number": "must be finite",
+    "greater_than_equal": "must be >= {ge}", "less_than_equal": "must be <= {le}",
+    "greater_than": "must be > {gt}", "less_than": "must be < {lt}",
+    "string_pattern_mismatch": "must be a name: letters, digits and ._:@+- (not first)",
+    "too_short": "must have at least {min_length} item(s)",
+    "too_long": "must have at most {max_length} item(s)",
+    "string_too_short": "must not be empty", "string_too_long": "too long",
+}
+
+
+def _rule(err: Any) -> str:
+    """The rule an error broke, in the words of the file (tables, arrays, numbers)."""
+    if err["type"] == "literal_error":
+        return "must be one of " + err["ctx"]["expected"].replace("'", '"')
+    text = _RULES.get(err["type"])
+    if text is None:
+        return err["msg"][0].lower() + err["msg"][1:]
+    ctx = {k: (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{v:g}"
+               if isinstance(v, float) else v) for k, v in (err.get("ctx") or {}).items()}
+    try:
+        return text.format(**ctx)
+    except (KeyError, ValueError):
+        return text
+
+
 def _problems(e: ValidationError) -> list[str]:
     lines: list[str] = []
     for err in e.errors(include_url=False):
@@ -334,7 +364,7 @@ def _problems(e: ValidationError) -> list[str]:
         else:
             got = err.get("input")
             shown = "" if isinstance(got, (dict, list)) else f" (got {got!r:.60})"
-            rule = err["msg"][0].lower() + err["msg"][1:] + shown
+            rule = _rule(err) + shown
         line = f"{path or '(top level)'}: {rule}"
         if line not in lines:
             lines.append(line)
