@@ -276,3 +276,16 @@ def test_the_file_model_is_closed_at_every_level():
     for model in MODELS.values():
         assert model.model_config.get("extra") == "forbid", model
     assert ServeConfig.model_config.get("strict") is True
+
+
+@pytest.mark.parametrize("flags,line", [
+    (["--max-body", "10"], "--max-body: must be >= 1,024 (got 10)"),
+    (["--tick", "0"], "--tick: must be > 0 (got 0.0)"),
+    (["--rate", "nan"], "--rate: must be finite (got nan)"),
+])
+def test_a_flag_outside_the_server_tables_range_is_refused(tmp_path, flags, line):
+    r = subprocess.run([sys.executable, "-m", "bursarcore", "serve", "--memory",
+                        "--tokens", str(tmp_path / "t.json"), *flags],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"bursar serve: {line}"], \
+        r.stderr

@@ -183,6 +183,11 @@ def serve(args: argparse.Namespace) -> int:
 
     file_cfg = load_config(args.config) if args.config else None
     args = _with_file(args, file_cfg)
+    wrong = _flag_problems(args)
+    if wrong:
+        for line in wrong:
+            print(f"bursar serve: {line}", file=sys.stderr)
+        return 2
     journal, tokens_path = _paths(args)
     if args.init and journal is None:
         return _refuse("--init makes a new SQLite journal: it does not go with --memory")
@@ -251,6 +256,24 @@ def _with_file(args: argparse.Namespace, file_cfg: Any) -> argparse.Namespace:
         if name in SERVER_FLAGS and name not in args.given:
             setattr(out, name, getattr(server, name))
     return out
+
+
+def _flag_problems(args: argparse.Namespace) -> list[str]:
+    """The server's settings, flags and file alike, against the ranges of ``[server]``
+    (docs/config.md): a flag outside them is refused as the file's key would be."""
+    from pydantic import ValidationError
+
+    from .config import ServerConfig, problems
+
+    try:
+        ServerConfig.model_validate({k: getattr(args, k) for k in SERVER_FLAGS})
+    except ValidationError as e:
+        out = []
+        for line in problems(e):
+            key, _, rule = line.partition(": ")
+            out.append(f"--{key.replace('_', '-')}: {rule}")
+        return out
+    return []
 
 
 def _check_config(path: str) -> int:

@@ -35,7 +35,7 @@ from .models import NAME
 
 __all__ = ["ServeConfig", "ServerConfig", "MetricsConfig", "PoolConfig", "ClassConfig",
            "CongestionConfig", "EnvelopeConfig", "ConfigError", "read_config", "file_form",
-           "MODELS"]
+           "parse", "problems", "MODELS"]
 
 
 
@@ -339,7 +339,8 @@ def _rule(err: Any) -> str:
         return text
 
 
-def _problems(e: ValidationError) -> list[str]:
+def problems(e: ValidationError) -> list[str]:
+    """Each error of ``e`` as one ``dotted.path: rule`` line, in the file's words."""
     lines: list[str] = []
     for err in e.errors(include_url=False):
         # a union of number and null reports each branch: the number's rule is the one
@@ -378,7 +379,7 @@ def parse(data: object) -> ServeConfig:
     try:
         cfg = ServeConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise ConfigError(_problems(e)) from None
+        raise ConfigError(problems(e)) from None
     _check_with_the_broker(cfg)
     return cfg
 
