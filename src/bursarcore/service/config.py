@@ -27,7 +27,7 @@ import re
 import tomllib
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from .. import units as U
 from ..admission.classes import DEFAULT_CLASSES
@@ -39,8 +39,9 @@ __all__ = ["ServeConfig", "ServerConfig", "MetricsConfig", "PoolConfig", "ClassC
 
 
 
-def _not_nan(x: float) -> float:
-    if math.isnan(x):
+def _not_nan(x: object) -> object:
+    # before the range check, which would say "must be >= 0" of a NaN
+    if isinstance(x, float) and math.isnan(x):
         raise ValueError("must not be NaN")
     return x
 
@@ -52,7 +53,7 @@ Amount = Annotated[float, Field(ge=0, le=U.MAX_AMOUNT)]
 # JSON has no infinity and TOML no null: unlimited is ``null`` (JSON) or ``inf`` (TOML,
 # or JSON's Infinity); a finite value keeps its range
 Unlimited = Annotated[float, Field(ge=0, allow_inf_nan=True),
-                      AfterValidator(_not_nan)] | None
+                      BeforeValidator(_not_nan)] | None
 MAX_DIMS = 64
 
 
