@@ -96,7 +96,7 @@ DISTRIBUTION = {
     "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib", "tqdm": "tqdm",
     "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
     "token_bucket": "token-bucket", "pytest": "pytest", "pyximport": "cython",
-    "Cython": "cython",
+    "Cython": "cython", "prometheus_client": "prometheus-client",
 }
 
 #: which extra a module of src/bursarcore belongs to (first match); the rest is the core

@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 def _serve(tmp_path, *args):
     cfg = tmp_path / "broker.json"
-    cfg.write_text(json.dumps({"pool": {"gpu": 8}}))
+    cfg.write_text(json.dumps({"pool": {"capacity": {"gpu": 8}}}))
     ready = tmp_path / "ready.txt"
     argv = [sys.executable, "-m", "bursarcore", "serve", "--memory", "--config", str(cfg),
             "--tokens", str(tmp_path / "tokens.json"), "--ready-file", str(ready),
@@ -99,42 +99,69 @@ def test_serve_on_an_ephemeral_port_reports_its_url(tmp_path):
         proc.communicate(timeout=30)
 
 
-@pytest.mark.parametrize("text,problem", [
-    (None, "cannot read it: No such file or directory"),
-    ("{bad json", "not valid JSON: Expecting property name"),
-    ("[1, 2]", "must be a JSON object (got list)"),
-    ('"pool"', "must be a JSON object (got str)"),
-    ('{"pool": [8]}', "config.pool: must be an object"),
-    ('{"pool": {"gpu": "8"}}', "config.pool.gpu: a held dimension's capacity must be a number"),
-    ('{"pool": {"gpu": 8}, "colour": 1}', "config.colour: must be one of"),
-    ('{"pool": {"gpu": 8}, "ttl": "x"}', "config.ttl: must be"),
-    ('{"pool": {"gpu": 8, "slots_per_nodes": 4}}',
-     "config.pool.slots_per_nodes: is not a pool option (did you mean 'slots_per_node'?)"),
-    ('{"pool": {"gpu": 8, "warm_headrom": {"gpu": 1}}}', "config.pool.warm_headrom"),
-    ('{"pool": {"gpu": 8}, "campaigns": [1]}', "config.campaigns: must be an object"),
-    ('{"pool": {"gpu": 8}, "campaigns": {"a": {"credits": 1, "wat": 1}}}',
-     "campaigns.a.wat: is not an envelope field"),
-    ('{"pool": {"gpu": 8}, "campaigns": {"a": {"credits": -1}}}', "campaigns.a.credits"),
-    ('{"pool": {"gpu": 8}, "classes": [{"name": "x"}]}', "TypeError"),
+P = '"pool": {"capacity": {"gpu": 8}}'
+
+
+@pytest.mark.parametrize("text,problems", [
+    (None, ["cannot read it: No such file or directory"]),
+    ("{bad json", ["not valid JSON: Expecting property name"]),
+    ("[1, 2]", ["(top level): must be a table/object (got list)"]),
+    ('"pool"', ["(top level): must be a table/object (got str)"]),
+    ('{"pool": [8]}', ["pool: must be a table (an object)"]),
+    ('{"pool": {"capacity": {"gpu": "8"}}}', ["pool.capacity.gpu: must be a whole number (got '8')"]),
+    ('{"pool": {"capacity": {"gpu": 8.5}}}', ["pool.capacity.gpu: must be a whole number (got 8.5)"]),
+    ('{"pool": {"capacity": {"gpu": 16777217}}}', ["pool.capacity.gpu: must be <= 16,777,216 (got 16777217)"]),
+    ('{"pool": {"capacity": {}}}', ["pool.capacity: must have at least 1 item(s)"]),
+    ("{%s, \"colour\": 1}" % P, ["colour: unknown key"]),
+    ('{%s, "ttl": "x"}' % P, ["ttl: must be a number (got 'x')"]),
+    ('{%s, "ttl": 86401}' % P, ["ttl: must be <= 86400 (got 86401)"]),
+    ('{"pool": {"capacity": {"gpu": 8}, "slots_per_nodes": 4}}',
+     ["pool.slots_per_nodes: unknown key (did you mean 'slots_per_node'?)"]),
+    ('{"pool": {"gpu": 8}}', ["pool.gpu: unknown key (a held dimension goes under pool.capacity"]),
+    ('{"pool": {"capacity": {"gpu": 8}, "warm_headrom": {"gpu": 1}}}',
+     ["pool.warm_headrom: unknown key (did you mean 'warm_headroom'?)"]),
+    ('{%s, "campaigns": [1]}' % P, ["campaigns: must be a table (an object)"]),
+    ('{%s, "campaigns": {"a": {"credits": 1, "wat": 1}}}' % P, ["campaigns.a.wat: unknown key"]),
+    ('{%s, "campaigns": {"a": {"credits": -1}}}' % P,
+     ["campaigns.a.credits: must be >= 0 (got -1)"]),
+    ('{%s, "campaigns": {"a": {"credits": 1e13}}}' % P,
+     ["campaigns.a.credits: must be <= 1e+12 or unlimited"]),
+    ('{%s, "campaigns": {"a": {"credits": 1, "guaranteed": {"gpu": 4}, '
+     '"sustained": {"gpu": 2}}}}' % P, ["campaigns.a.sustained.gpu: must be >= guaranteed"]),
+    ('{%s, "campaigns": {"a": {"credits": 1, "service_class": "gold"}}}' % P,
+     ["campaigns.a.service_class: must be one of"]),
+    ('{%s, "classes": [{"name": "x"}]}' % P,
+     ["classes[0].rank: required key is missing", "classes[0].multiplier: required key"]),
+    ('{%s, "server": {"port": 70000, "hots": "::"}}' % P,
+     ["server.port: must be <= 65,535 (got 70000)", "server.hots: unknown key"]),
+    ('{%s, "metrics": {"campaigns": -1}}' % P, ["metrics.campaigns: must be >= 0 (got -1)"]),
 ])
-def test_config_mistakes_are_one_line_and_exit_2(tmp_path, text, problem):
+def test_config_mistakes_are_one_line_each_and_exit_2(tmp_path, text, problems):
+    """At start (--config) and with --check-config alike: every mistake, one line each
+    naming the dotted path, exit 2, no traceback, and nothing started."""
     cfg = tmp_path / "broker.json"
     if text is not None:
         cfg.write_text(text)
-    r = subprocess.run([sys.executable, "-m", "bursarcore", "serve", "--memory", "--config",
-                        str(cfg), "--tokens", str(tmp_path / "t.json")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert lines[0].startswith(f"bursar serve: --config {cfg}: ") and problem in lines[0], lines
+    for flag, prefix in (("--config", f"bursar serve: --config {cfg}: "),
+                         ("--check-config", f"bursar serve: {cfg}: ")):
+        r = subprocess.run([sys.executable, "-m", "bursarcore", "serve", "--memory", flag,
+                            str(cfg), "--tokens", str(tmp_path / "t.json")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == len(problems) and "Traceback" not in r.stderr, r.stderr
+        for line, problem in zip(lines, problems):
+            assert line.startswith(prefix) and problem in line, (line, problem)
+    assert not (tmp_path / "t.json").exists()
 
 
-def test_dimension_names_still_work_beside_the_pool_options(tmp_path):
+def test_dimension_names_beside_the_pool_options_are_kept_apart(tmp_path):
     cfg = tmp_path / "broker.json"
-    cfg.write_text(json.dumps({"pool": {"gpu": 8, "cpu_slots": 64, "slots_per_node": 4,
-                                        "flow": {"fs": 2.0}}}))
-    config = cli.load_config(str(cfg))
+    cfg.write_text(json.dumps({"pool": {"capacity": {"gpu": 8, "cpu_slots": 64},
+                                        "slots_per_node": 4, "flow": {"fs": 2.0}}}))
+    config = cli.load_config(str(cfg)).broker_config()
     from bursarcore.service.core import build_broker
     from bursarcore import ManualClock
-    assert build_broker(config, ManualClock(0)).dims == ["gpu", "cpu_slots"]
+    b = build_broker(config, ManualClock(0))
+    assert b.dims == ["gpu", "cpu_slots"] and b.flow_dims == ["fs"]
+    assert len(b.pool.slot_map["gpu"]) == 2        # 8 slots in nodes of 4

@@ -20,6 +20,7 @@ from bursarcore import Intent
 from bursarcore.client import BursarClient
 from bursarcore.journal import SQLiteJournal
 from bursarcore.service.auth import OPERATOR, TokenStore
+from bursarcore.service.config import file_form
 from bursarcore.service.core import BrokerService
 
 WAIT = 30.0          # the longest any start or refusal may take here, seconds
@@ -115,7 +116,7 @@ def test_an_empty_journal_is_refused_not_started_afresh(tmp_path):
 def test_init_makes_a_journal_and_refuses_where_one_is(tmp_path, base_config):
     j, tok = tmp_path / "bursar.db", tmp_path / "tokens.json"
     cfg = tmp_path / "broker.json"
-    cfg.write_text(json.dumps(base_config))
+    cfg.write_text(json.dumps(file_form(base_config)))
     p = _started(tmp_path, "--journal", j, "--tokens", tok, "--config", cfg, "--init")
     _stop(p)
     assert j.stat().st_size > 0

@@ -39,6 +39,8 @@ from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
 from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
                    json_safe)
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import RouteTimer, ServiceMetrics
 from .ratelimit import RateLimiter, retry_after_header
 
 __all__ = ["create_app", "ServiceSettings"]
@@ -50,18 +52,23 @@ class ServiceSettings:
     """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
     authentications per second per client address, ``max_body`` bytes per request body,
     ``batch_unit`` batch items per extra request of rate cost, ``commit_timeout`` the
-    longest wait for a journal commit before a request answers 503."""
+    longest wait for a journal commit before a request answers 503; ``metrics_campaigns``
+    campaigns shown by name in ``/metrics`` (the rest summed as ``other``) and
+    ``metrics_require_token`` whether ``/metrics`` needs the operator token."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
-                 max_longpoll: float = 60.0, commit_timeout: float | None = 30.0) -> None:
+                 max_longpoll: float = 60.0, commit_timeout: float | None = 30.0,
+                 metrics_campaigns: int = 20, metrics_require_token: bool = True) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
         self.max_longpoll = float(max_longpoll)
         self.commit_timeout = None if commit_timeout is None else float(commit_timeout)
+        self.metrics_campaigns = int(metrics_campaigns)
+        self.metrics_require_token = bool(metrics_require_token)
 
 
 # ---------------------------------------------------------------------------- ASGI layer
@@ -227,6 +234,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
     app.state.tokens = tokens
     app.state.limiter = limiter
     app.add_middleware(_Limits, max_body=st.max_body, clock=broker.clock.now)
+    metrics = ServiceMetrics(service, campaigns=st.metrics_campaigns)
+    app.state.metrics = metrics
+    app.add_middleware(RouteTimer, observe=metrics.observe_request)   # outermost: times all
     bearer = HTTPBearer(auto_error=False, description="a campaign token or an operator token")
 
     # ------------------------------------------------------------------ errors
@@ -337,6 +347,19 @@ def create_app(service: BrokerService, tokens: TokenStore,
         return Intent(campaign, units={dim: (lo, body.max)}, duration=body.duration,
                       deadline=body.deadline, max_spend=body.max_spend,
                       service_class=body.service_class, ttl=body.ttl)
+
+    # ------------------------------------------------------------------ metrics
+    async def scraper(request: Request,
+                      cred: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+                      ) -> None:
+        # campaign names and holdings are every campaign's: the operator's to see
+        if st.metrics_require_token:
+            operator(await principal(request, cred))
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(scraper)])
+    async def prometheus() -> Response:
+        """Prometheus text exposition (docs/operations.md, Metrics)."""
+        return Response(await metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     # ------------------------------------------------------------------ open endpoints
     @app.get("/v1/health", response_model=M.HealthOut, tags=["service"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import logging.config
 import os
 import socket
 import sys
@@ -30,69 +31,109 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=serve)
 
 
+class _Given(argparse.Action):
+    """``store``, remembering that the flag was given: a flag given on the command line
+    overrides the configuration file's ``[server]`` key, a default does not."""
+
+    def __call__(self, parser: Any, ns: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(ns, self.dest, values)
+        # a new set each time: the parser's default is shared by every parse
+        ns.given = {*(getattr(ns, "given", None) or ()), self.dest}
+
+
+class _GivenTrue(_Given):
+    def __init__(self, option_strings: Any, dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kw)
+
+    def __call__(self, parser: Any, ns: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        super().__call__(parser, ns, True, option_string)
+
+
+#: the flags a configuration file's [server] table may also set (ServerConfig's fields)
+SERVER_FLAGS = ("host", "port", "journal", "tokens", "synchronous", "rate", "burst",
+                "auth_fail_rate", "max_longpoll", "max_body", "keep_alive", "request_timeout",
+                "max_connections", "limit_concurrency", "commit_timeout", "tick", "backend",
+                "log_level", "log_format", "access_log")
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 or :: "
-                        "for every interface: put TLS in front, docs/service.md)")
-    p.add_argument("--port", type=_port, default=8000,
-                   help="port (default 8000; 0 picks a free one, see --ready-file)")
-    p.add_argument("--config", metavar="PATH",
-                   help="broker configuration, JSON: pool, classes, campaigns (docs/service.md)")
-    p.add_argument("--demo", action="store_true",
-                   help="the SPEC §10 scenario (512 GPUs, five campaigns) with fresh tokens "
-                        "for its campaigns written to --credentials")
-    p.add_argument("--journal", metavar="PATH", default=None,
-                   help="SQLite journal, replayed on start (default bursar.db, or "
-                        "bursar-demo.db with --demo); a missing or empty one is refused "
-                        "unless --init")
-    p.add_argument("--init", action="store_true",
-                   help="make a new journal at --journal (refused where a journal with "
-                        "records is); --demo makes its own when there is none")
-    p.add_argument("--memory", action="store_true",
-                   help="keep the journal in memory: nothing survives a restart (tests)")
-    p.add_argument("--synchronous", choices=["NORMAL", "FULL", "EXTRA"], default="FULL",
-                   help="SQLite synchronous level (default FULL: a commit survives power loss)")
-    p.add_argument("--tokens", metavar="PATH",
-                   help="hashed token store (default: <journal>.tokens.json)")
-    p.add_argument("--mint", metavar="CAMPAIGN",
-                   help="mint a token for CAMPAIGN, print it once, and exit")
-    p.add_argument("--mint-operator", action="store_true",
-                   help="mint an operator token, print it once, and exit")
-    p.add_argument("--credentials", metavar="PATH", default="bursar-demo-credentials.json",
-                   help="with --demo: where the plaintext demo tokens go (mode 0600)")
-    p.add_argument("--rate", type=float, default=100.0,
-                   help="requests per second per token (default 100; 0: no limit)")
-    p.add_argument("--burst", type=float, default=200.0,
-                   help="request burst per token (default 200)")
-    p.add_argument("--auth-fail-rate", type=float, default=10.0,
-                   help="failed authentications per second per client address (10; 0: no limit)")
-    p.add_argument("--max-longpoll", type=float, default=60.0,
-                   help="longest wait of an events long-poll, seconds (60)")
-    p.add_argument("--max-body", type=int, default=1 << 20,
-                   help="largest request body in bytes (default 1 MiB)")
-    p.add_argument("--keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
-                   help="close a keep-alive connection idle this long after a response (5)")
-    p.add_argument("--request-timeout", type=_seconds, default=10.0, metavar="SECONDS",
-                   help="time to send a whole request (headers and body) from its first "
-                        "byte, or from connecting; slower ones are closed (10; 0: no limit)")
-    p.add_argument("--max-connections", type=_count, default=2048, metavar="N",
-                   help="open connections at most; more are answered 503 and closed "
-                        "(2048; 0: no limit)")
-    p.add_argument("--limit-concurrency", type=_count, default=1024, metavar="N",
-                   help="requests in progress at most; more are answered 503 (1024; 0: no "
-                        "limit)")
-    p.add_argument("--commit-timeout", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="longest wait for the journal to commit a request's records before "
-                        "it answers 503 (30; 0: no limit)")
-    p.add_argument("--tick", type=float, default=0.5,
-                   help="seconds between clock ticks that fire expiries and events (0.5)")
-    p.add_argument("--backend", choices=["compiled", "reference"], default=None)
-    p.add_argument("--ready-file", metavar="PATH",
-                   help="write the base URL here once the server accepts connections")
-    p.add_argument("--log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--access-log", action="store_true",
-                   help="log every request line (never headers, so never tokens)")
+    def arg(*names: str, **kw: Any) -> None:
+        # every flag records that it was given (see _Given)
+        kw["action"] = _GivenTrue if kw.pop("action", None) == "store_true" else _Given
+        p.add_argument(*names, **kw)
+
+    p.set_defaults(given=frozenset())
+    arg("--host", default="127.0.0.1",
+        help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 or :: "
+             "for every interface: put TLS in front, docs/service.md)")
+    arg("--port", type=_port, default=8000,
+        help="port (default 8000; 0 picks a free one, see --ready-file)")
+    arg("--config", metavar="PATH",
+        help="configuration file, TOML (.toml) or JSON: pool, classes, campaigns, "
+             "[server], [metrics] (docs/config.md); flags given override [server]")
+    arg("--check-config", metavar="PATH",
+        help="validate PATH (as --config) and exit: 0 and a one-line summary, or "
+             "2 and one line per mistake")
+    arg("--demo", action="store_true",
+        help="the SPEC §10 scenario (512 GPUs, five campaigns) with fresh tokens "
+             "for its campaigns written to --credentials")
+    arg("--journal", metavar="PATH", default=None,
+        help="SQLite journal, replayed on start (default bursar.db, or "
+             "bursar-demo.db with --demo); a missing or empty one is refused "
+             "unless --init")
+    arg("--init", action="store_true",
+        help="make a new journal at --journal (refused where a journal with "
+             "records is); --demo makes its own when there is none")
+    arg("--memory", action="store_true",
+        help="keep the journal in memory: nothing survives a restart (tests)")
+    arg("--synchronous", choices=["NORMAL", "FULL", "EXTRA"], default="FULL",
+        help="SQLite synchronous level (default FULL: a commit survives power loss)")
+    arg("--tokens", metavar="PATH",
+        help="hashed token store (default: <journal>.tokens.json)")
+    arg("--mint", metavar="CAMPAIGN",
+        help="mint a token for CAMPAIGN, print it once, and exit")
+    arg("--mint-operator", action="store_true",
+        help="mint an operator token, print it once, and exit")
+    arg("--credentials", metavar="PATH", default="bursar-demo-credentials.json",
+        help="with --demo: where the plaintext demo tokens go (mode 0600)")
+    arg("--rate", type=float, default=100.0,
+        help="requests per second per token (default 100; 0: no limit)")
+    arg("--burst", type=float, default=200.0,
+        help="request burst per token (default 200)")
+    arg("--auth-fail-rate", type=float, default=10.0,
+        help="failed authentications per second per client address (10; 0: no limit)")
+    arg("--max-longpoll", type=float, default=60.0,
+        help="longest wait of an events long-poll, seconds (60)")
+    arg("--max-body", type=int, default=1 << 20,
+        help="largest request body in bytes (default 1 MiB)")
+    arg("--keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
+        help="close a keep-alive connection idle this long after a response (5)")
+    arg("--request-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+        help="time to send a whole request (headers and body) from its first "
+             "byte, or from connecting; slower ones are closed (10; 0: no limit)")
+    arg("--max-connections", type=_count, default=2048, metavar="N",
+        help="open connections at most; more are answered 503 and closed "
+             "(2048; 0: no limit)")
+    arg("--limit-concurrency", type=_count, default=1024, metavar="N",
+        help="requests in progress at most; more are answered 503 (1024; 0: no "
+             "limit)")
+    arg("--commit-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        help="longest wait for the journal to commit a request's records before "
+             "it answers 503 (30; 0: no limit)")
+    arg("--tick", type=float, default=0.5,
+        help="seconds between clock ticks that fire expiries and events (0.5)")
+    arg("--backend", choices=["compiled", "reference"], default=None)
+    arg("--ready-file", metavar="PATH",
+        help="write the base URL here once the server accepts connections")
+    arg("--log-level", default="info",
+        choices=["critical", "error", "warning", "info", "debug"])
+    arg("--log-format", choices=["text", "json"], default="text",
+        help="text lines, or one JSON object a line for bursar's and uvicorn's "
+             "own (error and access) lines alike (docs/operations.md)")
+    arg("--access-log", action="store_true",
+        help="log every request line (never headers, so never tokens)")
 
 
 def _bounded(kind: type, lo: float, hi: float, what: str) -> Any:
@@ -128,13 +169,25 @@ def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn  # noqa: F401
         import fastapi  # noqa: F401
+        import pydantic  # noqa: F401
     except ImportError:
         raise SystemExit("bursar serve needs the service extra: pip install 'bursarcore[service]'")
+    if args.check_config:
+        return _check_config(args.check_config)
     from ..errors import InvalidArgument, JournalCorrupt, JournalUnavailable
     from .app import ServiceSettings, create_app
     from .auth import OPERATOR, TokenStore
+    from .config import MetricsConfig
     from .core import DEMO_CONFIG, BrokerService
+    from .logs import log_config
 
+    file_cfg = load_config(args.config) if args.config else None
+    args = _with_file(args, file_cfg)
+    wrong = _flag_problems(args)
+    if wrong:
+        for line in wrong:
+            print(f"bursar serve: {line}", file=sys.stderr)
+        return 2
     journal, tokens_path = _paths(args)
     if args.init and journal is None:
         return _refuse("--init makes a new SQLite journal: it does not go with --memory")
@@ -144,8 +197,8 @@ def serve(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {}
     if args.demo:
         config = json.loads(json.dumps(DEMO_CONFIG))
-    if args.config:
-        mine = load_config(args.config)
+    if file_cfg is not None:
+        mine = file_cfg.broker_config()
         camps = {**config.get("campaigns", {}), **(mine.get("campaigns") or {})}
         config.update(mine)
         if camps:
@@ -156,8 +209,8 @@ def serve(args: argparse.Namespace) -> int:
             raise SystemExit("bursar serve: --mint needs a token store (--tokens or --journal)")
         return _mint(args, journal, tokens_path, config)
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging_config = log_config(args.log_level, args.log_format)
+    logging.config.dictConfig(logging_config)
     # the journal first: a missing, damaged or locked one stops the start before anything
     # else (the token store included) is read or written
     try:
@@ -177,57 +230,78 @@ def serve(args: argparse.Namespace) -> int:
         _demo_credentials(store, service.broker.campaigns, args.credentials)
     if not any(t["role"] == OPERATOR for t in store.listing()):
         log.warning("no operator token: mint one with 'bursar serve --mint-operator'")
+    metrics = file_cfg.metrics if file_cfg is not None else MetricsConfig()
     settings = ServiceSettings(rate=args.rate, burst=args.burst, max_body=args.max_body,
                                auth_fail_rate=args.auth_fail_rate,
                                auth_fail_burst=max(1.0, 2 * args.auth_fail_rate),
                                max_longpoll=args.max_longpoll,
-                               commit_timeout=args.commit_timeout or None)
+                               commit_timeout=args.commit_timeout or None,
+                               metrics_campaigns=metrics.campaigns,
+                               metrics_require_token=metrics.require_token)
     app = create_app(service, store, settings)
-    return _run(app, args.host, args.port, args.ready_file, args.log_level, args.access_log,
+    return _run(app, args.host, args.port, args.ready_file, logging_config, args.access_log,
                 keep_alive=args.keep_alive, request_timeout=args.request_timeout,
                 max_connections=args.max_connections,
                 limit_concurrency=args.limit_concurrency)
 
 
-def load_config(path: str) -> dict[str, Any]:
-    """The ``--config`` file, read and checked by building a broker from it (on a scratch
-    clock, no journal); any mistake exits 2 with one line naming the file and the field."""
-    from ..clock import ManualClock
-    from ..errors import InvalidArgument
-    from .core import build_broker, envelope_from_json
+def _with_file(args: argparse.Namespace, file_cfg: Any) -> argparse.Namespace:
+    """``args`` with the file's ``[server]`` keys for the flags not given on the command
+    line (a flag given wins; a key the file leaves out keeps the flag's default)."""
+    out = argparse.Namespace(**vars(args))
+    if file_cfg is None:
+        return out
+    server = file_cfg.server
+    for name in server.model_fields_set:
+        if name in SERVER_FLAGS and name not in args.given:
+            setattr(out, name, getattr(server, name))
+    return out
 
-    def refuse(problem: str) -> NoReturn:
-        print(f"bursar serve: --config {path}: {' '.join(problem.split())}", file=sys.stderr)
-        raise SystemExit(2)
+
+def _flag_problems(args: argparse.Namespace) -> list[str]:
+    """The server's settings, flags and file alike, against the ranges of ``[server]``
+    (docs/config.md): a flag outside them is refused as the file's key would be."""
+    from pydantic import ValidationError
+
+    from .config import ServerConfig, problems
 
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        refuse(f"cannot read it: {getattr(e, 'strerror', None) or e}")
+        ServerConfig.model_validate({k: getattr(args, k) for k in SERVER_FLAGS})
+    except ValidationError as e:
+        out = []
+        for line in problems(e):
+            key, _, rule = line.partition(": ")
+            out.append(f"--{key.replace('_', '-')}: {rule}")
+        return out
+    return []
+
+
+def _check_config(path: str) -> int:
+    """``--check-config``: 0 and a summary line on stdout, or 2 and a line per mistake."""
+    from .config import ConfigError, read_config
+
     try:
-        config = json.loads(text)
-    except ValueError as e:
-        refuse(f"not valid JSON: {e}")
-    if not isinstance(config, dict):
-        refuse(f"must be a JSON object (got {type(config).__name__})")
-    where = "config"
+        cfg = read_config(path)
+    except ConfigError as e:
+        for line in e.problems:
+            print(f"bursar serve: {path}: {' '.join(line.split())}", file=sys.stderr)
+        return 2
+    print(f"bursar serve: {path}: valid: {cfg.summary()}")
+    return 0
+
+
+def load_config(path: str) -> Any:
+    """The ``--config`` file as a :class:`~bursarcore.service.config.ServeConfig`, read and
+    checked in full (the library's own rules, by building a broker from it on a scratch
+    clock); any mistake exits 2, one line per mistake naming the file and the field."""
+    from .config import ConfigError, read_config
+
     try:
-        # without a pool the campaigns join a journal's pool (checked when they register):
-        # here only their envelopes can be checked
-        broker = build_broker(config, ManualClock(0.0)) if "pool" in config else None
-        for name, env in (config.get("campaigns") or {}).items():
-            where = f"campaigns.{name}"
-            envelope = envelope_from_json(env, where)
-            if broker is not None:
-                broker.register(name, envelope)
-    except InvalidArgument as e:
-        field = e.field if e.field.startswith(("config", where)) else f"{where}.{e.field}"
-        got = "" if e.value is None else f" (got {repr(e.value)[:80]})"
-        refuse(f"{field}: {e.rule}{got}")
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        refuse(f"{where}: {type(e).__name__}: {e}")
-    return config
+        return read_config(path)
+    except ConfigError as e:
+        for line in e.problems:
+            print(f"bursar serve: --config {path}: {' '.join(line.split())}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _refuse(message: str) -> int:
@@ -312,8 +386,8 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
-         access_log: bool, *, keep_alive: float = 5.0, request_timeout: float = 10.0,
+def _run(app: Any, host: str, port: int, ready_file: str | None,
+         logging_config: dict[str, Any], access_log: bool, *, keep_alive: float = 5.0, request_timeout: float = 10.0,
          max_connections: int = 2048, limit_concurrency: int = 1024) -> int:
     import uvicorn
 
@@ -338,7 +412,8 @@ def _run(app: Any, host: str, port: int, ready_file: str | None, log_level: str,
                         f.write(url + "\n")
                     os.replace(tmp, ready_file)
 
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+    config = uvicorn.Config(app, log_config=logging_config, access_log=access_log,
+                            lifespan="on",
                             timeout_graceful_shutdown=5, server_header=False,
                             http=bounded_protocol(request_timeout, max_connections),
                             timeout_keep_alive=keep_alive,  # type: ignore[arg-type]

@@ -266,6 +266,8 @@ class BrokerService:
         self.failed: BaseException | None = None
         self.started_at = time.time()
         self.commits = 0
+        #: called after each commit group with (seconds, records): the metrics
+        self.commit_observer: Callable[[float, int], None] | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -481,8 +483,11 @@ class BrokerService:
             with self.lock:
                 buf = self.journal.take()
             if buf:
+                t0 = time.perf_counter()
                 await asyncio.to_thread(self.journal.commit, buf)
                 self.commits += 1
+                if self.commit_observer is not None:
+                    self.commit_observer(time.perf_counter() - t0, len(buf))
             self._durable = self.journal.durable_seq
             keep = []
             for seq, fut in self._waiters:

@@ -7,7 +7,8 @@ operator token and one token per configured campaign; ``client()`` is a Starlett
 ``TestClient`` (the app's lifespan runs: committer, shutdown flush). With ``journal`` a
 path, the journal is SQLite with group commit, as in ``bursar serve``; without, in memory.
 
-``ServerProcess(workdir, config)`` mints an operator token and one token per configured
+``ServerProcess(workdir, config)`` (``config`` in the broker's constructor form, written
+to ``workdir/config.json`` in the file's form) mints an operator token and one token per configured
 campaign into ``workdir/tokens.json`` (hashed; the plaintext stays in this object), starts
 ``python -m bursarcore.service`` on 127.0.0.1 with a free port (the first start makes its
 journal, ``--init``), and waits (bounded) until it accepts connections. ``kill()`` sends
@@ -73,7 +74,11 @@ class ServerProcess:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.dir / "config.json"
-        self.config_path.write_text(json.dumps(config))
+        # the constructor form the tests write (pool dimensions beside its options) in the
+        # file's form (pool.capacity)
+        from .config import file_form
+
+        self.config_path.write_text(json.dumps(file_form(config)))
         self.journal_path = self.dir / "journal.db" if journal else None
         self.tokens_path = self.dir / "tokens.json"
         self.ready_path = self.dir / "ready.txt"
