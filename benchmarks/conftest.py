@@ -1,5 +1,5 @@
-"""Benchmarks of the token-bucket core. Not tests: the default run (testpaths = tests) never
-collects this directory. Run them, all in one session, with::
+"""Fixtures and the decisions-per-second summary of the benchmarks. Not tests: the default
+run (testpaths = tests) never collects this directory. Run them, all in one session, with::
 
     python -m pytest benchmarks/ --benchmark-only --decisions-md=benchmarks/last-run.md
 
