@@ -1,5 +1,5 @@
-"""Benchmarks of the token-bucket core. Not tests: the default run (testpaths = tests) never
-collects this directory. Run them, all in one session, with::
+"""Fixtures and the decisions-per-second summary of the benchmarks. Not tests: the default
+run (testpaths = tests) never collects this directory. Run them, all in one session, with::
 
     python -m pytest benchmarks/ --benchmark-only --decisions-md=benchmarks/last-run.md
 
@@ -20,6 +20,7 @@ import sys
 import numpy as np
 import pytest
 
+
 def _ratios() -> list[tuple[str, str, str]]:
     """(what, numerator key, denominator key): median decisions/s over median decisions/s."""
     r = []
@@ -33,15 +34,6 @@ def _ratios() -> list[tuple[str, str, str]]:
             r.append((f"{api}, batch 1M (reference: 100k) over {nb} buckets: "
                       "compiled / reference",
                       f"batch/{api}/{nb}/1000000", f"ref-batch/{api}/{nb}/100000"))
-    for api in ("try_debit_batch", "debit_fixed"):
-        for nb in ("10000", "1000000"):
-            for m in ("1000", "1000000"):
-                r.append((f"{api}, {m} over {nb} buckets: patched / product",
-                          f"batch/{api}/{nb}/{m}/patched", f"batch/{api}/{nb}/{m}"))
-    for nb in ("10000", "1000000"):
-        r.append((f"try_debit_batch, batch 1k over {nb} buckets: patched / reference",
-                  f"batch/try_debit_batch/{nb}/1000/patched",
-                  f"ref-batch/try_debit_batch/{nb}/1000"))
     for nb in ("10000", "1000000"):
         for m in ("1000", "1000000"):
             r.append((f"debit_fixed / try_debit_batch, {m} over {nb} buckets",
@@ -53,10 +45,6 @@ def _ratios() -> list[tuple[str, str, str]]:
     for peer in ("token-bucket", "limits-fixed", "limits-moving", "pyrate-limiter"):
         r.append((f"batch 1M over 10000 buckets / {peer} single calls, 10000 keys",
                   "batch/try_debit_batch/10000/1000000", f"single/{peer}/10000"))
-    for nb in ("10000", "1000000"):
-        for lay in ("soa", "aos5", "aos8_prefetch"):
-            r.append((f"layout, {nb} buckets: {lay} / aos8",
-                      f"layout/{lay}/{nb}", f"layout/aos8/{nb}"))
     return r
 
 
@@ -66,66 +54,6 @@ RATIOS = _ratios()
 def pytest_addoption(parser):
     parser.addoption("--decisions-md", default=None, metavar="PATH",
                      help="write the decisions/s table and ratios as Markdown to PATH")
-    parser.addoption("--kernel-patch", default=None, metavar="PATCH",
-                     help="also run the batch benchmarks on _buckets built with PATCH applied "
-                          "(e.g. benchmarks/proposed_kernel.patch)")
-
-
-@pytest.fixture(scope="session")
-def patched_buckets(request):
-    """TokenBuckets from ``_buckets.pyx`` with ``--kernel-patch`` applied, built once into a
-    temporary copy of the source tree and loaded beside the product module (its Python
-    imports, units and _validate, are the product's)."""
-    patch = request.config.getoption("--kernel-patch")
-    if not patch:
-        pytest.skip("no --kernel-patch given")
-    return _build_patched(os.path.abspath(patch)).TokenBuckets
-
-
-# setup.py's recipe (flags, directives) for the one extension, so the comparison is fair
-_BUILD_ONE = """
-import numpy as np
-from Cython.Build import cythonize
-from setuptools import Extension, setup
-ext = Extension("bursarcore._buckets", ["src/bursarcore/_buckets.pyx"],
-                include_dirs=[np.get_include()], extra_compile_args=["-O3"],
-                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-setup(name="patched", package_dir={"": "src"},
-      ext_modules=cythonize([ext], compiler_directives={
-          "language_level": "3", "boundscheck": False, "wraparound": False,
-          "cdivision": True}))
-"""
-
-
-def _build_patched(patch: str):
-    import hashlib
-    import importlib.util
-    import shutil
-    import tempfile
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    pyx = os.path.join(root, "src", "bursarcore", "_buckets.pyx")
-    digest = hashlib.sha256()
-    for path in (patch, pyx):
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    work = os.path.join(tempfile.gettempdir(), f"bursarcore-patched-{digest.hexdigest()[:12]}")
-    pkg = os.path.join(work, "src", "bursarcore")
-    built = [f for f in os.listdir(pkg) if f.startswith("_buckets.") and f.endswith(".so")] \
-        if os.path.isdir(pkg) else []
-    if not built:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(os.path.join(root, "src"), os.path.join(work, "src"),
-                        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
-        subprocess.run(["git", "apply", patch], cwd=work, check=True)
-        subprocess.run([sys.executable, "-c", _BUILD_ONE, "build_ext", "--inplace"], cwd=work,
-                       check=True, capture_output=True)
-        built = [f for f in os.listdir(pkg) if f.startswith("_buckets.") and f.endswith(".so")]
-    spec = importlib.util.spec_from_file_location("bursarcore._buckets",
-                                                  os.path.join(pkg, built[0]))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture

@@ -200,6 +200,7 @@ RESULTS_HEAD = """# `bursar serve` under load (loopback)
 Command: `{cmd}`
 
 Machine: {machine}; load average before the run {load} (other work shares the machine).
+Figures from one run.
 
 The server (`bursar serve`, one uvicorn process, SQLite journal with
 `synchronous={sync}`, rate limit off) and the load generator (a second process; each

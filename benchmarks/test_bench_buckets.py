@@ -10,8 +10,6 @@ refilling at 1,000 units/s, one unit per decision.
 - ``batch``: ``try_debit_batch(idx, amounts, now)`` — float amounts, one instant per batch,
   indices uniformly random (fresh each round for 1k batches) — and ``debit_fixed`` on the
   same requests already in fixed point, so the cost of conversion and validation shows.
-- ``patched``: the same batches on ``_buckets`` built with ``--kernel-patch`` applied
-  (skipped without the option).
 - ``ref-batch``: the reference model, both calls, on 1k and 100k (not 1M) requests. Its
   ``try_debit_batch`` copies every bucket's last-update time into an array per call, so
   over 1M buckets a 1k batch mostly measures that copy; ``debit_fixed`` is the kernel.
@@ -29,8 +27,10 @@ import pytest
 from bursarcore import bench, units
 from bursarcore.buckets import BACKENDS
 
-needs_compiled = pytest.mark.skipif("compiled" not in BACKENDS,
-                                    reason="compiled extension unavailable")
+#: "compiled" in the rows: the C core through its Cython binding, the default backend
+COMPILED = {"compiled": BACKENDS["cython"]} if "cython" in BACKENDS else {}
+CLASSES = {**COMPILED, "reference": BACKENDS["reference"]}
+needs_compiled = pytest.mark.skipif(not COMPILED, reason="compiled extension unavailable")
 
 CALLS = 10_000                       # single calls per round
 ROUNDS_SINGLE = {"compiled": 60, "compiled-now-given": 60, "reference": 8}
@@ -48,12 +48,12 @@ def _table(cls, n, now=1.0):
 @pytest.mark.parametrize("who", ["compiled", "compiled-now-given", "reference"])
 def test_single(benchmark, record, rng, clock, keys, who):
     backend = "reference" if who == "reference" else "compiled"
-    if backend not in BACKENDS:
+    if backend not in CLASSES:
         pytest.skip("compiled extension unavailable")
     benchmark.group = f"single calls, {keys} key(s)"
     monotonic = time.monotonic
     given = who == "compiled-now-given"
-    b = _table(BACKENDS[backend], keys, now=0.0 if given else monotonic())
+    b = _table(CLASSES[backend], keys, now=0.0 if given else monotonic())
     debit = b.try_debit
     idx = rng.integers(0, keys, CALLS).tolist()
     amount = bench.AMOUNT
@@ -126,19 +126,15 @@ def _batch_bench(benchmark, rng, clock, b, nbuckets, batch, api, rounds=None):
 
 
 @needs_compiled
-@pytest.mark.parametrize("kernel", ["product", "patched"])
 @pytest.mark.parametrize("api", ["try_debit_batch", "debit_fixed"])
 @pytest.mark.parametrize("nbuckets,batch", BATCH_CASES)
-def test_batch(benchmark, record, request, rng, clock, nbuckets, batch, api, kernel):
-    cls = (BACKENDS["compiled"] if kernel == "product"
-           else request.getfixturevalue("patched_buckets"))
+def test_batch(benchmark, record, rng, clock, nbuckets, batch, api):
     benchmark.group = f"batched, {nbuckets:,} buckets"
-    b = _table(cls, nbuckets)
+    b = _table(CLASSES["compiled"], nbuckets)
     admitted = _batch_bench(benchmark, rng, clock, b, nbuckets, batch, api)
     what = "(idx, float amounts, now)" if api == "try_debit_batch" else "(int64 fixed point)"
-    name = "compiled" if kernel == "product" else "compiled + proposed_kernel.patch"
-    key = f"batch/{api}/{nbuckets}/{batch}" + ("" if kernel == "product" else "/patched")
-    record(key, f"{name} {api} {what}, batch {batch:,}", batch, admitted=admitted)
+    record(f"batch/{api}/{nbuckets}/{batch}", f"compiled {api} {what}, batch {batch:,}", batch,
+           admitted=admitted)
 
 
 @pytest.mark.parametrize("api", ["try_debit_batch", "debit_fixed"])
@@ -146,7 +142,7 @@ def test_batch(benchmark, record, request, rng, clock, nbuckets, batch, api, ker
                                             (1_000_000, 1_000), (1_000_000, 100_000)])
 def test_reference_batch(benchmark, record, rng, clock, nbuckets, batch, api):
     benchmark.group = f"batched, {nbuckets:,} buckets"
-    b = _table(BACKENDS["reference"], nbuckets)
+    b = _table(CLASSES["reference"], nbuckets)
     admitted = _batch_bench(benchmark, rng, clock, b, nbuckets, batch, api,
                             rounds=30 if batch <= 1_000 else 4)
     record(f"ref-batch/{api}/{nbuckets}/{batch}", f"reference {api}, batch {batch:,}", batch,

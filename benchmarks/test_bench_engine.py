@@ -19,7 +19,7 @@ Benchmarks:
 - ``single``: ``Broker.acquire(Intent)`` one at a time (a ``Decision`` object per call,
   Intent objects built beforehand), the ManualClock advanced 20 s / campaigns before each
   call; 1,000 calls per round.
-- ``summary`` (the workload of the issue's targets, RESULTS.md): ``Pool(gpu=1_000_000)``,
+- ``summary`` (the workload of the targets in RESULTS_engine.md): ``Pool(gpu=1_000_000)``,
   campaigns with unlimited credits and tokens, s = b = 100,000 (Σ b overbooks the pool, as
   SPEC §3 allows); every intent asks 2 GPUs for 5 s. ``acquire``: 10,000 calls per round,
   the clock advanced 10 ms per 100 calls (so leases expire in the steady state: 100,000

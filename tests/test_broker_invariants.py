@@ -263,8 +263,8 @@ def test_storm_at_ceiling_is_held_to_prepaid_rate(backend):
 
 @pytest.mark.parametrize("backend", list(ENGINES))
 def test_reclaim_grant_released_before_activation_never_started(backend):
-    """Found by the state machine: a starting lease released during its victims' grace
-    held nothing, so it must not count as extraction (invariant 3)."""
+    """A starting lease released during its victims' grace held nothing, so it must not
+    count as extraction (invariant 3); the state machine's shortest case of it."""
     b = new_broker(backend)
     released: dict[int, float] = {}
     for op in [("advance", 120.0), ("acquire", "bf", 1, 40, 1.0, None, None),

@@ -669,7 +669,7 @@ def test_decide_keys_equals_decide_row_by_row(data):
     rb = ref.decide_keys(sb, rows, t, ob)
     assert ra == rb and np.array_equal(oa, ob)
     same_state(sa, sb, "decide_keys")
-    sc = copy.deepcopy(b.st)                 # one by one, as the broker's loop once did
+    sc = copy.deepcopy(b.st)                 # one by one: the first key a single decide grants
     first = -1
     for j, (c, d, k, m, dur, spend) in enumerate(rows.tolist()):
         if ref.decide(sc, c, d, k, m, m, dur, spend, t)[0] >= m:

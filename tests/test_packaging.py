@@ -95,13 +95,14 @@ DISTRIBUTION = {
     "numpy": "numpy", "fastapi": "fastapi", "starlette": "starlette", "pydantic": "pydantic",
     "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib", "tqdm": "tqdm",
     "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
-    "token_bucket": "token-bucket", "pytest": "pytest", "pyximport": "cython",
-    "Cython": "cython", "prometheus_client": "prometheus-client",
+    "token_bucket": "token-bucket", "pytest": "pytest", "cffi": "cffi",
+    "prometheus_client": "prometheus-client",
 }
 
 #: which extra a module of src/bursarcore belongs to (first match); the rest is the core
 OWNER = [("service/", "service"), ("client.py", "service"), ("sim/kernels.py", "numba"),
-         ("sim/", "sim"), ("adapters/parsl.py", "parsl"), ("bench.py", "bench")]
+         ("sim/", "sim"), ("adapters/parsl.py", "parsl"), ("bench.py", "bench"),
+         ("_cffi_build.py", "cffi")]
 
 
 def _norm(name: str) -> str:
@@ -135,7 +136,7 @@ def _requirements(extra: str | None) -> dict[str, object]:
 def _third_party_imports(root: Path) -> dict[str, set[str]]:
     """Top-level module -> the files (relative to ``root``) that import it, for every
     absolute import that is neither the standard library, bursarcore, nor a module (or a
-    .pyx built by pyximport) that lives under ``root``."""
+    compiled .pyx) that lives under ``root``."""
     local = ({p.stem for p in root.rglob("*.py")} | {p.stem for p in root.rglob("*.pyx")}
              | {p.name for p in root.rglob("*") if p.is_dir()})
     found: dict[str, set[str]] = {}

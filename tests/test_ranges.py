@@ -151,8 +151,9 @@ def test_quote_refuses_what_acquire_refuses(eb):
 
 def test_numpy_scalars_are_numbers_everywhere_and_register_journals_them(eb):
     """A numpy scalar is accepted wherever a number is; the campaign it registers is
-    journaled as plain numbers and replays (it used to be live in memory and missing from
-    the journal: TypeError, int64 is not JSON serializable)."""
+    journaled as plain numbers and replays (a numpy int64 left in the record would not be
+    JSON serialisable, so the campaign would live in memory but be missing from the
+    journal)."""
     b = mk(eb)
     b.register("n", Envelope(credits=np.int64(10), sustained={"gpu": np.int32(2)},
                              ceiling={"gpu": np.float32(4.0)}, burst={"gpu": np.float64(100)},

@@ -1,4 +1,4 @@
-"""SPEC §3–§8 rule audit: one focused table test per rule the older suites left uncovered.
+"""SPEC §3–§8 rules: one focused table test per rule the other table tests leave uncovered.
 
 Each test names its rule in the docstring and uses hand-computed numbers; every test runs
 on every engine backend (``ENGINES`` from :mod:`bursarcore.broker`: compiled and
@@ -9,7 +9,7 @@ The map from every rule to its covering test is docs/spec-coverage.md; rules the
 table tests (``test_broker_table.py``, ``test_flow_table.py``, ``test_broker_flow.py``) and
 state machines (``test_broker_invariants.py``) already pin are not repeated here.
 
-The last section holds the test of a rule the audit found broken (since fixed).
+The last section pins fair share's decay by age, which an average decay per tick gets wrong.
 """
 
 from __future__ import annotations
@@ -481,9 +481,9 @@ def test_supply_counts_revoking_units_not_yet_promised_as_reclaimable(eb):
     assert kinds(b.poll(), "preempt_notice") == []
 
 
-# ================================================================ found by the audit
-# The audit found the product violating the rule below (usage decayed per tick, evenly
-# within a tick's interval); fixed by folding usage at every change of holdings.
+# ================================================================ decay by age
+# Usage is folded at every change of holdings, so each unit-second decays by its own age;
+# decaying it per tick, evenly within a tick's interval, breaks the rule below.
 
 def test_fair_share_usage_decays_with_age(eb):
     """§6: usage decays exponentially (half-life default 600 s). a held 10 GPUs over [0, 600),
@@ -491,9 +491,9 @@ def test_fair_share_usage_decays_with_age(eb):
     [0, 600) = (10/λ)(1/2 − 1/4) and b's (10/λ)(1 − 1/2): a has half b's usage, so with
     equal shares deficit_a = 1/2 − 1/3 = 1/6 and deficit_b = 1/2 − 2/3 = −1/6.
 
-    The engine once folded every unit-second held since the last fair-share tick with one
-    average decay factor whatever its age (ticks came only with queue sorts and victim
-    choices), so both got 0.0 here."""
+    One average decay factor for every unit-second held since the last fair-share tick,
+    whatever its age (ticks coming only with queue sorts and victim choices), would give
+    both 0.0 here."""
     b = mk(eb, gpu=100)
     b.register("a", env(g=10, s=100))
     b.register("b", env(g=10, s=100))

@@ -68,7 +68,7 @@ _SIZE = RECORD_DTYPE.itemsize
 _OP_AT = RECORD_DTYPE.fields["op"][1]
 PAGE_RECORDS = 8192      # at most this many records in one page row (1.7 MB)
 PAGE_SIZE = 16384        # SQLite page size of a new file (pages of records are large BLOBs:
-                         # ~1.6x the commit rate of 4 KiB pages here)
+                         # a quarter of the overflow pages and WAL frames of 4 KiB per commit)
 WAL_AUTOCHECKPOINT = 1000   # SQLite pages (16 MB of WAL) between automatic checkpoints
 # the most seconds the high-water mark on disk may lag behind the last commit, by
 # synchronous level: EXTRA after every commit group, FULL once a second, else never
