@@ -16,7 +16,13 @@ Design
   pointer struct :c:type:`Eng`; the module-level functions only convert arguments, call
   them, and turn error codes into the exceptions the reference raises. ``admit_batch``
   runs its items in one C loop (GIL released for 64 items or more); its columns are read
-  through raw pointers, not memoryviews (nine buffer acquisitions cost ~4 µs a call).
+  through raw pointers, not memoryviews (a buffer acquisition per column would cost more
+  than a small batch's decisions).
+* **The rules from the C core.** The arithmetic rules of SPEC §4 on one campaign's numbers
+  (excess, sustained room, ceiling room, unmet guarantee, the unmet-guarantee reserve,
+  warm capacity) are the core's ``core/src/rules.h``, written once and inlined into every
+  path here: the decision, the batch pass, grants, renewals, the "never" checks, ``quote``
+  and ``token_wait``.
 * **Integers.** Products that can leave int64 (rate·dt, n·dur·pm, left·HOUR_NS,
   excess·dur, ex·(end − t)) are taken in ``__int128``; every ``//`` is Python's floor
   division, so negative values (outside the broker's domain) still match. A value the
@@ -33,19 +39,16 @@ Design
   capacity, its tokens and credits, and there is room for its lease) is committed by the
   same ``k_commit`` as ``k_admit`` uses, after its limits are only compared with the max
   and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. ~426 instructions per warm grant against ~670 through ``k_admit``
-  (callgrind). It prefetches the campaign records of the item six ahead (a 10 k campaign
+  through ``k_admit``. It prefetches the campaign records of the item six ahead (a 10 k campaign
   batch's records live in L3) and, for writing, the lease record that the grant twelve on
   would take (``k_row_ahead``). ``tests/test_batch_fast_diff.py`` puts items at each limit
   and one off it.
 * **Records, not a line per field.** A campaign's state is one :c:type:`CdRow` per
   dimension (two cache lines) and one :c:type:`CRow` (one line), the rows of ``st.cdrow`` /
   ``st.crow``; a lease is one :c:type:`LRow` (two lines), a row of ``st.lrow``. A grant
-  reads three campaign lines and writes two lease lines, where it touched one line per
-  field before (fourteen and fifteen): in the batch pass outstanding misses, not
-  instructions, set the pace (per round 0.72x for the campaign records, 0.77x more for the
-  lease records, paired runs). The field arrays that Python and the reference use are views
-  of the records' columns.
+  reads three campaign lines and writes two lease lines rather than one line per field: in
+  the batch pass outstanding misses, not instructions, set the pace. The field arrays that
+  Python and the reference use are views of the records' columns.
   ``Eng``'s scalar fields are ``long long`` rather than ``int64_t`` (``long``), so that
   under strict aliasing a store through an ``int64_t*`` cannot change them.
 * **No reallocation in C.** The expiry heap grows exactly when the reference grows it (a
