@@ -21,27 +21,36 @@ from bursarcore.runtime import QueueConfig, TaskQueue
 DEADLINE = 25.0  # seconds of real time for any one test's workers
 
 
+def _claim_marked(q, tier, marker_dir, events, drained, t_end, pause_cap):
+    """The next claim, marked held (``markers/<id>`` created with ``O_EXCL``; a second
+    concurrent holder finds it and records ``double``), or ``None`` once ``drained(counts)``
+    says nothing is left or ``t_end`` passed. Idles with a growing pause, up to ``pause_cap``."""
+    idle = 0
+    while time.time() < t_end:
+        c = q.claim(tier)
+        if c is None:
+            if drained(q.counts()):
+                return None
+            idle += 1
+            time.sleep(min(0.002 * idle, pause_cap))
+            continue
+        idle = 0
+        try:
+            os.close(os.open(os.path.join(marker_dir, c.task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            events.append(["double", c.task_id])
+            continue
+        return c
+    return None
+
+
 def _worker(root, marker_dir, log_path, tier, crash_ids, t_end):
     q = TaskQueue(root, worker=f"w{os.getpid()}")
     events = []
-    idle = 0
     try:
-        while time.time() < t_end:
-            c = q.claim(tier)
-            if c is None:
-                n = q.counts()
-                if n["pending"] == 0 and n["claimed"] == 0:
-                    break
-                idle += 1
-                time.sleep(min(0.002 * idle, 0.05))
-                continue
-            idle = 0
+        while (c := _claim_marked(q, tier, marker_dir, events,
+                                  lambda n: n["pending"] == 0 and n["claimed"] == 0, t_end, 0.05)):
             mark = os.path.join(marker_dir, c.task_id)
-            try:
-                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                events.append(["double", c.task_id])
-                continue
             p = c.payload
             if c.task_id in crash_ids and c.attempts == 1:
                 # die holding the claim: a peer must reclaim it once its heartbeat is stale
@@ -149,24 +158,13 @@ def _random_worker(root, marker_dir, log_path, tier, seed, done_flag, t_end):
     rng = random.Random(seed)
     q = TaskQueue(root, worker=f"r{os.getpid()}")
     events = []
-    idle = 0
+
+    def drained(n):
+        return os.path.exists(done_flag) and n["pending"] == 0 and n["claimed"] == 0
+
     try:
-        while time.time() < t_end:
-            c = q.claim(tier)
-            if c is None:
-                n = q.counts()
-                if os.path.exists(done_flag) and n["pending"] == 0 and n["claimed"] == 0:
-                    break
-                idle += 1
-                time.sleep(min(0.002 * idle, 0.03))
-                continue
-            idle = 0
+        while (c := _claim_marked(q, tier, marker_dir, events, drained, t_end, 0.03)):
             mark = os.path.join(marker_dir, c.task_id)
-            try:
-                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                events.append(["double", c.task_id])
-                continue
             r = rng.random()
             if r < 0.05:
                 problems = q.check()

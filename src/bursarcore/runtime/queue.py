@@ -45,10 +45,12 @@ Guarantees (checked by ``tests/runtime``):
 Claiming without a global lock: a handle lists ``pending/`` and keeps the eligible names
 sorted by preference (per worker tier); it re-lists when ``pending.gen`` changed (a task
 was added) or its list ran out. It tries the names in order: a name already gone is
-skipped with one ``stat``; a name whose shard lock is busy is passed over for the next and
-retried (waiting) only if nothing else could be taken, so concurrent claimers spread over
-the shards instead of queueing behind one lock. The preference order is exact for one
-claimer and approximate (by the few names in flight) between concurrent claimers.
+skipped with one ``stat``; a name whose shard lock is busy is passed over (one
+non-blocking attempt). A claimer that met a busy lock is in a crowd: it then picks at
+random among its best 8 remaining names, and after 4 busy ones it waits, asleep, for the
+best of those, so concurrent claimers spread over the shards instead of chasing one name
+or queueing behind one lock. The preference order is exact for one claimer and
+approximate (by the few names in flight) between concurrent claimers.
 
 Format 1 queues (one queue-wide ``.lock``) are refused with :class:`QueueError`: finish them
 with the version that made them, since workers of both kinds on one queue would not
@@ -517,13 +519,14 @@ class TaskQueue:
             marker = os.path.join(self._ids, task_id)
             name = _pending_name(tier, 0, seq + k, task_id)
             dst = self._path("pending", name)
+            rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
+                   "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
+                   "state": "pending", "submitted_at": now, "claim": None, "resume": None,
+                   "history": []}
+            text = json.dumps(rec, separators=(",", ":"))
             tmp = None
             if not os.path.lexists(marker):  # the common case: write before taking the lock
-                rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
-                       "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
-                       "state": "pending", "submitted_at": now, "claim": None, "resume": None,
-                       "history": []}
-                tmp = _temp_file(dst, json.dumps(rec, separators=(",", ":")), durable=durable)
+                tmp = _temp_file(dst, text, durable=durable)
             try:
                 with self._lock.hold(self._shard(task_id)):
                     try:
@@ -536,11 +539,7 @@ class TaskQueue:
                         log.warning("queue %s: id %s has a marker but no task (a submitter "
                                     "died); putting it", self.root, task_id)
                     if tmp is None:
-                        rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
-                               "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
-                               "state": "pending", "submitted_at": now, "claim": None,
-                               "resume": None, "history": []}
-                        tmp = _temp_file(dst, json.dumps(rec, separators=(",", ":")), durable=durable)
+                        tmp = _temp_file(dst, text, durable=durable)
                     os.replace(tmp, dst)
                     tmp = None
             finally:
