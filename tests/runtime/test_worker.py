@@ -253,6 +253,25 @@ def test_stop_before_any_task_exits_99_without_claiming(tmp_path):
     assert w.run() == EXIT_CHECKPOINTED and q.counts()["pending"] == 1
 
 
+def test_stop_signal_usr1_checkpoints_and_exits_99_like_sigterm(tmp_path):
+    root = tmp_path / "q"
+    q = TaskQueue.create(root, QueueConfig())
+    q.put("job", {"plugin": "counter", "steps": 60, "step_seconds": 0.03})
+    ws = str(root / "workspaces" / "job")
+    p = _start(root, "--grace", "10", "--stop-signal", "USR1", wid="first")
+    try:
+        _wait(lambda: _state_step(ws) >= 3, what="agent progress")
+        p.send_signal(signal.SIGUSR1)
+        rc, err = _finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == EXIT_CHECKPOINTED, err[-3000:]
+    state, rec = q.get("job")
+    assert state == "pending" and rec["failures"] == 0 and rec["resume"]["checkpoint"] == 1
+    assert "released (preempted: SIGUSR1)" in err
+
+
 def test_agent_ignoring_sigterm_is_killed_after_grace_and_still_checkpointed(tmp_path):
     q = TaskQueue.create(tmp_path / "q", QueueConfig())
     q.put("stubborn", {"argv": ["sh", "-c", "trap '' TERM; echo 1 > progress; touch started; "
