@@ -191,10 +191,11 @@ def test_array_spec_rules(kw, field):
 FAKE_WORKER = textwrap.dedent('''\
     import json, signal, sys, time
     out = sys.argv[1]
-    def on_term(*a):
-        open(out + ".term", "w").write("TERM")
+    def on_term(signum, frame):
+        open(out + ".term", "w").write(signal.Signals(signum).name[3:])
         sys.exit(99)
-    signal.signal(signal.SIGTERM, on_term)
+    for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(s, on_term)
     json.dump(sys.argv[2:], open(out, "w"))
     if "--queue" in sys.argv and sys.argv[sys.argv.index("--queue") + 1].endswith("wait"):
         time.sleep(30)
@@ -202,11 +203,11 @@ FAKE_WORKER = textwrap.dedent('''\
 ''')
 
 
-def _script_rig(tmp_path, queue_name: str):
+def _script_rig(tmp_path, queue_name: str, sig: str = "TERM"):
     worker = tmp_path / "worker.py"
     worker.write_text(FAKE_WORKER)
     seen = tmp_path / "argv.json"
-    spec = ArraySpec(queue=str(tmp_path / queue_name), time="00:05:00", grace=20,
+    spec = ArraySpec(queue=str(tmp_path / queue_name), time="00:05:00", grace=20, signal=sig,
                      worker_cmd=(sys.executable, str(worker), str(seen)))
     script = tmp_path / "job.sh"
     script.write_text(batch_script(spec))
@@ -246,6 +247,60 @@ def test_batch_script_sigterm_to_the_batch_shell_reaches_the_worker(tmp_path):
     assert (tmp_path / "argv.json.term").read_text() == "TERM"
     assert (tmp_path / "scontrol").read_text().split() == ["requeue", "9_2"]
     assert BOOTSTRAP
+
+
+@pytest.mark.parametrize("sig", ["USR1", "USR2"])
+def test_batch_script_warning_signal_reaches_the_worker_as_it_came(tmp_path, sig):
+    """With --signal USR1@S the batch shell gets SIGUSR1 (whose default action would kill
+    it): the wrapper treats it like SIGTERM, forwards it, and requeues after exit 99; the
+    worker is told (--stop-signal) to treat it like SIGTERM."""
+    script, seen, env = _script_rig(tmp_path, "wait", sig)
+    p = subprocess.Popen(["bash", str(script)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not seen.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert seen.exists(), "worker did not start"
+    os.kill(p.pid, getattr(signal, f"SIG{sig}"))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 99, err
+    assert (tmp_path / "argv.json.term").read_text() == sig
+    assert (tmp_path / "scontrol").read_text().split() == ["requeue", "9_2"]
+    argv = json.loads(seen.read_text())
+    assert argv[argv.index("--stop-signal") + 1] == sig
+    assert f"SIG{sig}: forwarding to worker" in err
+
+
+def test_submit_signal_sets_the_sbatch_warning_and_the_stop_signal(tmp_path):
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a"}])
+    slurm = FakeSlurm()
+    rc, out = run_cli("submit", f, "--queue", str(tmp_path / "q"), "--workers", "2",
+                      "--time", "30:00", "--signal", "USR1@90", slurm=slurm)
+    assert rc == 0, out
+    [sbatch] = [c for c in slurm.commands if c[0] == "sbatch"]
+    assert "--signal=B:USR1@90" in sbatch
+    script = slurm.inputs[slurm.commands.index(sbatch)]
+    assert script.count("--stop-signal USR1") == 2  # the wrapper's and the worker's
+    assert "signal.SIGUSR1" in script and "--grace 45" in script  # agent grace: half of 90
+    rc, out = run_cli("submit", f, "--queue", str(tmp_path / "q2"), "--workers", "1",
+                      "--signal", "sigterm@30", "--grace", "30", slurm=FakeSlurm())
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize("extra,why", [
+    (["--signal", "HUP@10"], "one of TERM, USR1, USR2"),
+    (["--signal", "USR1"], "SIG@SECONDS"),
+    (["--signal", "USR1@0"], "[1, 65535]"),
+    (["--signal", "USR2@70000"], "[1, 65535]"),
+    (["--signal", "USR1@90", "--grace", "30"], "disagrees"),
+])
+def test_submit_bad_signal_is_refused_before_any_change(tmp_path, capsys, extra, why):
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a"}])
+    slurm = FakeSlurm()
+    rc, _ = run_cli("submit", f, "--queue", str(tmp_path / "q"), "--workers", "1",
+                    "--time", "30:00", *extra, slurm=slurm)
+    err = capsys.readouterr().err
+    assert rc == 2 and "--signal" in err and why in err, err
+    assert slurm.commands == [] and not (tmp_path / "q").exists()
 
 
 # ---------------------------------------------------------------------- submit

@@ -8,6 +8,7 @@ task back, so a second concurrent holder finds the marker and records a violatio
 
 from __future__ import annotations
 
+import collections
 import json
 import multiprocessing as mp
 import os
@@ -20,27 +21,36 @@ from bursarcore.runtime import QueueConfig, TaskQueue
 DEADLINE = 25.0  # seconds of real time for any one test's workers
 
 
+def _claim_marked(q, tier, marker_dir, events, drained, t_end, pause_cap):
+    """The next claim, marked held (``markers/<id>`` created with ``O_EXCL``; a second
+    concurrent holder finds it and records ``double``), or ``None`` once ``drained(counts)``
+    says nothing is left or ``t_end`` passed. Idles with a growing pause, up to ``pause_cap``."""
+    idle = 0
+    while time.time() < t_end:
+        c = q.claim(tier)
+        if c is None:
+            if drained(q.counts()):
+                return None
+            idle += 1
+            time.sleep(min(0.002 * idle, pause_cap))
+            continue
+        idle = 0
+        try:
+            os.close(os.open(os.path.join(marker_dir, c.task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            events.append(["double", c.task_id])
+            continue
+        return c
+    return None
+
+
 def _worker(root, marker_dir, log_path, tier, crash_ids, t_end):
     q = TaskQueue(root, worker=f"w{os.getpid()}")
     events = []
-    idle = 0
     try:
-        while time.time() < t_end:
-            c = q.claim(tier)
-            if c is None:
-                n = q.counts()
-                if n["pending"] == 0 and n["claimed"] == 0:
-                    break
-                idle += 1
-                time.sleep(min(0.002 * idle, 0.05))
-                continue
-            idle = 0
+        while (c := _claim_marked(q, tier, marker_dir, events,
+                                  lambda n: n["pending"] == 0 and n["claimed"] == 0, t_end, 0.05)):
             mark = os.path.join(marker_dir, c.task_id)
-            try:
-                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                events.append(["double", c.task_id])
-                continue
             p = c.payload
             if c.task_id in crash_ids and c.attempts == 1:
                 # die holding the claim: a peer must reclaim it once its heartbeat is stale
@@ -137,3 +147,105 @@ def test_crashed_workers_tasks_are_reclaimed_and_done_once(tmp_path):
     for t in crash_ids:
         rec = q.get(t)[1]
         assert rec["failures"] >= 1 and "stale" in [h["event"] for h in rec["history"]]
+
+
+# ---------------------------------------------------------------------- random workloads
+def _random_worker(root, marker_dir, log_path, tier, seed, done_flag, t_end):
+    """Claims and, by a seeded coin, completes, fails, releases or heartbeats; checks the
+    queue's invariants from inside the crowd (``check()`` must hold while peers work)."""
+    import random
+
+    rng = random.Random(seed)
+    q = TaskQueue(root, worker=f"r{os.getpid()}")
+    events = []
+
+    def drained(n):
+        return os.path.exists(done_flag) and n["pending"] == 0 and n["claimed"] == 0
+
+    try:
+        while (c := _claim_marked(q, tier, marker_dir, events, drained, t_end, 0.03)):
+            mark = os.path.join(marker_dir, c.task_id)
+            r = rng.random()
+            if r < 0.05:
+                problems = q.check()
+                if problems:
+                    events.append(["check", problems[:3]])
+            os.unlink(mark)  # before handing the task back
+            if r < 0.15 and c.attempts < 4:
+                events.append(["release", c.task_id, q.release(c, "preempted", resume={"n": c.attempts})])
+            elif r < 0.25:
+                events.append(["fail", c.task_id, q.fail(c, "coin")])
+            else:
+                if r < 0.35:
+                    events.append(["beat", c.task_id, q.heartbeat(c)])
+                events.append(["done", c.task_id, q.complete(c, {"by": q.worker})])
+    finally:
+        with open(log_path, "w") as f:
+            json.dump(events, f)
+
+
+def _submitter(root, batches, done_flag):
+    q = TaskQueue(root, worker="submitter")
+    for batch in batches:
+        q.put_many(batch)  # while the workers claim
+    open(done_flag, "w").close()
+
+
+@pytest.mark.parametrize("seed,lock", [(s, "fcntl") for s in range(6)] + [(s, "file") for s in (6, 7)])
+def test_random_workloads_keep_every_guarantee(tmp_path, seed, lock):
+    """Seeded mixes of complete / fail / release / heartbeat from 10 processes of two tiers,
+    while a submitter adds tasks in batches: no task held twice, none lost, each either done
+    exactly once (one accepted completion) or failed after max_failures, and check()
+    clean from inside the crowd and at the end."""
+    import random
+
+    rng = random.Random(seed)
+    n_tasks = 120
+    cfg = QueueConfig(tiers=2, promote_after=1, max_failures=3, stale_after=3600, lock=lock,
+                      durable=seed % 2 == 0, lock_shards=rng.choice([1, 4, 64]))
+    root = str(tmp_path / "q")
+    q = TaskQueue.create(root, cfg)
+    tasks = [(f"s{i:04d}", {"i": i}, rng.choice([0, 0, 1])) for i in range(n_tasks)]
+    q.put_many(tasks[:20])
+    batches = [tasks[k:k + 25] for k in range(20, n_tasks, 25)]
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    flag = str(tmp_path / "submitted")
+    ctx = mp.get_context("fork")
+    t_end = time.time() + DEADLINE
+    procs = [ctx.Process(target=_submitter, args=(root, batches, flag))]
+    logs = []
+    for k in range(10):
+        log = str(tmp_path / f"log{k}.json")
+        logs.append(log)
+        procs.append(ctx.Process(target=_random_worker,
+                                 args=(root, str(markers), log, k % 2, seed * 100 + k, flag, t_end)))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(DEADLINE + 10)
+        assert not p.is_alive(), "a process did not finish in time"
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    events = []
+    for log in logs:
+        with open(log) as f:
+            events += json.load(f)
+    assert [e for e in events if e[0] in ("double", "check")] == []
+    assert all(e[2] is not False and e[2] != "lost" for e in events if len(e) > 2)  # no claim lost
+    done = collections.Counter(e[1] for e in events if e[0] == "done")
+    assert all(k == 1 for k in done.values())
+    counts = q.counts()
+    assert counts["pending"] == 0 and counts["claimed"] == 0
+    assert counts["done"] == len(done) and counts["done"] + counts["failed"] == n_tasks
+    fails = collections.Counter(e[1] for e in events if e[0] == "fail")
+    for tid, _, tier in tasks:
+        state, rec = q.get(tid)
+        assert rec["failures"] == fails[tid]
+        assert rec["tier"] == min(1, tier + fails[tid])
+        if state == "failed":
+            assert fails[tid] == 3 and rec["reason"] == "coin"
+        else:
+            assert state == "done" and fails[tid] < 3 and rec["result"]["by"] == rec["completed_by"]
+        events_of = [h["event"] for h in rec["history"]]
+        assert events_of.count("claim") == rec["attempts"]
+    assert q.check() == []

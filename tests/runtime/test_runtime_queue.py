@@ -208,8 +208,8 @@ def test_claim_scans_at_most_once_per_call(qdir, clock, monkeypatch):
     assert q.claim(1).task_id == "big"  # then abandoned
     w = peer(q, clock, "w1")
     scans = []
-    real = w._reclaim_locked
-    monkeypatch.setattr(w, "_reclaim_locked", lambda now: scans.append(now) or real(now))
+    real = w._scan_claimed
+    monkeypatch.setattr(w, "_scan_claimed", lambda now: scans.append(now) or real(now))
     assert w.claim(0) is None  # first claim: periodic scan due; nothing eligible: not again
     assert len(scans) == 1
     clock.advance(11)
@@ -602,6 +602,13 @@ def test_not_durable_never_fsyncs(qdir, clock, monkeypatch):
 
 
 # ---------------------------------------------------------------------- lock-file fallback
+def shard_lock(q, task_id):
+    """The lock file of ``task_id``'s shard (lock-file protocol)."""
+    from pathlib import Path
+
+    return Path(q._lock.path(q._shard(task_id)))
+
+
 def test_forced_lock_file_protocol(qdir, clock, caplog):
     caplog.set_level(logging.INFO, logger="bursarcore.runtime")
     q = make(qdir, clock, lock="file")
@@ -610,7 +617,7 @@ def test_forced_lock_file_protocol(qdir, clock, caplog):
     q.put_many([("a", 1), ("b", 2)])
     c = q.claim()
     assert q.complete(c) is True
-    assert not (qdir / ".lock.excl").exists()  # released
+    assert [n for n in os.listdir(qdir / ".locks") if not n.startswith(".")] == []  # released
     # a peer opening the queue obeys the queue's lock, whatever its own host supports
     assert peer(q, clock, "w1")._lock.kind == "file"
     assert q.check() == []
@@ -643,13 +650,14 @@ def test_fcntl_queue_refuses_a_mount_without_fcntl(qdir, clock, monkeypatch):
 def test_lock_file_stale_lock_is_broken(qdir, clock, caplog):
     q = make(qdir, clock, lock="file", lock_stale_after=60)
     q.put("a", None)
-    # a holder that died 61 s ago, by the queue's clock
-    (qdir / ".lock.excl").write_text(json.dumps({"owner": "dead:1", "token": "x", "at": clock() - 61}))
+    # a holder of task a's shard lock that died 61 s ago, by the queue's clock
+    lock = shard_lock(q, "a")
+    lock.write_text(json.dumps({"owner": "dead:1", "token": "x", "at": clock() - 61}))
     c = q.claim()
     assert c is not None and q._lock.broken == 1
     assert "broke a stale lock held by dead:1" in caplog.text
-    assert not (qdir / ".lock.excl").exists()
-    assert [p for p in os.listdir(qdir) if "broken" in p] == []
+    assert not lock.exists()
+    assert [p for p in os.listdir(qdir / ".locks") if "broken" in p] == []
 
 
 def test_lock_file_waits_for_a_live_holder_then_breaks_it_when_stale(qdir, clock):
@@ -664,7 +672,7 @@ def test_lock_file_waits_for_a_live_holder_then_breaks_it_when_stale(qdir, clock
     TaskQueue.create(qdir, QueueConfig(lock_stale_after=60), lock="file", clock=clock)
     q = TaskQueue(qdir, clock=clock, worker="w0", sleep=sleep)
     q.put("a", None)
-    (qdir / ".lock.excl").write_text(json.dumps({"owner": "slow:2", "token": "y", "at": clock()}))
+    shard_lock(q, "a").write_text(json.dumps({"owner": "slow:2", "token": "y", "at": clock()}))
     assert q.claim() is not None
     assert 60 <= len(pauses) <= 62 and q._lock.broken == 1
 
@@ -675,7 +683,7 @@ def test_lock_file_unreadable_lock_is_broken_after_stale(qdir, clock):
 
     TaskQueue.create(qdir, QueueConfig(lock_stale_after=60), lock="file", clock=clock)
     q = TaskQueue(qdir, clock=clock, worker="w0", sleep=sleep)
-    (qdir / ".lock.excl").write_text("")  # a holder died between create and write
+    shard_lock(q, "a").write_text("")  # a holder died between create and write
     t0 = clock()
     assert q.put("a", None) is True
     assert clock() - t0 > 60
@@ -686,8 +694,9 @@ def test_lock_file_timeout(qdir, clock):
 
     TaskQueue.create(qdir, QueueConfig(), lock="file", clock=clock)
     q = TaskQueue(qdir, clock=clock, lock_timeout=0.0, sleep=lambda dt: None)
-    (qdir / ".lock.excl").write_text(json.dumps({"owner": "live:3", "token": "z", "at": clock()}))
+    shard_lock(q, "a").write_text(json.dumps({"owner": "live:3", "token": "z", "at": clock()}))
     with pytest.raises(LockTimeout):
         q.put("a", None)
-    (qdir / ".lock.excl").unlink()
+    assert q.counts()["pending"] == 0 and not (qdir / "ids" / "a").exists()
+    shard_lock(q, "a").unlink()
     assert q.put("a", None) is True  # the thread lock was released on the timeout

@@ -98,21 +98,28 @@ def test_concurrent_workers_do_every_task_exactly_once(tmp_path):
     assert "task t" in results[0][1] and "claimed" in results[0][1]
 
 
-@pytest.mark.parametrize("runner", ["none", "bwrap"])
-def test_sigterm_checkpoints_exits_99_and_a_new_worker_resumes(tmp_path, runner):
-    _need_runner(runner)
-    root = tmp_path / "q"
+def _preempted_counter(root, sig, *args):
+    """A worker running a 60-step counter task gets ``sig`` after 3 steps: ``(queue, exit
+    code, stderr, the step reached before the signal)``."""
     q = TaskQueue.create(root, QueueConfig())
     q.put("job", {"plugin": "counter", "steps": 60, "step_seconds": 0.03})
     ws = str(root / "workspaces" / "job")
-    p = _start(root, "--runner", runner, "--grace", "10", wid="first")
+    p = _start(root, *args, "--grace", "10", wid="first")
     try:
         step = _wait(lambda: _state_step(ws) >= 3 and _state_step(ws), what="agent progress")
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         rc, err = _finish(p)
     finally:
         if p.poll() is None:
             p.kill()
+    return q, rc, err, step
+
+
+@pytest.mark.parametrize("runner", ["none", "bwrap"])
+def test_sigterm_checkpoints_exits_99_and_a_new_worker_resumes(tmp_path, runner):
+    _need_runner(runner)
+    root = tmp_path / "q"
+    q, rc, err, step = _preempted_counter(root, signal.SIGTERM, "--runner", runner)
     assert rc == EXIT_CHECKPOINTED, err[-3000:]
     state, rec = q.get("job")
     assert state == "pending" and rec["failures"] == 0  # a preemption is not a failure
@@ -251,6 +258,14 @@ def test_stop_before_any_task_exits_99_without_claiming(tmp_path):
     w = Worker(q)
     w.request_stop()
     assert w.run() == EXIT_CHECKPOINTED and q.counts()["pending"] == 1
+
+
+def test_stop_signal_usr1_checkpoints_and_exits_99_like_sigterm(tmp_path):
+    q, rc, err, _ = _preempted_counter(tmp_path / "q", signal.SIGUSR1, "--stop-signal", "USR1")
+    assert rc == EXIT_CHECKPOINTED, err[-3000:]
+    state, rec = q.get("job")
+    assert state == "pending" and rec["failures"] == 0 and rec["resume"]["checkpoint"] == 1
+    assert "released (preempted: SIGUSR1)" in err
 
 
 def test_agent_ignoring_sigterm_is_killed_after_grace_and_still_checkpointed(tmp_path):

@@ -39,6 +39,14 @@ FAKE_WORKER = textwrap.dedent('''\
         sys.exit(99)
     if mode == "kill-self":
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "usr1":                       # wait for SIGUSR1, then 99
+        def on_usr1(signum, frame):
+            note("USR1")
+            sys.exit(99)
+        signal.signal(signal.SIGUSR1, on_usr1)
+        note(f"ready {os.getpid()}")
+        time.sleep(30)
+        sys.exit(5)
     if mode in ("term", "term-crash"):       # wait for SIGTERM, then 99 (or crash)
         def on_term(signum, frame):
             note("TERM")
@@ -164,6 +172,31 @@ def test_sigterm_is_forwarded_then_the_array_task_requeued(rig):
     assert rig.scontrol_calls() == ["requeue 77_5"]   # only this array task
     assert rig.runs() == 1                    # no relaunch after the requeue
     assert "requeued 77_5" in err
+
+
+def test_stop_signal_is_handled_like_sigterm_and_forwarded_as_it_came(rig):
+    p = rig.start("usr1", wrapper_args=("--stop-signal", "USR1"), **ARRAY_ENV)
+    rig.wait_ready()
+    p.send_signal(signal.SIGUSR1)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 99, err
+    assert rig.events()[-1] == "USR1" and rig.runs() == 1
+    assert rig.scontrol_calls() == ["requeue 77_5"]
+    assert "SIGUSR1: forwarding to worker" in err
+
+
+def test_without_stop_signal_usr1_is_not_a_stop(rig):
+    """Only the configured signal means stop: by default SIGUSR1 keeps its default action
+    (the wrapper dies; nothing is requeued by it)."""
+    p = rig.start("usr1", **ARRAY_ENV)
+    rig.wait_ready()
+    p.send_signal(signal.SIGUSR1)
+    assert p.wait(timeout=30) == -signal.SIGUSR1
+    worker_pid = int(next(e for e in rig.events() if e.startswith("ready")).split()[1])
+    os.kill(worker_pid, signal.SIGKILL)  # orphaned by the wrapper's death
+    assert p.stderr is not None
+    p.stderr.close()
+    assert rig.scontrol_calls() == []
 
 
 def test_plain_job_requeues_its_job_id(rig):

@@ -3,9 +3,10 @@
 This package holds the pieces with no scheduler in them; see ``docs/runtime.md``.
 
 * :mod:`.queue` — the shared-filesystem task queue (:class:`TaskQueue`): tasks as files,
-  claims by atomic rename under a lock, heartbeats and stale reclaim, retries, tiers.
+  claims by atomic rename under per-task shard locks (no queue-wide lock), heartbeats and
+  stale reclaim, retries, tiers.
 * :mod:`.tiers` — the tier policy (pure functions).
-* :mod:`.locks` — the ``fcntl`` lock and the lock-file fallback.
+* :mod:`.locks` — the ``fcntl`` lock, the lock-file fallback, and per-operation shard locks.
 * :mod:`.checkpoint` — per-task checkpoints of workspace and agent state (verified, pruned).
 * :mod:`.plugins` — plugin hooks, the built-in ``command`` and ``counter`` plugins, secrets.
 * :mod:`.isolation` — how agents run: plain, bubblewrap, Apptainer.

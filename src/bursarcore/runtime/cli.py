@@ -3,7 +3,8 @@
 ::
 
     bursar-run submit TASKS.jsonl --queue DIR --workers N [--max-running M]
-               [--tiers mem=2G,8G] [--promote-after K] [--time 00:30:00] [--grace S]
+               [--tiers mem=2G,8G] [--promote-after K] [--time 00:30:00]
+               [--grace S | --signal TERM|USR1|USR2@S]
                [--partition P] [--runner none|bwrap|apptainer] [--dry-run]
     bursar-run status --queue DIR [--watch] [--json]
     bursar-run cancel --queue DIR
@@ -37,7 +38,7 @@ from ..errors import BursarError, InvalidArgument
 from .plugins import available_plugins, plugin_name
 from .queue import STATES, QueueConfig, TaskQueue, check_task_id
 from .slurm import (ArraySpec, SlurmArrays, array_record, batch_script, load_jobs,
-                    parse_tiers, record_jobs, sbatch_argv, stop_file)
+                    parse_signal, parse_tiers, record_jobs, sbatch_argv, stop_file)
 
 __all__ = ["main", "build_parser", "read_tasks", "queue_status", "format_status"]
 
@@ -155,8 +156,15 @@ def _specs(args: argparse.Namespace, queue: str) -> list[ArraySpec]:
                 value = os.path.abspath(str(value))
             opts += [flag, str(value)]
     worker_cmd = tuple(shlex.split(args.worker_cmd)) if args.worker_cmd else None
+    sig, grace = "TERM", 60 if args.grace is None else args.grace
+    if args.signal is not None:
+        sig, grace = parse_signal(args.signal)
+        if args.grace is not None and args.grace != grace:
+            raise InvalidArgument("--signal", f"sets the warning to {grace} s before the limit; "
+                                  f"--grace {args.grace} disagrees (give one of them)",
+                                  args.signal)
     return [ArraySpec(queue=queue, tier=t, workers=workers[t], max_running=running[t],
-                      mem=mems[t], time=args.time, grace=args.grace,
+                      mem=mems[t], time=args.time, grace=grace, signal=sig,
                       agent_grace=args.agent_grace, checkpoint_margin=args.checkpoint_margin,
                       partition=args.partition,
                       cpus_per_task=args.cpus_per_task, max_restarts=args.max_restarts,
@@ -345,9 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stale-after", type=float, default=180.0, metavar="S",
                    help="seconds without heartbeat before a claim is reclaimed (default 180)")
     s.add_argument("--time", metavar="LIMIT", help="each array task's --time (e.g. 00:30:00)")
-    s.add_argument("--grace", type=int, default=60, metavar="S",
+    s.add_argument("--grace", type=int, metavar="S",
                    help="SIGTERM this many seconds before the limit (default 60; Slurm "
                         "checks every 30 s, so it may come up to 30 s earlier)")
+    s.add_argument("--signal", metavar="SIG@S",
+                   help="warn with SIG (TERM, USR1 or USR2) S seconds before the limit "
+                        "(sbatch --signal=B:SIG@S; sets --grace); wrapper and worker handle "
+                        "SIG like SIGTERM: checkpoint, release, requeue")
     s.add_argument("--agent-grace", type=float, metavar="S",
                    help="seconds a SIGTERMed agent gets to stop (default: half of --grace)")
     s.add_argument("--partition", metavar="P")

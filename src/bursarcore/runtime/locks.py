@@ -31,6 +31,7 @@ has the on-disk protocol).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -40,7 +41,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import BursarError
 
@@ -50,6 +51,7 @@ __all__ = [
     "LockTimeout",
     "FcntlLock",
     "FileLock",
+    "ShardLocks",
     "fcntl_supported",
     "UNSUPPORTED_ERRNOS",
 ]
@@ -433,3 +435,150 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# ---------------------------------------------------------------------------- per-operation locks
+# One thread lock per lock file per process, for ShardLocks' fcntl sections: a POSIX lock
+# belongs to the process, and closing *any* descriptor of the file drops it, so two threads
+# of one process must never have the same lock file open at once. No descriptor is kept.
+_section_guards: dict[str, threading.Lock] = {}
+_section_registry_guard = threading.Lock()
+
+
+def _section_guard(path: str) -> threading.Lock:
+    with _section_registry_guard:
+        g = _section_guards.get(path)
+        if g is None:
+            g = _section_guards[path] = threading.Lock()
+        return g
+
+
+def _reset_sections_after_fork() -> None:
+    # A thread of the parent may have held a guard at fork time; the child has no such
+    # thread, and no descriptor to close (sections keep none open).
+    global _section_registry_guard
+    _section_guards.clear()
+    _section_registry_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_sections_after_fork)
+
+
+class ShardLocks:
+    """A family of named locks in one directory, each taken for one short section.
+
+    ``kind="fcntl"``: the section opens ``<directory>/<name>``, takes an exclusive
+    ``lockf`` and closes the descriptor at the end (which releases the lock), so the object
+    holds **no descriptor between sections** and at most one during one. The kernel drops
+    the lock of a process that dies inside a section. ``kind="file"``: the lock-file
+    protocol of :class:`FileLock` on ``<directory>/<name>.excl`` (a stale one is broken
+    after ``stale_after`` seconds by ``clock``), which holds no descriptor either.
+
+    :meth:`hold` with ``wait=False`` makes one attempt and yields ``False`` if the lock is
+    busy, so a caller can pass over a contended lock and try another.
+    """
+
+    def __init__(self, directory: str, kind: str, *, clock: Callable[[], float] = time.time,
+                 stale_after: float = 60.0, timeout: float | None = 600.0,
+                 sleep: Callable[[float], None] = time.sleep, owner: str | None = None) -> None:
+        if kind not in ("fcntl", "file"):
+            raise ValueError(f"kind must be 'fcntl' or 'file', not {kind!r}")
+        if kind == "fcntl" and fcntl is None:  # pragma: no cover
+            raise LockUnsupported("the fcntl module is not available")
+        self.directory = os.path.realpath(directory)
+        self.kind = kind
+        self.clock = clock
+        self.stale_after = float(stale_after)
+        self.timeout = timeout
+        self.sleep = sleep
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._file_locks: dict[str, tuple[FileLock, FileLock]] = {}  # name -> (waiting, one try)
+        self.closed = False
+
+    def path(self, name: str) -> str:
+        """The lock file of ``name``."""
+        base = os.path.join(self.directory, name)
+        return base if self.kind == "fcntl" else base + ".excl"
+
+    @property
+    def broken(self) -> int:
+        """Stale lock files this object broke (lock-file protocol)."""
+        return sum(a.broken + b.broken for a, b in self._file_locks.values())
+
+    def close(self) -> None:
+        """Forget the lock objects; any later :meth:`hold` raises :class:`LockError`."""
+        self.closed = True
+        self._file_locks.clear()
+
+    @contextlib.contextmanager
+    def hold(self, name: str, *, wait: bool = True) -> Iterator[bool]:
+        """Hold lock ``name`` for the ``with`` body; yields ``True``, or ``False`` if
+        ``wait=False`` and the lock was busy (the body then runs without it)."""
+        if self.closed:
+            raise LockError(f"{self.directory}: the queue handle was closed")
+        if self.kind == "file":
+            with self._hold_file(name, wait) as held:
+                yield held
+            return
+        path = self.path(name)
+        guard = _section_guard(path)
+        if wait:
+            if not guard.acquire(timeout=-1 if self.timeout is None else self.timeout):
+                raise LockTimeout(f"{path}: another thread held the lock for {self.timeout} s")
+        elif not guard.acquire(blocking=False):
+            yield False
+            return
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if not self._lockf(fd, path, wait):
+                    held = False
+                else:
+                    held = True
+                yield held
+            finally:
+                os.close(fd)  # releases the lock
+        finally:
+            guard.release()
+
+    def _lockf(self, fd: int, path: str, wait: bool) -> bool:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        delay = 0.0002
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError as exc:
+                if exc.errno in UNSUPPORTED_ERRNOS:
+                    raise LockUnsupported(f"{path}: fcntl locks not supported here ({exc})") from exc
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if not wait:
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockTimeout(f"{path}: not acquired within {self.timeout} s")
+            # Sections last well under a millisecond: poll fast, back off to 10 ms.
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.01)
+
+    @contextlib.contextmanager
+    def _hold_file(self, name: str, wait: bool) -> Iterator[bool]:
+        pair = self._file_locks.get(name)
+        if pair is None:
+            mk = lambda timeout: FileLock(self.path(name), clock=self.clock,  # noqa: E731
+                                          stale_after=self.stale_after, timeout=timeout,
+                                          sleep=self.sleep, owner=self.owner)
+            pair = self._file_locks[name] = (mk(self.timeout), mk(0.0))
+        lock = pair[0] if wait else pair[1]
+        try:
+            lock.acquire()
+        except LockTimeout:
+            if wait:
+                raise
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()

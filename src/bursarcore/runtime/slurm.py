@@ -41,10 +41,10 @@ from typing import Any, Mapping, Sequence
 
 from ..adapters.base import run_command
 from ..errors import CommandError, InvalidArgument
-from .wrapper import BOOTSTRAP
+from .wrapper import BOOTSTRAP, STOP_SIGNALS, bootstrap
 
 __all__ = ["ArraySpec", "SlurmArrays", "CommandError", "parse_tiers", "parse_time",
-           "batch_script", "sbatch_argv", "worker_argv", "array_record", "count_task_string",
+           "batch_script", "parse_signal", "sbatch_argv", "worker_argv", "array_record", "count_task_string",
            "load_jobs", "record_jobs",
            "WORKER_MODULE", "WORKER_CHECKPOINT_MARGIN", "stop_file"]
 
@@ -53,6 +53,23 @@ WORKER_CHECKPOINT_MARGIN = 120.0
 """The worker's default ``--checkpoint-margin``: with ``--walltime-end`` it checkpoints and
 exits 99 this many seconds before the end of its run."""
 _MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
+_SIGNAL_AT = re.compile(r"^(?:SIG)?([A-Z0-9]+)@([0-9]+)$")
+
+
+def parse_signal(text: str) -> tuple[str, int]:
+    """``SIG@SECONDS`` (``bursar-run submit --signal``) → ``(SIG, seconds)``: Slurm sends
+    ``SIG`` (``TERM``, ``USR1`` or ``USR2``; a ``SIG`` prefix is accepted) to the batch
+    shell ``SECONDS`` (1–65535) before the time limit."""
+    m = _SIGNAL_AT.match(str(text).strip().upper())
+    if not m:
+        raise InvalidArgument("--signal", "must be SIG@SECONDS, e.g. USR1@90", text)
+    if m.group(1) not in STOP_SIGNALS:
+        raise InvalidArgument("--signal", f"the signal must be one of {', '.join(STOP_SIGNALS)}",
+                              text)
+    secs = int(m.group(2))
+    if not 1 <= secs <= 65535:
+        raise InvalidArgument("--signal", "the seconds must be in [1, 65535] (Slurm's limit)", text)
+    return m.group(1), secs
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -122,7 +139,8 @@ class ArraySpec:
     array size N; ``max_running``: at most M tasks at once (``%M``; None: no limit).
     ``mem``: ``--mem`` (None: the partition's default). ``time``: ``--time`` (None: the
     partition's default; no ``--walltime-end`` then). ``grace``: seconds of warning before
-    the time limit (``--signal=B:TERM@grace``). ``agent_grace``: the worker's ``--grace``,
+    the time limit (``--signal=B:<signal>@grace``). ``signal``: ``TERM`` (default),
+    ``USR1`` or ``USR2``, the warning signal; wrapper and worker treat it as SIGTERM. ``agent_grace``: the worker's ``--grace``,
     the time its agent gets to stop after SIGTERM (default half of ``grace``, leaving the
     rest for the checkpoint). ``checkpoint_margin``: the worker's ``--checkpoint-margin``
     (None: its default, :data:`WORKER_CHECKPOINT_MARGIN`); the time limit must exceed it,
@@ -140,6 +158,7 @@ class ArraySpec:
     mem: str | None = None
     time: str | None = None
     grace: int = 60
+    signal: str = "TERM"
     agent_grace: float | None = None
     checkpoint_margin: float | None = None
     partition: str | None = None
@@ -191,6 +210,8 @@ class ArraySpec:
                                       self.time)
         if self.requeue not in ("self", "admin"):
             raise InvalidArgument("requeue", "must be 'self' or 'admin'", self.requeue)
+        if self.signal not in STOP_SIGNALS:
+            raise InvalidArgument("signal", f"must be one of {', '.join(STOP_SIGNALS)}", self.signal)
         if self.worker_cmd is not None and not self.worker_cmd:
             raise InvalidArgument("worker_cmd", "must name a program", self.worker_cmd)
 
@@ -210,7 +231,7 @@ def sbatch_argv(spec: ArraySpec) -> list[str]:
     """The ``sbatch`` command for ``spec``; the batch script goes on its stdin."""
     array = f"0-{spec.workers - 1}" + (f"%{spec.max_running}" if spec.max_running else "")
     argv = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--array={array}",
-            "--requeue", "--open-mode=append", f"--signal=B:TERM@{spec.grace}",
+            "--requeue", "--open-mode=append", f"--signal=B:{spec.signal}@{spec.grace}",
             f"--output={spec.log_pattern}"]
     if spec.mem:
         argv.append(f"--mem={spec.mem}")
@@ -230,14 +251,19 @@ def worker_argv(spec: ArraySpec) -> list[str]:
     cmd += ["--queue", spec.queue, "--tier", str(spec.tier), "--grace", f"{agent_grace:g}"]
     if spec.checkpoint_margin is not None:
         cmd += ["--checkpoint-margin", f"{spec.checkpoint_margin:g}"]
+    if spec.signal != "TERM":
+        cmd += ["--stop-signal", spec.signal]
     return cmd + list(spec.worker_options)
 
 
 def batch_script(spec: ArraySpec) -> str:
     """The batch script: set ``PYTHONPATH`` and ``exec`` the wrapper around the worker."""
     # python -c BOOTSTRAP: catch SIGTERM before the imports (see wrapper.BOOTSTRAP)
-    wrapper = [spec.python, "-c", BOOTSTRAP, "--max-restarts", str(spec.max_restarts),
-               "--requeue", spec.requeue, "--stop-file", stop_file(spec.queue), "--"]
+    wrapper = [spec.python, "-c", bootstrap(spec.signal), "--max-restarts", str(spec.max_restarts),
+               "--requeue", spec.requeue, "--stop-file", stop_file(spec.queue)]
+    if spec.signal != "TERM":
+        wrapper += ["--stop-signal", spec.signal]
+    wrapper.append("--")
     line = shlex.join(wrapper + worker_argv(spec))
     if spec.time:
         # the run's own deadline: a requeued run gets a fresh time limit
@@ -247,7 +273,7 @@ def batch_script(spec: ArraySpec) -> str:
         f"# written by bursar-run: tier {spec.tier} of {spec.queue} ({spec.workers} workers"
         + (f", --mem={spec.mem}" if spec.mem else "") + ")",
         "# exec: the wrapper (bursarcore.runtime.wrapper) replaces this shell, so Slurm's",
-        "# --signal=B:TERM reaches it; it forwards SIGTERM to the worker and requeues this",
+        f"# --signal=B:{spec.signal} reaches it; it forwards SIG{spec.signal} to the worker and requeues this",
         "# array task when the worker exits 99",
     ]
     if spec.python_path:

@@ -469,6 +469,9 @@ def _parser() -> argparse.ArgumentParser:
                         "later (default 5)")
     p.add_argument("--heartbeat", type=float,
                    help="seconds between heartbeats (default min(30, stale_after/6))")
+    p.add_argument("--stop-signal", choices=("TERM", "USR1", "USR2"), default="TERM",
+                   help="also treat this signal as SIGTERM: checkpoint, release, exit 99 "
+                        "(for batch jobs warned with --signal=B:USR1@s; default TERM only)")
     return p
 
 
@@ -480,12 +483,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_term(signum, frame):
         if worker is not None:
-            worker.request_stop("SIGTERM")
+            worker.request_stop(signal.Signals(signum).name)
         else:
             pending.append(signum)
 
     pending: list[int] = []
-    signal.signal(signal.SIGTERM, on_term)
+    for s in {signal.SIGTERM, getattr(signal, f"SIG{a.stop_signal}")}:
+        signal.signal(s, on_term)
     wid = a.worker_id or default_worker_id()
     redactor = SecretRedactor()
     stderr_logging(wid, redactor)
@@ -503,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("worker %s: cannot start: %s: %s", wid, type(exc).__name__, exc)
         return 2
     if pending:
-        worker.request_stop("SIGTERM")
+        worker.request_stop(signal.Signals(pending[0]).name)
     try:
         return worker.run()
     except Exception:  # noqa: BLE001 - a crash: the wrapper relaunches the worker

@@ -48,7 +48,8 @@ import sys
 import time
 from typing import Callable, Sequence
 
-__all__ = ["Wrapper", "main", "slurm_task_id", "REQUEUE_EXIT", "MAX_BACKOFF", "BOOTSTRAP"]
+__all__ = ["Wrapper", "main", "slurm_task_id", "REQUEUE_EXIT", "MAX_BACKOFF", "BOOTSTRAP",
+           "STOP_SIGNALS", "bootstrap"]
 
 REQUEUE_EXIT = 99
 """The exit code of a worker that checkpointed and released its task (and of the wrapper
@@ -57,9 +58,22 @@ MAX_BACKOFF = 30.0
 """Upper bound, in seconds, on the pause before a crashed worker is relaunched."""
 
 
-BOOTSTRAP = ("import signal, sys; early = []; "
-             "signal.signal(signal.SIGTERM, lambda *a: early.append(1)); "
-             "from bursarcore.runtime.wrapper import main; sys.exit(main(early=early))")
+STOP_SIGNALS = ("TERM", "USR1", "USR2")
+"""Signals a batch job may be warned with (``--signal=B:<SIG>@<s>``); each means SIGTERM."""
+
+
+def bootstrap(stop_signal: str = "TERM") -> str:
+    """The ``python -c`` program of a batch script whose warning signal is ``stop_signal``:
+    it catches SIGTERM and that signal before any import (see :data:`BOOTSTRAP`)."""
+    if stop_signal not in STOP_SIGNALS:
+        raise ValueError(f"stop_signal must be one of {STOP_SIGNALS}, not {stop_signal!r}")
+    sigs = "signal.SIGTERM" + ("" if stop_signal == "TERM" else f", signal.SIG{stop_signal}")
+    return ("import signal, sys; early = []; "
+            f"[signal.signal(s, lambda *a: early.append(1)) for s in ({sigs},)]; "
+            "from bursarcore.runtime.wrapper import main; sys.exit(main(early=early))")
+
+
+BOOTSTRAP = bootstrap("TERM")
 """``python -c BOOTSTRAP <wrapper args>`` is what batch scripts run: it catches SIGTERM
 before anything is imported (importing bursarcore takes about a second, during which a
 signal would otherwise kill the interpreter and lose the requeue) and hands any early
@@ -95,7 +109,7 @@ class Wrapper:
                  requeue: str = "self", env: dict[str, str] | None = None,
                  run_command: Callable[[list[str]], int] | None = None,
                  log: Callable[[str], None] | None = None,
-                 stop_file: str | None = None) -> None:
+                 stop_file: str | None = None, stop_signal: str = "TERM") -> None:
         from ..errors import InvalidArgument
 
         if not argv:
@@ -107,6 +121,11 @@ class Wrapper:
             raise InvalidArgument("backoff", "must be a number of seconds in [0, 3600]", backoff)
         if requeue not in ("self", "admin"):
             raise InvalidArgument("requeue", "must be 'self' or 'admin'", requeue)
+        if stop_signal not in STOP_SIGNALS:
+            raise InvalidArgument("stop_signal", f"must be one of {', '.join(STOP_SIGNALS)}",
+                                  stop_signal)
+        self.stop_signal = stop_signal
+        self.signum = 0  # the first stop signal received: the one forwarded
         self.argv = list(argv)
         self.max_restarts = max_restarts
         self.backoff = float(backoff)
@@ -154,22 +173,25 @@ class Wrapper:
             self._log(msg)
 
     # ------------------------------------------------------------------ signals
-    def on_sigterm(self, signum: int = signal.SIGTERM, frame: object = None) -> None:
-        """Signal handler: remember that we are stopping; forward the first SIGTERM."""
+    def on_sigterm(self, signum: int = 0, frame: object = None) -> None:
+        """Signal handler (SIGTERM, and ``stop_signal`` if another): remember that we are
+        stopping; forward the first such signal, as it came, to the worker."""
         first = not self.terminating
         self.terminating = True
+        self.signum = self.signum or signum or signal.SIGTERM
+        name = signal.Signals(self.signum).name  # the first one's: that is what is forwarded
         proc = self.proc
         if proc is not None and proc.returncode is None and not self.forwarded:
             self.forwarded = True
-            self._signal_log(f"SIGTERM: forwarding to worker pid {proc.pid}")
+            self._signal_log(f"{name}: forwarding to worker pid {proc.pid}")
             try:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, self.signum)
             except ProcessLookupError:
                 pass
         elif first:
-            self._signal_log("SIGTERM: no worker running; will not start another")
+            self._signal_log(f"{name}: no worker running; will not start another")
         else:
-            self._signal_log("SIGTERM again: already stopping")
+            self._signal_log(f"{name} again: already stopping")
 
     def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, cut short by a SIGTERM."""
@@ -253,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requeue", choices=["self", "admin"], default="self",
                    help="self: scontrol requeue this array task (default); admin: only exit "
                         "99, for sites with RequeueExit=99")
+    p.add_argument("--stop-signal", choices=STOP_SIGNALS, default="TERM",
+                   help="the batch job's warning signal (--signal=B:SIG@s), handled like "
+                        "SIGTERM and forwarded to the worker as it came (default TERM)")
     p.add_argument("--stop-file", metavar="PATH",
                    help="never requeue while this file exists (bursar-run cancel creates it)")
     p.add_argument("worker", nargs=argparse.REMAINDER,
@@ -271,18 +296,22 @@ def main(argv: Sequence[str] | None = None, *, early: Sequence[int] = ()) -> int
         worker = worker[1:]
     try:
         w = Wrapper(worker, max_restarts=args.max_restarts, backoff=args.backoff,
-                    requeue=args.requeue, stop_file=args.stop_file)
+                    requeue=args.requeue, stop_file=args.stop_file,
+                    stop_signal=args.stop_signal)
     except InvalidArgument as exc:
         print(f"bursar-wrapper: error: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, w.on_sigterm)
+    stops = {signal.SIGTERM, getattr(signal, f"SIG{args.stop_signal}")}
+    for s in stops:
+        signal.signal(s, w.on_sigterm)
     if early:
         w._log("SIGTERM during start-up")
         w.terminating = True
     code = w.run()
     # Slurm may signal again while we exit (a requeue kills the batch step; a time limit
     # TERMs every process): keep the exit code ours — RequeueExit=99 depends on it
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for s in stops:
+        signal.signal(s, signal.SIG_IGN)
     return code
 
 

@@ -1,0 +1,174 @@
+"""Claim + complete throughput of :class:`~bursarcore.runtime.TaskQueue` against worker
+processes, this tree's queue and (in the same run, for a ratio) the queue of an earlier
+commit (default ``2ed91be``, one queue-wide lock).
+
+W forked worker processes each open the queue and, from one common instant, loop
+``claim(0)`` → ``complete(c)`` on no-op tasks until ``claim`` returns ``None`` or the time
+limit passes. Reported per run: claims + completions per second (``ops/s``, from the common
+start to the last worker's end), tasks per second, and the claim wait (the duration of one
+``claim()`` call) p50 / p99 / max. Every run is verified afterwards: no task claimed twice,
+every ``complete`` accepted, ``counts()`` = done for what was claimed and pending for the
+rest, ``check() == []``.
+
+Usage::
+
+    python benchmarks/runtime/queue_scaling.py [--workers 1,16,64,256] [--durable both]
+        [--impl new,old] [--old-rev 2ed91be] [--tasks 4000] [--limit 20] [--dir /tmp]
+        [--json OUT.json]
+
+Prints one Markdown table row per run (the table of ``benchmarks/RESULTS_runtime.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+CTX = mp.get_context("fork")
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def load_impl(name: str, old_rev: str) -> Any:
+    """The queue module: ``new`` is this tree's; ``old`` is ``queue.py`` of ``old_rev``,
+    imported as a sibling module so that its relative imports (``..errors``, ``.locks``,
+    ``.tiers``) resolve to this tree's, whose classes it uses are unchanged."""
+    if name == "new":
+        from bursarcore.runtime import queue
+        return queue
+    src = subprocess.run(["git", "-C", REPO, "show", f"{old_rev}:src/bursarcore/runtime/queue.py"],
+                         check=True, capture_output=True, text=True).stdout
+    path = os.path.join(tempfile.mkdtemp(prefix="queue-old-"), "queue_old.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("bursarcore.runtime._queue_old", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sleep_until(t: float) -> None:
+    while (dt := t - time.monotonic()) > 0:
+        time.sleep(min(dt, 0.05))
+
+
+def _worker(mod: Any, root: str, wid: int, t0: float, t_stop: float, out: str) -> None:
+    q = mod.TaskQueue(root, worker=f"w{wid}")
+    claimed, waits, not_ok = [], [], 0
+    _sleep_until(t0)
+    while time.monotonic() < t_stop:
+        a = time.monotonic()
+        c = q.claim(0)
+        waits.append(time.monotonic() - a)
+        if c is None:
+            break
+        claimed.append(c.task_id)
+        not_ok += not q.complete(c, {"w": wid})
+    end = time.monotonic() - t0
+    with open(out + ".tmp", "w") as f:
+        json.dump({"claimed": claimed, "waits": waits, "not_ok": not_ok, "end": end}, f)
+    os.replace(out + ".tmp", out)
+
+
+def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: float,
+        workdir: str) -> dict[str, Any]:
+    root = os.path.join(workdir, f"q-{impl}-{workers}-{int(durable)}")
+    shutil.rmtree(root, ignore_errors=True)
+    q = mod.TaskQueue.create(root, mod.QueueConfig(durable=durable), lock="fcntl")
+    a = time.monotonic()
+    q.put_many([(f"t{i:06d}", None) for i in range(n_tasks)])
+    put_s = time.monotonic() - a
+    load = os.getloadavg()[0]
+    t0 = time.monotonic() + 0.5 + 0.01 * workers  # after every fork and open
+    outs = [os.path.join(root, f".log{w}.json") for w in range(workers)]
+    procs = [CTX.Process(target=_worker, args=(mod, root, w, t0, t0 + limit, outs[w]))
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(limit + 120)
+    killed = sum(p.is_alive() for p in procs)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    logs = [json.load(open(o)) for o in outs if os.path.exists(o)]
+    claimed = [t for lg in logs for t in lg["claimed"]]
+    waits = np.array([w for lg in logs for w in lg["waits"]] or [0.0])
+    elapsed = max(lg["end"] for lg in logs)
+    problems = []
+    if killed or len(logs) != workers:
+        problems.append(f"{killed} killed, {workers - len(logs)} without a log")
+    if len(set(claimed)) != len(claimed):
+        problems.append(f"{len(claimed) - len(set(claimed))} tasks claimed twice")
+    if sum(lg["not_ok"] for lg in logs):
+        problems.append("a complete() returned False")
+    counts = q.counts()
+    want = {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}
+    if counts != want:
+        problems.append(f"counts {counts}, expected {want}")
+    problems += q.check()
+    shutil.rmtree(root, ignore_errors=True)
+    n = len(claimed)
+    return {"impl": impl, "workers": workers, "durable": durable, "tasks": n_tasks, "done": n,
+            "put_s": put_s, "elapsed_s": elapsed, "tasks_per_s": n / elapsed,
+            "ops_per_s": 2 * n / elapsed, "wait_ms_p50": 1e3 * float(np.median(waits)),
+            "wait_ms_p99": 1e3 * float(np.percentile(waits, 99)),
+            "wait_ms_max": 1e3 * float(waits.max()), "load_1min": load,
+            "verified": not problems, "problems": problems[:5]}
+
+
+def row(r: dict[str, Any]) -> str:
+    return (f"| {r['impl']} | {r['workers']} | {'yes' if r['durable'] else 'no'} | "
+            f"{r['done']}/{r['tasks']} in {r['elapsed_s']:.1f} s | **{r['ops_per_s']:,.0f}** | "
+            f"{r['tasks_per_s']:,.0f} | {r['wait_ms_p50']:.2f} / {r['wait_ms_p99']:.1f} / "
+            f"{r['wait_ms_max']:.0f} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
+            f"{r['load_1min']:.1f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", default="1,16,64,256")
+    p.add_argument("--durable", choices=("yes", "no", "both"), default="both")
+    p.add_argument("--impl", default="new,old", help="comma list of new, old")
+    p.add_argument("--old-rev", default="2ed91be")
+    p.add_argument("--tasks", type=int, default=4000)
+    p.add_argument("--limit", type=float, default=20.0, help="seconds per run (bounded)")
+    p.add_argument("--dir", default=tempfile.gettempdir(), help="local-disk work directory")
+    p.add_argument("--json", help="also write the results here")
+    a = p.parse_args(argv)
+    mods = {impl: load_impl(impl, a.old_rev) for impl in a.impl.split(",")}
+    durables = {"yes": [True], "no": [False], "both": [True, False]}[a.durable]
+    workdir = tempfile.mkdtemp(prefix="queue-scaling-", dir=a.dir)
+    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | put_many s | verified | load |")
+    print("|---|--:|---|--:|--:|--:|--:|--:|---|--:|")
+    results = []
+    try:
+        for durable in durables:
+            for w in map(int, a.workers.split(",")):
+                for impl, mod in mods.items():  # old and new back to back: same conditions
+                    r = run(mod, impl, w, durable, a.tasks, a.limit, workdir)
+                    results.append(r)
+                    print(row(r), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if all(r["verified"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
