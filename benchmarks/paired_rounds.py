@@ -179,7 +179,8 @@ def main() -> None:
                     choices=("summary-batch", "batch", "summary-acquire", "acquire",
                              "buckets-batch", "buckets-single", "flow-batch"))
     ap.add_argument("--buckets", default="cython", choices=("cython", "cffi"),
-                    help="the bucket class of the new build (buckets-* workloads)")
+                    help="the new build's bucket class (buckets-* workloads; the old build's "
+                         "is its fastest)")
     ap.add_argument("--pairs", type=int, default=3, help="process pairs, each a new seed")
     ap.add_argument("--rounds", type=int, default=40, help="rounds per process (2 untimed)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -187,15 +188,16 @@ def main() -> None:
     if args.child:
         src, workload, rounds, seed = args.child
         return _child(src, workload, int(rounds), int(seed))
-    workload = args.workload
-    if workload.startswith("buckets-"):
-        workload = f"{workload}:{args.buckets}"
+    # the old build's bucket class is its fastest; --buckets picks the new build's
+    sides = [args.workload, args.workload]
+    if args.workload.startswith("buckets-"):
+        sides = [f"{args.workload}:cython", f"{args.workload}:{args.buckets}"]
     ta, tb, ratio = [], [], []
     for seed in range(args.pairs):
         ps = [subprocess.Popen([sys.executable, __file__, "x", "x", "--child", src,
-                                workload, str(args.rounds), str(seed)],
+                                side, str(args.rounds), str(seed)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-              for src in (args.a, args.b)]
+              for src, side in zip((args.a, args.b), sides)]
         for p in ps:
             if p.stdout.readline().strip() != "ready":
                 raise SystemExit("a child failed to start (see its traceback above)")
