@@ -68,7 +68,7 @@ ext_modules = cythonize(
 if wanted("libbursarcore"):
     ext_modules.append(Extension(LIBRARY, CORE_SOURCES, include_dirs=CORE_INCLUDE,
                                  extra_compile_args=extra + ["-std=c11"],
-                                 extra_link_args=link))
+                                 extra_link_args=link, libraries=["m"]))
 
 
 class BuildExt(build_ext):

@@ -309,3 +309,35 @@ def test_growth_keeps_every_bucket(core):
     for k in range(5000):                               # many doublings from 16 rows
         assert lib.bc_buckets_append(b, k, 1, -1, 0, ffi.NULL) == lib.BC_OK
     assert columns(core, b)[0] == list(range(5000))
+
+
+def test_the_f64_batch_converts_as_units_and_decides_as_the_int64_one(core):
+    ffi, lib = core
+    rng = np.random.default_rng(5)
+    n = 2000
+    idx = rng.integers(0, 3, n).astype(np.int64)
+    amt_f = np.array([round(x, int(k)) for x, k in                 # awkward decimals too
+                      zip(rng.uniform(0, 3, n), rng.integers(0, 8, n))])
+    now_f = np.sort(rng.uniform(0, 50, n))
+    amt_i = np.array([units.to_fixed(float(x)) for x in amt_f], dtype=np.int64)
+    now_i = np.array([units.to_ns(float(x)) for x in now_f], dtype=np.int64)
+    p = lambda a, t="int64_t *": ffi.cast(t, a.ctypes.data)  # noqa: E731
+    a, b = table(core), table(core)
+    ga, gb = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
+    assert lib.bc_buckets_try_debit_batch(a, p(idx), n, p(amt_i), n, p(now_i), n,
+                                          p(ga, "uint8_t *"), ffi.NULL) == lib.BC_OK
+    assert lib.bc_buckets_try_debit_batch_f64(b, p(idx), n, p(amt_f, "double *"), n,
+                                              p(now_f, "double *"), n,
+                                              p(gb, "uint8_t *"), ffi.NULL) == lib.BC_OK
+    assert ga.tolist() == gb.tolist() and 0 < ga.sum() < n
+    assert columns(core, a) == columns(core, b)
+    before = columns(core, b)
+    for bad_amount, bad_now in ((math.nan, 60.0), (-1e-9, 60.0), (1.0, math.inf),
+                                (1.0, math.nan), (5e12, 60.0)):
+        x, t = np.array([1.0, bad_amount]), np.array([60.0, bad_now])
+        where = ffi.new("size_t *")
+        assert lib.bc_buckets_try_debit_batch_f64(
+            b, p(idx[:2]), 2, p(x, "double *"), 2, p(t, "double *"), 2,
+            p(gb, "uint8_t *"), where) == lib.BC_ERANGE
+        assert where[0] == 1
+        assert columns(core, b) == before

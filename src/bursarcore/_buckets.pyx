@@ -18,7 +18,7 @@ from libc.stdint cimport int64_t, uint8_t
 from . import _validate, units
 from ._corestatus import status_error, time_error, watermark_error
 from .errors import InvalidArgument
-from .reference.buckets import _validate_state
+from .reference.buckets import _validate_state, initial
 
 cnp.import_array()
 
@@ -52,6 +52,10 @@ cdef extern from "bursarcore.h" nogil:
                                    const int64_t* amount, size_t n_amount,
                                    const int64_t* now, size_t n_now,
                                    uint8_t* granted, size_t* bad)
+    int bc_buckets_try_debit_batch_f64(bc_buckets* b, const int64_t* idx, size_t n,
+                                       const double* amount, size_t n_amount,
+                                       const double* now, size_t n_now,
+                                       uint8_t* granted, size_t* bad)
     int bc_buckets_refund(bc_buckets* b, size_t i, int64_t amount, int64_t now,
                           int64_t* credited)
     int bc_buckets_set_rate(bc_buckets* b, size_t i, int64_t rate, int64_t now)
@@ -98,14 +102,6 @@ cdef inline object _units(int64_t x):
     return <object>x / units.SCALE
 
 
-cdef inline bint _fixed_ok(double x) noexcept nogil:
-    return x >= 0 and x <= MAX_UNITS             # NaN fails both, inf the second
-
-
-cdef inline bint _seconds_ok(double x) noexcept nogil:
-    return fabs(x) <= MAX_SECONDS                # NaN and inf fail
-
-
 cdef inline bint _plain(object a, int typenum, Py_ssize_t n):
     """``a`` is a 1-D, C-contiguous, aligned, native-order array of ``typenum`` and length n."""
     if type(a) is not np.ndarray:
@@ -134,13 +130,9 @@ cdef class TokenBuckets:
         bc_buckets_free(self._h)
 
     def __init__(self, capacity, rate, tokens=None, now=0.0):
-        cap = units.fixed_array(np.atleast_1d(capacity), "capacity")
+        cap, rat, tok, t0_ = initial(capacity, rate, tokens, now)
         n = cap.shape[0]
-        rat = units.fixed_array(rate, "rate", n)
-        tok = cap.copy() if tokens is None else units.fixed_array(tokens, "tokens", n)
-        if (tok > cap).any():
-            raise InvalidArgument("tokens", "must be <= capacity", units.from_fixed(int(tok.max())))
-        cdef int64_t t0 = _ns(now)
+        cdef int64_t t0 = t0_
         self._open(n, t0)
         cdef const int64_t[::1] c = np.ascontiguousarray(cap)
         cdef const int64_t[::1] r = np.ascontiguousarray(rat)
@@ -233,71 +225,42 @@ cdef class TokenBuckets:
         return out
 
     cdef object _batch_fast(self, object idx, object amounts, object now):
-        """try_debit_batch for the common call, converted in one pass per input, or None.
-
-        Taken when ``idx`` is a plain int64 array, ``amounts`` a float or a plain float64
-        array and ``now`` a float or a plain float64 array, every value in range. The core
-        checks indices and times; anything it refuses, and any other input, returns None
-        and the general path (units.*_array, _validate.batch_times) decides, which is the
-        one that raises. Same integers: llrint of the same IEEE product that
-        units.*_array rounds with np.rint.
-        """
-        cdef Py_ssize_t n, k
-        cdef const double* src
-        cdef int64_t* dst
-        cdef bint bad = False
-        cdef double x
-        cdef int64_t t1
+        """try_debit_batch for the common call, or None: ``idx`` a plain int64 array,
+        ``amounts`` and ``now`` floats or plain float64 arrays, handed to the core as they
+        are (it converts them as units does, and checks them). Anything else, and any call
+        the core refuses (having changed nothing), returns None: the general path
+        (units.*_array, _validate.batch_times) decides, which is the one that raises."""
+        cdef Py_ssize_t n
+        cdef double a1, t1
+        cdef const double* ap
+        cdef const double* tp
+        cdef size_t na = 1, nt = 1, bad = 0
         if not _plain(idx, cnp.NPY_INT64, -1):
             return None
         n = cnp.PyArray_DIM(<cnp.ndarray>idx, 0)
         if n == 0:
             return None
         if isinstance(amounts, float):
-            x = <double>amounts
-            if not _fixed_ok(x):
-                return None
-            amt = np.empty(1, dtype=np.int64)        # one amount for every request
-            (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt))[0] = llrint(x * SCALE_D)
+            a1 = <double>amounts
+            ap = &a1
         elif _plain(amounts, cnp.NPY_FLOAT64, n):
-            amt = np.empty(n, dtype=np.int64)
-            dst = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>amt)
-            src = <const double*>cnp.PyArray_DATA(<cnp.ndarray>amounts)
-            with nogil:
-                for k in range(n):
-                    x = src[k]
-                    if not _fixed_ok(x):
-                        bad = True
-                        break
-                    dst[k] = llrint(x * SCALE_D)
-            if bad:
-                return None
+            ap = <const double*>cnp.PyArray_DATA(<cnp.ndarray>amounts)
+            na = <size_t>n
         else:
             return None
-
         if isinstance(now, float):
-            x = <double>now
-            if not _seconds_ok(x):
-                return None
-            ts = np.empty(1, dtype=np.int64)
-            (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ts))[0] = llrint(x * NS_D)
+            t1 = <double>now
+            tp = &t1
         elif _plain(now, cnp.NPY_FLOAT64, n):
-            ts = np.empty(n, dtype=np.int64)
-            src = <const double*>cnp.PyArray_DATA(<cnp.ndarray>now)
-            dst = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ts)
-            with nogil:
-                for k in range(n):
-                    x = src[k]
-                    if not _seconds_ok(x):
-                        bad = True
-                        break
-                    dst[k] = llrint(x * NS_D)
-            if bad:
-                return None
+            tp = <const double*>cnp.PyArray_DATA(<cnp.ndarray>now)
+            nt = <size_t>n
         else:
             return None
         out = np.empty(n, dtype=np.bool_)
-        if self._debit(idx, amt, ts, out) != BC_OK:
+        # the GIL stays held: another thread's append() may move the rows (see _debit)
+        if bc_buckets_try_debit_batch_f64(
+                self._h, <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>idx), <size_t>n,
+                ap, na, tp, nt, <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>out), &bad) != BC_OK:
             return None
         return out
 

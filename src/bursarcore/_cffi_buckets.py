@@ -21,7 +21,7 @@ import numpy as np
 from . import _validate, units
 from ._cffi_core import ffi, lib
 from ._corestatus import status_error, time_error, watermark_error
-from .reference.buckets import _validate_state
+from .reference.buckets import _validate_state, initial
 
 __all__ = ["TokenBuckets"]
 
@@ -30,6 +30,12 @@ _EINDEX = lib.BC_EINDEX
 _ETIME = lib.BC_ETIME
 _NEVER = lib.BC_NEVER
 _EXACT_INT = 1 << 53
+
+
+def _plain(a: Any, dtype: type) -> bool:
+    """A 1-D, C-contiguous, aligned, native-order array of ``dtype``."""
+    return (type(a) is np.ndarray and a.ndim == 1 and a.dtype == dtype
+            and a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative)
 
 
 def _ptr(a: np.ndarray, ctype: str = "int64_t *") -> Any:
@@ -42,13 +48,8 @@ class TokenBuckets:
     backend = "cffi"
 
     def __init__(self, capacity: Any, rate: Any, tokens: Any = None, now: float = 0.0) -> None:
-        cap = units.fixed_array(np.atleast_1d(capacity), "capacity")
+        cap, rat, tok, t0 = initial(capacity, rate, tokens, now)
         n = cap.shape[0]
-        rat = units.fixed_array(rate, "rate", n)
-        tok = cap.copy() if tokens is None else units.fixed_array(tokens, "tokens", n)
-        if (tok > cap).any():
-            raise status_error(lib.BC_ETOKENS, "tokens", units.from_fixed(int(tok.max())))
-        t0 = units.to_ns(now)
         self._open(n, t0)
         c, r, k = (np.ascontiguousarray(x, dtype=np.int64) for x in (cap, rat, tok))
         st = self._call(lib.bc_buckets_extend, _ptr(c), _ptr(r), _ptr(k), n, t0, ffi.NULL)
@@ -112,11 +113,34 @@ class TokenBuckets:
         return bool(granted[0])
 
     def try_debit_batch(self, idx: Any, amounts: Any, now: Any) -> np.ndarray:
+        out = self._batch_fast(idx, amounts, now)
+        if out is not None:
+            return out
         ix = np.ascontiguousarray(units.index_array(idx, len(self)), dtype=np.int64)
         n = ix.shape[0]
         amt = np.ascontiguousarray(units.fixed_array(amounts, "amounts", n), dtype=np.int64)
         ts = np.ascontiguousarray(units.ns_array(now, "now", n), dtype=np.int64)
         return self._debit(ix, amt, ts)
+
+    def _batch_fast(self, idx: Any, amounts: Any, now: Any) -> np.ndarray | None:
+        """The common call (an int64 index array, floats or float64 arrays) handed to the
+        core as it is, which converts and checks it; None for anything else or anything
+        the core refuses (having changed nothing): the general path then decides."""
+        if not (_plain(idx, np.int64) and idx.shape[0]):
+            return None
+        n = idx.shape[0]
+        cols = []
+        for x in (amounts, now):
+            if isinstance(x, float):
+                cols.append((ffi.new("double *", x), 1))
+            elif _plain(x, np.float64) and x.shape[0] == n:
+                cols.append((ffi.cast("double *", x.ctypes.data), n))
+            else:
+                return None
+        out = np.empty(n, dtype=np.bool_)
+        st = self._call(lib.bc_buckets_try_debit_batch_f64, _ptr(idx), n, *cols[0], *cols[1],
+                        _ptr(out, "uint8_t *"), ffi.NULL)
+        return out if st == _OK else None
 
     def _debit(self, ix: np.ndarray, amt: np.ndarray, ts: np.ndarray) -> np.ndarray:
         n = ix.shape[0]

@@ -44,6 +44,7 @@ ffibuilder.set_source(
     sources=[_rel(p) for p in SOURCES],
     include_dirs=[_rel(os.path.join(CORE, "include")), _rel(os.path.join(CORE, "src"))],
     extra_compile_args=["-O3", "-g0"] if os.name != "nt" else ["/O2"],
+    libraries=["m"] if os.name != "nt" else [],
 )
 
 if __name__ == "__main__":

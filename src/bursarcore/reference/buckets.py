@@ -21,7 +21,7 @@ from .. import _validate, units
 from ..errors import InvalidArgument, TimeWentBackwards
 from ..units import NS, SCALE
 
-__all__ = ["TokenBuckets", "refill", "MAX_WAIT"]
+__all__ = ["TokenBuckets", "refill", "initial", "MAX_WAIT"]
 
 #: the longest wait ``time_until`` reports, in ns (146 years); a longer one is ``inf``,
 #: as for a wait no time ends
@@ -41,19 +41,28 @@ def refill(tokens: int, rem: int, capacity: int, rate: int, dt: int) -> tuple[in
     return tokens + gained // NS, gained % NS
 
 
+def initial(capacity: Any, rate: Any, tokens: Any, now: Any) -> tuple[np.ndarray, np.ndarray,
+                                                                      np.ndarray, int]:
+    """A new table's arguments at the edge, checked and converted (every backend's
+    constructor): capacities, rates and tokens as int64 fixed point (tokens default to
+    full, never above the capacity) and ``now`` in ns."""
+    cap = units.fixed_array(np.atleast_1d(capacity), "capacity")
+    n = cap.shape[0]
+    rat = units.fixed_array(rate, "rate", n)
+    tok = cap.copy() if tokens is None else units.fixed_array(tokens, "tokens", n)
+    if (tok > cap).any():
+        raise InvalidArgument("tokens", "must be <= capacity", units.from_fixed(int(tok.max())))
+    return cap, rat, tok, units.to_ns(now)
+
+
 class TokenBuckets:
     """N token buckets; see :class:`bursarcore.buckets.TokenBuckets` for the contract."""
 
     backend = "reference"
 
     def __init__(self, capacity: Any, rate: Any, tokens: Any = None, now: float = 0.0) -> None:
-        cap = units.fixed_array(np.atleast_1d(capacity), "capacity")
+        cap, rat, tok, t0 = initial(capacity, rate, tokens, now)
         n = cap.shape[0]
-        rat = units.fixed_array(rate, "rate", n)
-        tok = cap.copy() if tokens is None else units.fixed_array(tokens, "tokens", n)
-        if (tok > cap).any():
-            raise InvalidArgument("tokens", "must be <= capacity", units.from_fixed(int(tok.max())))
-        t0 = units.to_ns(now)
         self._cap = [int(x) for x in cap]
         self._rate = [int(x) for x in rat]
         self._tok = [int(x) for x in tok]

@@ -115,6 +115,15 @@ int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, size_t n,
                                const int64_t *now, size_t n_now,
                                uint8_t *granted, size_t *bad);
 
+/* The same batch with amounts in units and times in seconds as doubles (a host
+ * language's floats), each converted as llrint(x * BC_SCALE) and llrint(x * BC_NS) (the
+ * conversion of bursarcore.units, so the same integers). A value that is not finite or
+ * is out of range is refused with BC_ERANGE, as an integer one would be. */
+int bc_buckets_try_debit_batch_f64(bc_buckets *b, const int64_t *idx, size_t n,
+                                   const double *amount, size_t n_amount,
+                                   const double *now, size_t n_now,
+                                   uint8_t *granted, size_t *bad);
+
 /* Settles bucket i at `now`, then credits up to `amount` (never beyond the capacity);
  * what was credited goes to *credited. */
 int bc_buckets_refund(bc_buckets *b, size_t i, int64_t amount, int64_t now,

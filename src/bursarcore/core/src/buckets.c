@@ -3,6 +3,7 @@
  * (size, rate, tokens, remainder, last update, 3 words of scratch), so a random access
  * touches one cache line; rows are 64-byte aligned.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +96,24 @@ static int at(const bc_buckets *b, size_t i, int64_t t)
         return BC_EINDEX;
     if (t < row(b, i)[LAST])
         return BC_ETIME;
+    return BC_OK;
+}
+
+/* The start of a one-bucket update: every check (value is the amount or rate, out the
+ * caller's result pointer), then bucket i settled at `now`, its row in *r. */
+static int begin(bc_buckets *b, size_t i, int64_t value, int64_t now, const void *out,
+                 int64_t **r)
+{
+    int st = at(b, i, now);
+    if (st != BC_OK)
+        return st;
+    if (out == NULL)
+        return BC_EINVAL;
+    if (!amount_ok(value))
+        return BC_ERANGE;
+    *r = row(b, i);
+    refill(*r, now);
+    touch(b, now);
     return BC_OK;
 }
 
@@ -260,16 +279,9 @@ int bc_buckets_try_debit(bc_buckets *b, size_t i, int64_t amount, int64_t now,
                          int *granted)
 {
     int64_t *r;
-    int st = at(b, i, now);
+    int st = begin(b, i, amount, now, granted, &r);
     if (st != BC_OK)
         return st;
-    if (granted == NULL)
-        return BC_EINVAL;
-    if (!amount_ok(amount))
-        return BC_ERANGE;
-    r = row(b, i);
-    refill(r, now);
-    touch(b, now);
     if (r[BC_B_TOK] >= amount) {
         r[BC_B_TOK] -= amount;
         *granted = 1;
@@ -279,11 +291,38 @@ int bc_buckets_try_debit(bc_buckets *b, size_t i, int64_t amount, int64_t now,
     return BC_OK;
 }
 
+/* A batch's inputs: int64 fixed point and ns, or (f64) doubles in units and seconds
+ * converted here as the Python edge converts them (llrint of the IEEE product, so the
+ * same integers as bursarcore.units). one: a single value for every request. */
+typedef struct {
+    const void *p;
+    int one;
+    int f64;
+    double scale;       /* f64: BC_SCALE or BC_NS */
+} column;
+
+BC_ALWAYS_INLINE int64_t value(column c, size_t k)
+{
+    size_t j = c.one ? 0 : k;
+    return c.f64 ? (int64_t)llrint(((const double *)c.p)[j] * c.scale)
+                 : ((const int64_t *)c.p)[j];
+}
+
+/* An f64 input that llrint may convert: finite and within the range (NaN fails). */
+BC_ALWAYS_INLINE int convertible(column c, size_t k, double lo, double hi)
+{
+    double x = ((const double *)c.p)[c.one ? 0 : k];
+    return !c.f64 || (x >= lo && x <= hi);
+}
+
+#define MAX_UNITS_F ((double)BC_MAX_AMOUNT / (double)BC_SCALE)
+#define MAX_SECONDS_F ((double)BC_MAX_TIME / (double)BC_NS)
+
 /* Every check of a batch, before any bucket changes. The common batch (times sorted and
  * none before the watermark) needs one pass over the inputs; otherwise each touched row's
  * scratch word tracks the newest time seen for it, so times must not decrease per bucket. */
-static int batch_check(bc_buckets *b, const int64_t *idx, size_t n, const int64_t *amount,
-                       size_t n_amount, const int64_t *now, size_t n_now, size_t *bad)
+BC_ALWAYS_INLINE int batch_check(bc_buckets *b, const int64_t *idx, size_t n, column amount,
+                                 size_t n_amount, column now, size_t n_now, size_t *bad)
 {
     size_t k;
     int sorted = 1;
@@ -293,16 +332,17 @@ static int batch_check(bc_buckets *b, const int64_t *idx, size_t n, const int64_
     for (k = 0; k < n; k++)
         worst |= (uint64_t)idx[k] >= size;
     for (k = 0; k < n_amount; k++)
-        worst |= (uint64_t)amount[k] > (uint64_t)BC_MAX_AMOUNT;
+        worst |= !convertible(amount, k, 0.0, MAX_UNITS_F)
+                 | ((uint64_t)value(amount, k) > (uint64_t)BC_MAX_AMOUNT);
     if (worst) {
-        for (k = 0; (uint64_t)idx[k] < size && amount_ok(amount[n_amount == 1 ? 0 : k]); k++)
+        for (k = 0; (uint64_t)idx[k] < size && convertible(amount, k, 0.0, MAX_UNITS_F)
+                    && amount_ok(value(amount, k)); k++)
             ;
         *bad = k;
         return (uint64_t)idx[k] >= size ? BC_EINDEX : BC_ERANGE;
     }
     for (k = 0; k < n_now; k++) {
-        t = now[k];
-        if (!time_ok(t)) {
+        if (!convertible(now, k, -MAX_SECONDS_F, MAX_SECONDS_F) || !time_ok(t = value(now, k))) {
             *bad = k;
             return BC_ERANGE;
         }
@@ -315,7 +355,7 @@ static int batch_check(bc_buckets *b, const int64_t *idx, size_t n, const int64_
         row(b, (size_t)idx[k])[SEEN] = row(b, (size_t)idx[k])[LAST];
     for (k = 0; k < n; k++) {
         int64_t *r = row(b, (size_t)idx[k]);
-        t = now[n_now == 1 ? 0 : k];
+        t = value(now, k);
         if (t < r[SEEN]) {
             *bad = k;
             return BC_ETIME;
@@ -325,24 +365,23 @@ static int batch_check(bc_buckets *b, const int64_t *idx, size_t n, const int64_
     return BC_OK;
 }
 
-/* The batch's loop, written once; inlined with constant flags into four copies, so none
- * tests per request whether the amount or the time is one for all. */
-BC_ALWAYS_INLINE int64_t
-debit_loop(int64_t *base, const int64_t *idx, size_t n, const int64_t *amount,
-           int one_amount, const int64_t *now, int one_now, uint8_t *granted)
+/* The batch's loop, written once; inlined with constant flags into one copy per input
+ * shape, so none tests per request whether a value is one for all or a double. */
+BC_ALWAYS_INLINE int64_t debit_loop(int64_t *base, const int64_t *idx, size_t n,
+                                    column amount, column now, uint8_t *granted)
 {
     size_t k;
-    int64_t *r, t = now[0], a = amount[0], newest = now[0];
+    int64_t *r, t = value(now, 0), a = value(amount, 0), newest = t;
     for (k = 0; k < n; k++) {
         /* random rows of a table larger than the cache each cost a memory round trip;
          * asking for row k + AHEAD now overlaps those trips. A prefetch never faults. */
         if (k + AHEAD < n)
             PREFETCH_W(base + idx[k + AHEAD] * W);
         r = base + idx[k] * W;
-        if (!one_now)
-            t = now[k];
-        if (!one_amount)
-            a = amount[k];
+        if (!now.one)
+            t = value(now, k);
+        if (!amount.one)
+            a = value(amount, k);
         refill(r, t);
         if (r[BC_B_TOK] >= a) {
             r[BC_B_TOK] -= a;
@@ -350,10 +389,43 @@ debit_loop(int64_t *base, const int64_t *idx, size_t n, const int64_t *amount,
         } else {
             granted[k] = 0;
         }
-        if (!one_now && t > newest)
+        if (!now.one && t > newest)
             newest = t;
     }
     return newest;
+}
+
+BC_ALWAYS_INLINE int batch(bc_buckets *b, const int64_t *idx, size_t n, const void *amount,
+                           size_t n_amount, const void *now, size_t n_now, uint8_t *granted,
+                           size_t *bad, int f64)
+{
+    size_t where = 0;
+    int64_t newest;
+    int st;
+    column am = {amount, 0, f64, (double)BC_SCALE}, tm = {now, 0, f64, (double)BC_NS};
+    if (b == NULL || (n && (idx == NULL || amount == NULL || now == NULL || granted == NULL)))
+        return BC_EINVAL;
+    if (n == 0)
+        return BC_OK;
+    if ((n_now != 1 && n_now != n) || (n_amount != 1 && n_amount != n))
+        return BC_EINVAL;
+    am.one = n_amount == 1;
+    tm.one = n_now == 1;
+    st = batch_check(b, idx, n, am, n_amount, tm, n_now, &where);
+    if (st != BC_OK) {
+        if (bad != NULL)
+            *bad = where;
+        return st;
+    }
+    /* constant flags (f64 is one too: batch is inlined into each entry point), so the
+     * compiler makes one loop per shape */
+#define LOOP(one_amount, one_now)                                                      \
+    debit_loop(b->rows, idx, n, (column){amount, one_amount, f64, (double)BC_SCALE},  \
+               (column){now, one_now, f64, (double)BC_NS}, granted)
+    newest = am.one ? (tm.one ? LOOP(1, 1) : LOOP(1, 0)) : (tm.one ? LOOP(0, 1) : LOOP(0, 0));
+#undef LOOP
+    touch(b, newest);
+    return BC_OK;
 }
 
 int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, size_t n,
@@ -361,46 +433,24 @@ int bc_buckets_try_debit_batch(bc_buckets *b, const int64_t *idx, size_t n,
                                const int64_t *now, size_t n_now,
                                uint8_t *granted, size_t *bad)
 {
-    size_t where = 0;
-    int64_t newest;
-    int st;
-    if (b == NULL || (n && (idx == NULL || amount == NULL || now == NULL || granted == NULL)))
-        return BC_EINVAL;
-    if (n == 0)
-        return BC_OK;
-    if ((n_now != 1 && n_now != n) || (n_amount != 1 && n_amount != n))
-        return BC_EINVAL;
-    st = batch_check(b, idx, n, amount, n_amount, now, n_now, &where);
-    if (st != BC_OK) {
-        if (bad != NULL)
-            *bad = where;
-        return st;
-    }
-    if (n_amount == 1 && n > 1)
-        newest = n_now == 1 ? debit_loop(b->rows, idx, n, amount, 1, now, 1, granted)
-                            : debit_loop(b->rows, idx, n, amount, 1, now, 0, granted);
-    else
-        newest = n_now == 1 && n > 1
-            ? debit_loop(b->rows, idx, n, amount, 0, now, 1, granted)
-            : debit_loop(b->rows, idx, n, amount, 0, now, 0, granted);
-    touch(b, newest);
-    return BC_OK;
+    return batch(b, idx, n, amount, n_amount, now, n_now, granted, bad, 0);
+}
+
+int bc_buckets_try_debit_batch_f64(bc_buckets *b, const int64_t *idx, size_t n,
+                                   const double *amount, size_t n_amount,
+                                   const double *now, size_t n_now,
+                                   uint8_t *granted, size_t *bad)
+{
+    return batch(b, idx, n, amount, n_amount, now, n_now, granted, bad, 1);
 }
 
 int bc_buckets_refund(bc_buckets *b, size_t i, int64_t amount, int64_t now,
                       int64_t *credited)
 {
     int64_t *r;
-    int st = at(b, i, now);
+    int st = begin(b, i, amount, now, credited, &r);
     if (st != BC_OK)
         return st;
-    if (credited == NULL)
-        return BC_EINVAL;
-    if (!amount_ok(amount))
-        return BC_ERANGE;
-    r = row(b, i);
-    refill(r, now);
-    touch(b, now);
     *credited = bc_bucket_refund(r, amount);
     return BC_OK;
 }
@@ -408,14 +458,9 @@ int bc_buckets_refund(bc_buckets *b, size_t i, int64_t amount, int64_t now,
 int bc_buckets_set_rate(bc_buckets *b, size_t i, int64_t rate, int64_t now)
 {
     int64_t *r;
-    int st = at(b, i, now);
+    int st = begin(b, i, rate, now, b, &r);      /* (no result pointer: b stands in) */
     if (st != BC_OK)
         return st;
-    if (!amount_ok(rate))
-        return BC_ERANGE;
-    r = row(b, i);
-    refill(r, now);
-    touch(b, now);
     r[BC_B_RATE] = rate;
     return BC_OK;
 }
