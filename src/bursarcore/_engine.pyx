@@ -103,6 +103,7 @@ cdef extern from "rules.h" nogil:
     int64_t bc_firm_limit(int64_t cap, int64_t F, int64_t U, int64_t unmet_own)
     int64_t bc_warm_firm(int64_t free, int64_t firm_limit)
     int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
+    int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
 
 cdef extern from *:
     """
@@ -687,7 +688,7 @@ cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64
     if firm:
         lim_firm = bc_firm_limit(e.cap[d], e.F[d], e.U[d], k_unmet(e, c, d))
         lim_warm = bc_warm_firm(free, lim_firm)
-        o.lim_cap = imin(free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]), lim_firm)
+        o.lim_cap = imin(bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]), lim_firm)
     else:
         lim_warm = bc_warm_opportunistic(free, e.headroom[d])
         o.lim_cap = lim_warm
@@ -1581,6 +1582,20 @@ def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t du
     return k_never(&x.e, c, d, k, nmin, dur, pm)
 
 
+def dim_figures(st, Py_ssize_t d):
+    """Dimension d's capacity levels (SPEC §4.1): free units above the warm headroom,
+    units a reclaim can reach, and the firm room; see
+    :func:`bursarcore.reference.engine.dim_figures`."""
+    cdef _Ctx x = _ctx(st)
+    if d < 0 or d >= x.e.D:
+        raise IndexError(f"dimension {d} out of range")
+    cdef Eng* e = &x.e
+    cdef int64_t free = k_free(e, d)
+    return (bc_warm_opportunistic(free, e.headroom[d]),
+            bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]),
+            bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0))
+
+
 def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
     """ns until c's bucket holds the tokens n more units for dur ns need, refilling at
     s − H; -1 when it holds them now or never refills (SPEC §4.2, §4.5); see
@@ -2370,9 +2385,9 @@ cdef class FastAcquire:
             hf, hr, ho, hp = lf[d], lr[d], lo[d], lp[d]
             if hf or hr or ho:
                 free = k_free(e, d)
-                if hf and hf[0][0] <= free - e.headroom[d]:
+                if hf and hf[0][0] <= bc_warm_opportunistic(free, e.headroom[d]):
                     return True
-                if hr and hr[0][0] <= free + e.oppa[d] + imax(0, e.rev[d] - e.prom[d]):
+                if hr and hr[0][0] <= bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]):
                     return True
                 if ho and ho[0][0] <= bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0):
                     return True

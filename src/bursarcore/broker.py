@@ -1127,11 +1127,10 @@ class Broker:
         elif lcred < m and not st.cls[q.k, 2]:
             pass                                  # unpriced: only refunds raise it
         elif lcap < m:
-            free = k.free_now(st, d)
             if st.cls[q.k, 3]:                    # opportunistic: free - headroom >= m
                 self._wpush(self._wfree[d], m, q)
                 own = False
-            elif free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])) < m:
+            elif k.dim_figures(st, d)[1] < m:     # what a reclaim can reach
                 self._wpush(self._wreach[d], m, q)
                 own = False
             else:                                 # cap - F - U + unmet(c, d) >= m
@@ -1181,11 +1180,7 @@ class Broker:
         """Dimension d's free units above the warm headroom, reachable units (free,
         reclaimable, revoking beyond promises) and firm room (capacity − firm holdings −
         unmet guarantees): what capacity limits compare with."""
-        st = self.st
-        free = self._k.free_now(st, d)
-        return (free - int(st.headroom[d]),
-                free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])),
-                int(st.cap[d]) - int(st.F[d]) - int(st.U[d]))
+        return self._k.dim_figures(self.st, d)
 
     def _wake_dim(self, d: int, woke: list | None = None) -> None:
         """Wake the keys filed on dimension d whose capacity threshold is met or whose

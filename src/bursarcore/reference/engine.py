@@ -221,13 +221,26 @@ def limits(st, c: int, d: int, k: int, dur: int, max_spend: int,
         if max_spend >= 0:
             lim_cred = min(lim_cred, max_spend * HOUR_NS // (dur * pm))
     free = free_now(st, d)
+    opportunistic, reachable, firm_room = dim_figures(st, d)
     if firm:
-        lim_firm = int(st.cap[d]) - int(st.F[d]) - int(st.U[d]) + unmet(st, c, d)
+        # §4.1 the reserve: the others' unmet guarantees stay free; c's own may be used
+        lim_firm = firm_room + unmet(st, c, d)
         lim_warm = min(free, lim_firm)
-        lim_cap = min(free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])), lim_firm)
+        lim_cap = min(reachable, lim_firm)
     else:
-        lim_warm = lim_cap = max(0, free - int(st.headroom[d]))
+        lim_warm = lim_cap = opportunistic
     return lim_ceil, lim_cap, lim_tok, lim_cred, lim_warm, pm
+
+
+def dim_figures(st, d: int) -> tuple[int, int, int]:
+    """Dimension d's capacity levels (SPEC §4.1): the free units above the warm headroom
+    (what an opportunistic lease may take), the units a reclaim can reach (free, lent to
+    opportunistic leases, and under preemption notice but not yet promised to a reclaim
+    grant), and the firm room (capacity less firm holdings and unmet guarantees)."""
+    free = free_now(st, d)
+    return (max(0, free - int(st.headroom[d])),
+            free + int(st.oppa[d]) + max(0, int(st.rev[d]) - int(st.prom[d])),
+            int(st.cap[d]) - int(st.F[d]) - int(st.U[d]))
 
 
 def quote(st, c: int, d: int, k: int, sizes, durs, t: int):

@@ -59,4 +59,11 @@ static inline int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
     return bc_max64(0, free - headroom);
 }
 
+/* §4.1, §6 what a reclaim can reach: free units, units lent to opportunistic leases, and
+ * units already under preemption notice that no reclaim grant has been promised. */
+static inline int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
+{
+    return free + oppa + bc_max64(0, rev - prom);
+}
+
 #endif /* BURSARCORE_RULES_H */
