@@ -26,7 +26,8 @@ import heapq
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import (Any, Callable, Concatenate, Iterable, Mapping, NamedTuple, ParamSpec,
+                    Sequence, TypeVar)
 
 import numpy as np
 
@@ -96,12 +97,17 @@ def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     return nmin, nmax, top
 
 
-def _op(method):
+_B = TypeVar("_B", bound="Broker")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:
     """A public operation: when it returns, the journal may commit a group (group commit
     happens only between operations, so a durable journal always ends on an operation
-    boundary and replays to a consistent state)."""
+    boundary and replays to a consistent state). The method keeps its signature."""
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: _B, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -290,7 +296,8 @@ class _Pending:
     arrival: int
     reason: int
     request: Intent | None = None
-    key: "_PKey | None" = field(default=None, repr=False, compare=False)
+    # (None only between construction and queueing: every reader sees the key it is filed under)
+    key: _PKey = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
 
 class _PKey:
@@ -633,9 +640,9 @@ class Broker:
             self._serve_pending(t)
         self._t = max(self._t, t)
         if note:
-            row = {}
+            row: dict[str, Any] = {}
             row["op"], row["t"], row["outcome"] = J.OP["advance"], t, 4
-            self.journal.add(row)
+            self.journal.add(row)  # type: ignore[union-attr]  # note is set only with a journal
 
     def _expire_until(self, t: int) -> int:
         """Expire leases due by t. With a journal, one at a time, so each record's "state
@@ -688,7 +695,7 @@ class Broker:
             fn(ev)
         if self.journal is None:
             return
-        row = {}
+        row: dict[str, Any] = {}
         row["op"], row["t"], row["campaign"], row["reason"] = J.OP[self._EV_OP[kind]], t, c, reason
         if lid is not None:
             row["lease"], row["units"], row["dim"] = lid, n, d
@@ -707,7 +714,7 @@ class Broker:
             row["deadline"] = deadline
         self.journal.add(row)
 
-    def _after(self, row: np.ndarray, c: int, d: int) -> None:
+    def _after(self, row: dict[str, Any] | np.ndarray, c: int, d: int) -> None:
         """The record's "state after" for (c, d), with the bucket settled to the record's
         time: an operation that does not touch the bucket (a refused release, a cancel)
         would otherwise record whatever an earlier, unjournaled read (``state()``,
@@ -1867,7 +1874,7 @@ class Broker:
         """Items j0..j of the compiled loop as ``acquire`` records, written in one pass
         from the loop's outputs straight into the journal's storage (journal/fill.py)."""
         from .journal.fill import fill_acquire
-        jn = self.journal
+        jn: Journal = self.journal  # type: ignore[assignment]  # called only with a journal
         rows = jn.reserve(j - j0)
         fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
                      out_r, out_l, rec, self.st.cls[:, 0], self._deficit_last, self.st.cost)
@@ -1896,7 +1903,8 @@ class Broker:
         ask = a
         if price:       # an unlimited budget (left = MAXV) bounds the cost by MAXV, as decide
             ask = min(a, min(left, MAXV) * units.SCALE // price)
-        allowed, retry, bound = self.flow.consume_fixed(
+        # (only flow dimensions get here, and a broker with flow dimensions has self.flow)
+        allowed, retry, bound = self.flow.consume_fixed(  # type: ignore[union-attr]
             np.array([c], np.int64), np.array([fd], np.int64), np.array([ask], np.int64),
             np.array([t], np.int64))
         got, wait = int(allowed[0]), int(retry[0])
@@ -2120,7 +2128,8 @@ class Broker:
         """Why a decision came out as it did, in one paragraph (a seq or a record)."""
         if self.journal is None and not isinstance(record, dict):
             raise InvalidArgument("record", "needs a journal: Broker(..., journal=...)", record)
-        rec = dict(self.journal.record(record) if not isinstance(record, dict) else record)
+        rec = dict(self.journal.record(record)  # type: ignore[union-attr]  # (checked above)
+                   if not isinstance(record, dict) else record)
         if 0 <= rec.get("dim", -1) < len(self.dims):
             rec.setdefault("dim_name", self.dims[rec["dim"]])
         if 0 <= rec.get("cls", -1) < len(self.classes):
@@ -2207,7 +2216,7 @@ class Broker:
 
     def _replay_one(self, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
         if op == J.OP["register"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             env = dict(p["envelope"])
             if env.get("credits") is None:
                 env["credits"] = math.inf
@@ -2236,10 +2245,10 @@ class Broker:
             self._advance(t)
             self._consume_ns(int(r["campaign"]), int(r["dim"]) - len(self.dims), int(r["nmax"]), t)
         elif op == J.OP["add_nodes"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             self.add_nodes(p["dim"], [tuple(x) for x in p["nodes"]])
         elif op == J.OP["remove_nodes"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             self.remove_nodes(p["dim"], p["nodes"], grace=p["grace"] / NS)
         else:
             raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
@@ -2260,7 +2269,7 @@ class Broker:
                         "revoking": int(st.rev[d]), "promised": int(st.prom[d]),
                         "congestion": k.congestion_ppm(st, d) / PPM,
                         "warm_headroom": int(st.headroom[d])}
-        camps = {}
+        camps: dict[str, dict[str, Any]] = {}
         for c, name in enumerate(self._names):
             for d in range(len(self.dims)):
                 k.settle(st, c, d, t)
