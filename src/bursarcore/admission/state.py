@@ -250,7 +250,10 @@ class EngineState:
                  epoch_ns: int = 0, reuse_after: int | None = REUSE_AFTER) -> None:
         D = len(capacity)
         self.D = D
-        z = lambda: np.zeros(D, dtype=np.int64)  # noqa: E731
+
+        def z() -> I64:
+            return np.zeros(D, dtype=np.int64)
+
         self.cap = np.array(capacity, dtype=np.int64)
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
