@@ -1544,7 +1544,8 @@ class Broker:
         self._serve_pending(t)
         return dec
 
-    def _journaled(self, op: int, lid: int, info: tuple[Any, ...] | None, t: int, ext: int, spend: int,
+    def _journaled(self, op: int, lid: int, info: tuple[Any, ...] | None, t: int, ext: int,
+                   spend: int,
                    dec: Decision) -> Decision:
         """Journal a release or renew decision on lease ``lid`` (``info``: its
         :meth:`_lease_info` from before the decision; None for a stale id, whose record

@@ -45,7 +45,8 @@ class InvalidArgument(BursarError, ValueError):
         self.value = value
         super().__init__(f"{field}: {rule} (got {_safe_repr(value)})")
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # keep field/rule through pickling (multiprocessing, services)
+    # keep field/rule through pickling (multiprocessing, services)
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.field, self.rule, self.value))
 
 
@@ -75,7 +76,8 @@ class JournalCorrupt(BursarError):
         self.problem = problem
         super().__init__(f"journal record {record}: {problem}")
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # the default would call __init__ with the message alone
+    # the default would call __init__ with the message alone
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.record, self.problem))
 
 

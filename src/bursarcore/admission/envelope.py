@@ -177,7 +177,8 @@ class Pool:
                     smap.append((f"{d}-node{full:04d}", rest))
             self.slot_map[d] = smap
         wh = _per_dim(warm_headroom, "warm_headroom")
-        self.warm_headroom: dict[str, int] = {d: _whole(wh.get(d, 0), f"warm_headroom[{d}]") for d in self.capacity}
+        self.warm_headroom: dict[str, int] = {
+            d: _whole(wh.get(d, 0), f"warm_headroom[{d}]") for d in self.capacity}
         for d in wh:
             if d not in self.capacity:
                 raise InvalidArgument(f"warm_headroom[{d}]", "names a dimension the pool lacks", d)

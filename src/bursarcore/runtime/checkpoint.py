@@ -349,7 +349,8 @@ class CheckpointStore:
         try:
             flt = _extract_filter(stage)
             # (typeshed's tarfile.open lacks copybufsize, which it passes on to TarFile)
-            with tarfile.open(ck.archive, mode="r:", copybufsize=_BUF) as tar:  # type: ignore[call-overload]
+            with tarfile.open(ck.archive, mode="r:",  # type: ignore[call-overload]
+                              copybufsize=_BUF) as tar:
                 for member in tar:
                     if member.name == STATE_MEMBER:
                         f = tar.extractfile(member)

@@ -166,7 +166,8 @@ _COMMON: _Responses = {401: {**_ERR, "description": "missing or invalid bearer t
            500: {**_ERR, "description": "the operation failed inside the broker; nothing "
                                         "was journaled"},
            503: {**_ERR, "description": "the journal cannot be written"}}
-_SCOPED: _Responses = {**_COMMON, 404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
+_SCOPED: _Responses = {**_COMMON,
+                       404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
 _OPERATOR: _Responses = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
 _RETRY_HDR = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
 _LOC_HDR = {"Location": {"description": "the lease or the ticket", "schema": {"type": "string"}}}

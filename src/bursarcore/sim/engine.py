@@ -375,9 +375,10 @@ class Simulation:
             submit_rate=f["submit_rate"], submit_burst=float(P),
             drain_lead=None if f["drain_lead"] < 0 else f["drain_lead"],
             drain_margin=f["drain_margin"], idle_time=math.inf, state_every=math.inf)
-        self.fac: dict[str, Any] = {"submitted": 0, "joined": 0, "left": 0, "drained": 0, "cancelled": 0,
-                    "failed": 0, "ended": {}, "revoked": set(), "killed": set(),
-                    "capacity": [(0.0, 0)], "ticks": 0}
+        self.fac: dict[str, Any] = {
+            "submitted": 0, "joined": 0, "left": 0, "drained": 0, "cancelled": 0,
+            "failed": 0, "ended": {}, "revoked": set(), "killed": set(),
+            "capacity": [(0.0, 0)], "ticks": 0}
         self.work: dict[int, Any] = {}          # lease id -> LeaseHandle (simulated)
         self._pool_times: set[float] = set()
         self._enforce_times: set[float] = set()
