@@ -66,9 +66,24 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from . import units
-    from ._backend import available as available_backends
-    from .admission import DEFAULT_CLASSES, Congestion, Envelope, Intent, Pool, ServiceClass
-    from .broker import BatchResult, Broker, Decision, Event, Lease, Quote, Supply
-    from .buckets import TokenBuckets
-    from .clock import ManualClock, MonotonicClock
+    # ("x as x": the explicit re-export a strict checker needs, since __all__ is built)
+    from . import units as units
+    from ._backend import available as _available
+    from .admission import DEFAULT_CLASSES as DEFAULT_CLASSES
+    from .admission import Congestion as Congestion
+    from .admission import Envelope as Envelope
+    from .admission import Intent as Intent
+    from .admission import Pool as Pool
+    from .admission import ServiceClass as ServiceClass
+    from .broker import BatchResult as BatchResult
+    from .broker import Broker as Broker
+    from .broker import Decision as Decision
+    from .broker import Event as Event
+    from .broker import Lease as Lease
+    from .broker import Quote as Quote
+    from .broker import Supply as Supply
+    from .buckets import TokenBuckets as TokenBuckets
+    from .clock import ManualClock as ManualClock
+    from .clock import MonotonicClock as MonotonicClock
+
+    available_backends = _available

@@ -2,7 +2,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
+@disjoint_base                    # a cdef class: no second base with a layout of its own
 class TokenBuckets:
     backend: ClassVar[str]
     def __init__(self, capacity: Any, rate: Any, tokens: Any = ..., now: float = ...) -> None: ...

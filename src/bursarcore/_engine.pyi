@@ -4,6 +4,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 from .admission.state import EngineState
 
@@ -41,6 +42,7 @@ def admit_batch(st: EngineState, camps: Sequence[int] | _I64, ks: Sequence[int] 
                 intent0: int, out_n: _I64, out_reason: _I64, out_lease: _I64,
                 start: int, rec: _I64 | None = ...) -> int: ...
 
+@disjoint_base                    # a cdef class: no second base with a layout of its own
 class FastAcquire:
     """``Broker.acquire``'s common case in one call (see ``bursarcore.reference.fastpath``)."""
 

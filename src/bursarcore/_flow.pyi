@@ -2,9 +2,13 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 NEVER_NS: int
+CAMPAIGN_FIELDS: tuple[str, ...]
+FACILITY_FIELDS: tuple[str, ...]
 
+@disjoint_base                    # a cdef class: no second base with a layout of its own
 class FlowEngine:
     backend: ClassVar[str]
     def __init__(self, capacity: Mapping[str, float], window: float = ...,

@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Callable, TextIO, cast
 
 import numpy as np
 
@@ -103,7 +103,8 @@ def _pyrate(nkeys: int) -> Callable[[str], bool]:
 
     limiter = pl.Limiter(PerKey())
     acquire = limiter.try_acquire
-    return lambda key: acquire(key, blocking=False)
+    # (try_acquire is typed for async buckets too; this synchronous one answers a bool)
+    return lambda key: cast(bool, acquire(key, blocking=False))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import heapq
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import (Any, Callable, Concatenate, Iterable, Mapping, NamedTuple, ParamSpec,
+                    Sequence, TypeVar)
 
 import numpy as np
 
@@ -97,12 +98,19 @@ def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     return nmin, nmax, top
 
 
-def _op(method):
+_B = TypeVar("_B", bound="Broker")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+# a watch entry of a filed pending key: (threshold, seq, the key's ver when filed, key)
+_Watch = tuple[int, int, int, "_PKey"]
+
+
+def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:
     """A public operation: when it returns, the journal may commit a group (group commit
     happens only between operations, so a durable journal always ends on an operation
-    boundary and replays to a consistent state)."""
+    boundary and replays to a consistent state). The method keeps its signature."""
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: _B, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -135,7 +143,7 @@ class Lease:
     placement: tuple[tuple[str, int], ...] = ()
     slots: tuple[int, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["placement"] = [list(p) for p in self.placement]
         d["slots"] = list(self.slots)
@@ -167,7 +175,7 @@ class Decision:
     def granted(self) -> bool:
         return self.outcome == GRANTED_OUT
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["lease"] = self.lease.to_dict() if self.lease else None
         return d
@@ -193,7 +201,7 @@ class Event:
     reason: str | None = None
     units: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -222,7 +230,7 @@ class Supply:
     service_class: str
     dims: dict[str, DimSupply]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -238,7 +246,7 @@ class Quote:
     grantable: np.ndarray
     reason: np.ndarray
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
 
 
@@ -258,7 +266,7 @@ class Consumption:
     cost: float = 0.0
     seq: int = -1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -291,7 +299,8 @@ class _Pending:
     arrival: int
     reason: int
     request: Intent | None = None
-    key: "_PKey | None" = field(default=None, repr=False, compare=False)
+    # (None only between construction and queueing: every reader sees the key it is filed under)
+    key: _PKey = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
 
 class _PKey:
@@ -310,7 +319,7 @@ class _PKey:
 
     __slots__ = ("c", "d", "k", "dur", "spend", "by_nmin", "nmins", "ver", "alive")
 
-    def __init__(self, key: tuple) -> None:
+    def __init__(self, key: tuple[int, int, int, int, int]) -> None:
         self.c, self.d, self.k, self.dur, self.spend = key
         self.by_nmin: dict[int, list[int]] = {}
         self.nmins: list[int] = []
@@ -447,7 +456,7 @@ class Broker:
         # per campaign: its pending intents, in arrival order (pending(campaign), the cap)
         self._pcamp: dict[int, dict[int, _Pending]] = {}
         # per key (campaign, dim, class, duration, max_spend): its pending intents
-        self._pkeys: dict[tuple, _PKey] = {}
+        self._pkeys: dict[tuple[int, int, int, int, int], _PKey] = {}
         self._pass = 0                        # passes over the queue so far
         # the queue's wake-ups (see _file): the keys the next pass decides; the campaigns
         # with a lease ended or renewed since the last pass, and per campaign the keys
@@ -460,10 +469,10 @@ class Broker:
         self._wown: dict[int, list[tuple[int, _PKey]]] = {}
         self._wtime: list[tuple[int, int, int, _PKey]] = []
         D = len(self.dims)
-        self._wfree: list[list] = [[] for _ in range(D)]
-        self._wreach: list[list] = [[] for _ in range(D)]
-        self._wroom: list[list] = [[] for _ in range(D)]
-        self._wprice: list[list] = [[] for _ in range(D)]
+        self._wfree: list[list[_Watch]] = [[] for _ in range(D)]
+        self._wreach: list[list[_Watch]] = [[] for _ in range(D)]
+        self._wroom: list[list[_Watch]] = [[] for _ in range(D)]
+        self._wprice: list[list[_Watch]] = [[] for _ in range(D)]
         self._wseq = 0                        # watch entries pushed (heap ties, compaction)
         self._wlive = 0                       # watch entries since the last compaction
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
@@ -634,16 +643,16 @@ class Broker:
             self._serve_pending(t)
         self._t = max(self._t, t)
         if note:
-            row = {}
+            row: dict[str, Any] = {}
             row["op"], row["t"], row["outcome"] = J.OP["advance"], t, 4
-            self.journal.add(row)
+            self.journal.add(row)  # type: ignore[union-attr]  # note is set only with a journal
 
     def _expire_until(self, t: int) -> int:
         """Expire leases due by t. With a journal, one at a time, so each record's "state
         after" is the state right after that expiry, however the calls were spaced."""
         fast = self._fast
         if fast is not None and not self._subscribers and not any(self._draining):
-            n = fast.expire(t)             # the same, compiled (events and records built in C)
+            n: int = fast.expire(t)        # the same, compiled (events and records built in C)
             if n >= 0:                     # -1: a journal it does not write to (nothing done)
                 return n
         k, st = self._k, self.st
@@ -653,7 +662,7 @@ class Broker:
                else self._expired_buf)
         total = 0
         while True:
-            m = k.advance(st, t, buf)
+            m: int = k.advance(st, t, buf)
             for lid in buf[:m].tolist():
                 r = lid & ROW_MASK
                 d = int(st.dim[r])
@@ -689,7 +698,7 @@ class Broker:
             fn(ev)
         if self.journal is None:
             return
-        row = {}
+        row: dict[str, Any] = {}
         row["op"], row["t"], row["campaign"], row["reason"] = J.OP[self._EV_OP[kind]], t, c, reason
         if lid is not None:
             row["lease"], row["units"], row["dim"] = lid, n, d
@@ -708,7 +717,7 @@ class Broker:
             row["deadline"] = deadline
         self.journal.add(row)
 
-    def _after(self, row: np.ndarray, c: int, d: int) -> None:
+    def _after(self, row: dict[str, Any], c: int, d: int) -> None:
         """The record's "state after" for (c, d), with the bucket settled to the record's
         time: an operation that does not touch the bucket (a refused release, a cancel)
         would otherwise record whatever an earlier, unjournaled read (``state()``,
@@ -837,7 +846,7 @@ class Broker:
             # the compiled common case (nothing unusual to do; with a journal it writes the
             # same records and ends the operation as @_op does); None when it does not
             # apply, with nothing changed
-            dec = fast.acquire(intent)
+            dec: Decision | None = fast.acquire(intent)
             if dec is not None:
                 return dec
         return self._acquire(intent)
@@ -875,12 +884,14 @@ class Broker:
         self._record_decision(row, dec, c, d)
         return dataclasses.replace(dec, seq=self.journal.add(row))
 
-    def _request_row(self, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, iid, batch):
+    def _request_row(self, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
+                     deadline: int | None, ttl: int, t: int, iid: int,
+                     batch: int) -> dict[str, Any]:
         """A journal row with the request and the rule inputs as they stand before the
         decision (SPEC §9): class rank, deficit, tokens, credits, free/unmet capacity and
         the limit each rule sets on the size."""
         st, kern = self.st, self._k
-        row = {}
+        row: dict[str, Any] = {}
         row["op"], row["t"], row["campaign"], row["dim"], row["cls"] = J.OP["acquire"], t, c, d, k
         row["batch"] = batch
         row["nmin"], row["nmax"], row["dur"], row["max_spend"] = nmin, nmax, dur, spend
@@ -895,7 +906,7 @@ class Broker:
             (min(x, MAXV) for x in lims)
         return row
 
-    def _record_decision(self, row: np.ndarray, dec: "Decision", c: int, d: int) -> None:
+    def _record_decision(self, row: dict[str, Any], dec: "Decision", c: int, d: int) -> None:
         row["outcome"] = {GRANTED_OUT: 1, PENDING_OUT: 2, REFUSED_OUT: 3}.get(dec.outcome, 4)
         row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
         row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
@@ -905,8 +916,9 @@ class Broker:
             row["cost"] = int(self.st.cost[dec.lease.id & ROW_MASK])
         self._after(row, c, d)
 
-    def _decide_one(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
-                    request) -> Decision:
+    def _decide_one(self, iid: int, c: int, d: int, k: int, nmin: int, nmax: int, dur: int,
+                    spend: int, deadline: int | None, ttl: int, t: int,
+                    request: Intent | None) -> Decision:
         name = self._names[c]
         if deadline is not None and deadline < t:
             return Decision(REFUSED_OUT, iid, name, reason="deadline")
@@ -925,7 +937,8 @@ class Broker:
                             retry_after=self._retry_after(c, d, nmin, dur, reason))
         return self._slow(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request)
 
-    def _slow(self, iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request) -> Decision:
+    def _slow(self, iid: int, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
+              deadline: int | None, ttl: int, t: int, request: Intent | None) -> Decision:
         """Reclaim or pend: the parts of §4 that need policy (victims, queue)."""
         name = self._names[c]
         n, reason, path, pm, lims = self._k.decide(self.st, c, d, k, nmin, nmax, dur, spend, t)
@@ -1018,7 +1031,8 @@ class Broker:
         return sorted(ids, key=lambda l: (deficit[int(st.camp[l & ROW_MASK])],
                                           -int(st.units[l & ROW_MASK]), l))
 
-    def _reclaim(self, c, d, k, n, dur, pm, t, iid, plan) -> int:
+    def _reclaim(self, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, iid: int,
+                 plan: tuple[list[int], int]) -> int:
         """Preempt the planned victims (notice now, revoked after their grace) and grant a
         starting lease that becomes active when they are gone (SPEC §4.1, §4.6)."""
         st = self.st
@@ -1035,7 +1049,7 @@ class Broker:
         lid = self._k.grant(st, c, d, k, n, dur, pm, t, True, iid)
         self._activation[lid] = at
         self._push(at, _EV_ACTIVATE, lid)
-        return lid
+        return lid  # type: ignore[no-any-return]  # the kernel (picked at run time) is untyped
 
     def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int) -> float | None:
         st = self.st
@@ -1095,12 +1109,12 @@ class Broker:
         if c in self._wown:
             self._ended.add(c)
 
-    def _wpush(self, h: list, thr: int, q: _PKey) -> None:
+    def _wpush(self, h: list[_Watch], thr: int, q: _PKey) -> None:
         self._wseq += 1
         self._wlive += 1
         heapq.heappush(h, (thr, self._wseq, q.ver, q))
 
-    def _file(self, q: _PKey, lims: tuple, t: int) -> None:
+    def _file(self, q: _PKey, lims: tuple[int, int, int, int], t: int) -> None:
         """File key q, which a decision at t in the state as it stands found below its
         smallest nmin (``lims``: that decision's ceiling, capacity, tokens and credits
         limits), under one limit that fails it, with that limit's watch."""
@@ -1167,7 +1181,7 @@ class Broker:
         q.ver += 1                                # every other watch of q goes stale
         self._woken[q] = None
 
-    def _wake_heap(self, h: list, lim: int, woke: list | None) -> None:
+    def _wake_heap(self, h: list[_Watch], lim: int, woke: list[_PKey] | None) -> None:
         """Wake the keys of heap h whose threshold is at most ``lim``."""
         while h and h[0][0] <= lim:
             _, _, v, q = heapq.heappop(h)
@@ -1182,7 +1196,7 @@ class Broker:
         unmet guarantees): what capacity limits compare with."""
         return self._k.dim_figures(self.st, d)
 
-    def _wake_dim(self, d: int, woke: list | None = None) -> None:
+    def _wake_dim(self, d: int, woke: list[_PKey] | None = None) -> None:
         """Wake the keys filed on dimension d whose capacity threshold is met or whose
         congestion multiplier has fallen below the one they failed at."""
         if self._wfree[d] or self._wreach[d] or self._wroom[d]:
@@ -1295,7 +1309,7 @@ class Broker:
         # Within one pass grants only consume, so limits only shrink: once an intent of
         # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
         # nmin >= m fails too.
-        failed: dict[tuple, int] = {}
+        failed: dict[tuple[Any, ...], int] = {}
         for p in order:
             if p.intent_id not in self._pending:
                 continue
@@ -1350,7 +1364,7 @@ class Broker:
         deficit = self._deficit_array(t) if len(pend) > 1 else None
         tok0: dict[tuple[int, int], int] = {}
 
-        def place(q: _PKey) -> tuple:
+        def place(q: _PKey) -> tuple[Any, ...]:
             cd = (q.c, q.d)
             tok = tok0.get(cd)
             if tok is None:                       # no grant to (c, d) yet in this pass
@@ -1451,7 +1465,7 @@ class Broker:
             self.journal.add(row)
         return True
 
-    def pending(self, campaign: str | None = None) -> list[dict]:
+    def pending(self, campaign: str | None = None) -> list[dict[str, Any]]:
         """The pending intents (of one campaign: from its own index), in arrival order,
         each with the rule that binds it now (see :meth:`_reasons`)."""
         c = None if campaign is None else self.campaign_index(campaign)
@@ -1523,7 +1537,8 @@ class Broker:
         self._serve_pending(t)
         return dec
 
-    def _journaled(self, op: int, lid: int, info: tuple | None, t: int, ext: int, spend: int,
+    def _journaled(self, op: int, lid: int, info: tuple[Any, ...] | None, t: int, ext: int,
+                   spend: int,
                    dec: Decision) -> Decision:
         """Journal a release or renew decision on lease ``lid`` (``info``: its
         :meth:`_lease_info` from before the decision; None for a stale id, whose record
@@ -1772,8 +1787,9 @@ class Broker:
         self._advance(t)
         return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns, opp, top)
 
-    def _admit_batch_loop(self, ci, ks, d, nmin, nmax, dur, t, ttl, opp=True,
-                          top=None) -> BatchResult:
+    def _admit_batch_loop(self, ci: np.ndarray, ks: np.ndarray, d: int, nmin: np.ndarray,
+                          nmax: np.ndarray, dur: np.ndarray, t: int, ttl: int, opp: bool = True,
+                          top: int | None = None) -> BatchResult:
         """Warm grants and certain refusals in the compiled loop; a slow item (reclaim or
         pending) goes through the single path, flagged as part of the batch. With a
         journal, the loop also returns each item's rule inputs and state after, and its
@@ -1832,12 +1848,14 @@ class Broker:
             out_o[j] = code
         return BatchResult(out_n, out_r, out_l, out_o, iids)
 
-    def _journal_batch(self, j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl, out_n, out_r,
-                       out_l, rec) -> None:
+    def _journal_batch(self, j0: int, j: int, ci: np.ndarray, ks: np.ndarray, d: int,
+                       nmin: np.ndarray, nmax: np.ndarray, dur: np.ndarray, t: int, iid0: int,
+                       ttl: int, out_n: np.ndarray, out_r: np.ndarray, out_l: np.ndarray,
+                       rec: np.ndarray) -> None:
         """Items j0..j of the compiled loop as ``acquire`` records, written in one pass
         from the loop's outputs straight into the journal's storage (journal/fill.py)."""
         from .journal.fill import fill_acquire
-        jn = self.journal
+        jn: Journal = self.journal  # type: ignore[assignment]  # called only with a journal
         rows = jn.reserve(j - j0)
         fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
                      out_r, out_l, rec, self.st.cls[:, 0], self._deficit_last, self.st.cost)
@@ -1866,7 +1884,8 @@ class Broker:
         ask = a
         if price:       # an unlimited budget (left = MAXV) bounds the cost by MAXV, as decide
             ask = min(a, min(left, MAXV) * units.SCALE // price)
-        allowed, retry, bound = self.flow.consume_fixed(
+        # (only flow dimensions get here, and a broker with flow dimensions has self.flow)
+        allowed, retry, bound = self.flow.consume_fixed(  # type: ignore[union-attr]
             np.array([c], np.int64), np.array([fd], np.int64), np.array([ask], np.int64),
             np.array([t], np.int64))
         got, wait = int(allowed[0]), int(retry[0])
@@ -1988,7 +2007,7 @@ class Broker:
         self.pool.slot_map[self.dims[d]].extend(nodes)
         self._journal_nodes("add_nodes", t, d, {"dim": self.dims[d], "nodes": nodes})
         self._serve_pending(t)
-        return ids.tolist()
+        return ids.tolist()  # type: ignore[no-any-return]  # numpy types tolist() as Any
 
     @_op
     def remove_nodes(self, dim: str, nodes: Sequence[str], grace: float = 0.0) -> list[int]:
@@ -2072,7 +2091,7 @@ class Broker:
             raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
         return d
 
-    def _journal_nodes(self, op: str, t: int, d: int, payload: dict) -> None:
+    def _journal_nodes(self, op: str, t: int, d: int, payload: dict[str, Any]) -> None:
         if self.journal is None:
             return
         row = {}
@@ -2086,11 +2105,12 @@ class Broker:
         without a journal). A decision is acknowledged once its ``seq`` ≤ this."""
         return self.journal.flush() if self.journal is not None else -1
 
-    def explain(self, record: int | dict) -> str:
+    def explain(self, record: int | dict[str, Any]) -> str:
         """Why a decision came out as it did, in one paragraph (a seq or a record)."""
         if self.journal is None and not isinstance(record, dict):
             raise InvalidArgument("record", "needs a journal: Broker(..., journal=...)", record)
-        rec = dict(self.journal.record(record) if not isinstance(record, dict) else record)
+        rec = dict(self.journal.record(record)  # type: ignore[union-attr]  # (checked above)
+                   if not isinstance(record, dict) else record)
         if 0 <= rec.get("dim", -1) < len(self.dims):
             rec.setdefault("dim_name", self.dims[rec["dim"]])
         if 0 <= rec.get("cls", -1) < len(self.classes):
@@ -2177,7 +2197,7 @@ class Broker:
 
     def _replay_one(self, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
         if op == J.OP["register"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             env = dict(p["envelope"])
             if env.get("credits") is None:
                 env["credits"] = math.inf
@@ -2206,17 +2226,17 @@ class Broker:
             self._advance(t)
             self._consume_ns(int(r["campaign"]), int(r["dim"]) - len(self.dims), int(r["nmax"]), t)
         elif op == J.OP["add_nodes"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             self.add_nodes(p["dim"], [tuple(x) for x in p["nodes"]])
         elif op == J.OP["remove_nodes"]:
-            p = json.loads(payload)
+            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
             self.remove_nodes(p["dim"], p["nodes"], grace=p["grace"] / NS)
         else:
             raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
 
     # ------------------------------------------------------------------ introspection
     @_op
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """A JSON-serialisable picture of the broker: pool, campaigns, leases, pending."""
         t = self._now()
         self._advance(t)
@@ -2230,7 +2250,7 @@ class Broker:
                         "revoking": int(st.rev[d]), "promised": int(st.prom[d]),
                         "congestion": k.congestion_ppm(st, d) / PPM,
                         "warm_headroom": int(st.headroom[d])}
-        camps = {}
+        camps: dict[str, dict[str, Any]] = {}
         for c, name in enumerate(self._names):
             for d in range(len(self.dims)):
                 k.settle(st, c, d, t)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .adapters import LocalBinding, PoolManager
+from .adapters.base import LeaseHandle
 from .admission.envelope import Envelope, Intent, Pool
 from .broker import Broker
 from .clock import ManualClock
@@ -120,7 +121,7 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
                        submit_burst=float(PILOTS), state_every=600.0)
     pool.tick()                       # submits the pilots (the queue wait is 0 here)
     pool.tick()                       # they run: their nodes join the pool
-    work: dict[int, object] = {}
+    work: dict[int, LeaseHandle] = {}
 
     def launch(lease) -> None:        # the lease's work, on its placement (simulated)
         if lease.state == "active" and lease.id not in work:
@@ -150,6 +151,7 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
                                  duration=float(rng.integers(30, 121))))
             decisions += 1
             if d.granted:
+                assert d.lease is not None        # a grant carries its lease
                 launch(d.lease)
                 if d.lease.state == "active":
                     latencies.append(0.0)
@@ -186,13 +188,14 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
             if e.campaign != "interactive":
                 continue
             if e.kind == "granted" and e.intent_id in waiting:
+                assert e.intent_id is not None and e.lease_id is not None
                 t0 = waiting.pop(e.intent_id)
                 lease = b.lease(e.lease_id)
                 if lease.state == "active":
                     latencies.append(e.time - t0)
                 else:
                     starting[e.lease_id] = t0
-            elif e.kind == "activated" and e.lease_id in starting:
+            elif e.kind == "activated" and e.lease_id is not None and e.lease_id in starting:
                 latencies.append(e.time - starting.pop(e.lease_id))
         storm_held.append(b.supply("storm").dims["gpu"].held)
         occupied.append(int(b.st.occ[0]))
@@ -202,7 +205,7 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
     pilots, nodes = len(pool.pilots), sum(len(p.hosts) for p in pool.pilots.values())
     real = _real_processes(b, pool, binding) if processes else []
     pool.shutdown()
-    if journal is not None:
+    if journal is not None and journal_path:     # (one is made exactly when a path is given)
         export_jsonl(journal, journal_path)
     held = np.array(storm_held, dtype=float)
     s_idx = b.campaign_index("storm")
@@ -261,6 +264,7 @@ def _real_processes(b: Broker, pool: PoolManager, binding: LocalBinding) -> list
             if not d.granted:
                 out.append({"error": f"no lease for the real processes ({d.reason})"})
                 return out
+            assert d.lease is not None
             if d.lease.state != "active":         # a reclaim: wait out the grace
                 clock.advance(max(0.0, d.wait))
                 b.poll()

@@ -9,7 +9,7 @@ exception: it is a value with a reason code.
 from __future__ import annotations
 
 import shlex
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = [
     "BursarError",
@@ -45,7 +45,8 @@ class InvalidArgument(BursarError, ValueError):
         self.value = value
         super().__init__(f"{field}: {rule} (got {_safe_repr(value)})")
 
-    def __reduce__(self):  # keep field/rule through pickling (multiprocessing, services)
+    # keep field/rule through pickling (multiprocessing, services)
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.field, self.rule, self.value))
 
 
@@ -75,7 +76,8 @@ class JournalCorrupt(BursarError):
         self.problem = problem
         super().__init__(f"journal record {record}: {problem}")
 
-    def __reduce__(self):  # the default would call __init__ with the message alone
+    # the default would call __init__ with the message alone
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.record, self.problem))
 
 
@@ -93,7 +95,7 @@ class JournalUnavailable(BursarError):
         self.kind = kind
         super().__init__(f"journal {path} {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.path, self.problem, self.kind))
 
 
@@ -116,5 +118,5 @@ class CommandError(BursarError, RuntimeError):
         super().__init__(f"command failed ({rc}): {shlex.join(self.argv)}: "
                          f"{err or '(no stderr)'}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (type(self), (self.argv, self.returncode, self.stderr, self.stdout))

@@ -17,6 +17,7 @@ import numbers
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .batchprep import minmax
 from .errors import InvalidArgument
@@ -224,7 +225,8 @@ def column(values: Any, field: str) -> np.ndarray:
         raise InvalidArgument(field, "must be an array of numbers", values) from None
 
 
-def _float_array(values: Any, field: str, n: int | None) -> tuple[np.ndarray, float, float]:
+def _float_array(values: Any, field: str,
+                 n: int | None) -> tuple[npt.NDArray[np.float64], float, float]:
     """A float64 column of finite values, and its least and greatest (0.0 if empty)."""
     a = column(values, field)
     if a.dtype.kind not in "fiu":
@@ -259,7 +261,7 @@ def _first(a: np.ndarray, bad: np.ndarray) -> object:
     return f"{a[k]!r} at position {k}"
 
 
-def ns_array(values: Any, field: str = "now", n: int | None = None) -> np.ndarray:
+def ns_array(values: Any, field: str = "now", n: int | None = None) -> npt.NDArray[np.int64]:
     """Float seconds (scalar broadcast to ``n`` or 1-D array) to an int64 ns array."""
     a, lo, hi = _float_array(values, field, n)
     if max(-lo, hi) > _MAX_SECONDS:
@@ -268,7 +270,8 @@ def ns_array(values: Any, field: str = "now", n: int | None = None) -> np.ndarra
     return np.rint(a * NS).astype(np.int64)
 
 
-def fixed_array(values: Any, field: str = "amounts", n: int | None = None) -> np.ndarray:
+def fixed_array(values: Any, field: str = "amounts",
+                n: int | None = None) -> npt.NDArray[np.int64]:
     """Non-negative float units (scalar or 1-D) to an int64 fixed-point array."""
     a, lo, hi = _float_array(values, field, n)
     if lo < 0:

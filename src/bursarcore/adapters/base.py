@@ -41,7 +41,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from ..buckets import TokenBuckets
 from ..clock import MonotonicClock
@@ -313,9 +313,10 @@ class LeaseHandle:
     def exit_code(self) -> int | None:
         """None while any part runs; then the largest part exit code."""
         codes = [p.poll() for p in self.parts]
-        if any(c is None for c in codes):
+        done = [c for c in codes if c is not None]
+        if len(done) < len(codes):
             return None
-        return max(codes) if codes else 0
+        return max(done) if done else 0
 
     @property
     def status(self) -> str:
@@ -736,10 +737,10 @@ class PoolManager:
                 raise InvalidArgument(f, f"must be an integer >= {lo}", v)
         if min_pilots > max_pilots:
             raise InvalidArgument("min_pilots", "must be <= max_pilots", min_pilots)
-        for f, v in (("walltime", walltime), ("submit_rate", submit_rate),
+        for f, x in (("walltime", walltime), ("submit_rate", submit_rate),
                      ("submit_burst", submit_burst)):
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise InvalidArgument(f, "must be a finite number > 0", v)
+            if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                raise InvalidArgument(f, "must be a finite number > 0", x)
         if submit_burst < 1:
             raise InvalidArgument("submit_burst", "must be >= 1 (one submission)", submit_burst)
         self.nodes_per_pilot = nodes_per_pilot
@@ -991,6 +992,7 @@ class PoolManager:
             if s.end is not None:
                 p.ends_at = self.binding.to_clock(s.end)
             elif p.ends_at is None:
+                assert p.started_at is not None   # (set just above)
                 p.ends_at = p.started_at + p.walltime
             if not p.in_pool and not p.draining and not p.cancel_requested and p.hosts:
                 names = self.broker.add_nodes(self.dim, [(node_name(p.id, h), k)
@@ -1053,12 +1055,13 @@ class PoolManager:
             if r.outcome != "submitted":
                 rep.throttled += 1
                 break
+            assert r.pilot is not None            # a submission names its pilot
             rep.submitted.append(r.pilot.id)
         if demand == 0 and kappa < self.congestion_low and total > self.min_pilots:
             surplus = total - self.min_pilots
             idle = sorted((p for p in running if p.idle_since is not None
                            and now - p.idle_since >= self.idle_time),
-                          key=lambda p: p.idle_since)
+                          key=lambda p: cast(float, p.idle_since))     # (not None: above)
             for p in idle[:surplus]:
                 self.cancel(p.id)
                 rep.cancelled.append(p.id)

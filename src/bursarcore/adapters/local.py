@@ -153,7 +153,7 @@ class LocalBinding(Binding):
         self.sim_on_notice = sim_on_notice
         self._pilots: dict[str, _LocalPilot] = {}
         self._ids = itertools.count(1)
-        self._t = None                     # how far _advance has simulated
+        self._t: float | None = None       # how far _advance has simulated
         self._dirty = True                 # pilots changed since then
         self._horizon = math.inf           # when one next starts or ends by itself
         self._version = 0                  # bumped whenever pilots may have changed
@@ -350,7 +350,7 @@ class LocalBinding(Binding):
         queued = sum(p.nodes * self.slots_per_node for p in self._pilots.values()
                      if p.state == "queued" and p.id not in pending)
         free = self.total_slots - sum(k for _, k in running) - queued
-        t = -math.inf
+        t: float | None = -math.inf
         for end, k in running:
             if free >= need:
                 break

@@ -329,7 +329,7 @@ class _Provider:
         self.max_spend = max_spend
         self.worker_init = worker_init
         self.script_dir: str | None = None
-        self.resources: dict[str, Any] = {}
+        self.resources: dict[object, Any] = {}   # (as Parsl's ExecutionProvider types it)
         self.cores_per_node = cores_per_node
         self.mem_per_node = mem_per_node
         self._label = label
@@ -582,7 +582,7 @@ class _Provider:
             if release:
                 b.released = True
         try:
-            if release:
+            if release and lease is not None:     # (release implies a lease)
                 self.api.release(lease.id)
                 self.stats["released"] += 1
             if intent_id is not None:
@@ -687,6 +687,7 @@ class _Provider:
             self._settle(b, lease, None)
 
     def _advance_running(self, b: _Block, live: dict, tnow: float) -> None:
+        assert b.lease is not None            # a running block holds its lease
         lease = live.get(b.lease.id)
         if lease is None:
             self._ended(b, tnow=tnow)
@@ -726,6 +727,7 @@ class _Provider:
     def _ended(self, b: _Block, enforce: bool = False, tnow: float | None = None) -> None:
         """The lease is gone (or past its revocation deadline): stop the workers and
         report the block ended, not failed."""
+        assert b.lease is not None            # only a block that ran ends
         with self._lock:
             handle, b.handle = b.handle, None
         if handle is not None:

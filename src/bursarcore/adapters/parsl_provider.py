@@ -20,7 +20,9 @@ from .parsl import _Provider
 __all__ = ["BursarProvider"]
 
 
-class BursarProvider(_Provider, ExecutionProvider):
+# (Parsl types status_polling_interval as int seconds; ours is a float, which its poller
+# sleeps for just the same)
+class BursarProvider(_Provider, ExecutionProvider):  # type: ignore[misc]
     """A Parsl ExecutionProvider where one block is one bursar lease.
 
     ``BursarProvider(campaign, base_url=..., token=... | broker=..., gpus_per_block=1,

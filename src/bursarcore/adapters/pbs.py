@@ -287,7 +287,7 @@ class PBSBinding(Binding):
                 state, reason = TIMEOUT, "walltime"
             elif exit_status is None or int(exit_status) != 0:
                 state = FAILED
-        hosts = ()
+        hosts: tuple[tuple[str, int], ...] = ()
         if state in (RUNNING, SUSPENDED, ENDING):
             hosts = parse_exec_vnode(str(j.get("exec_vnode", "")), self.resource)
         start = _ctime(j.get("stime"))
@@ -422,7 +422,7 @@ class PBSBinding(Binding):
                 if hasattr(f, "close"):
                     f.close()
         h = ProcessHandle(proc, lid, pilot_id, host, units, full)
-        h.k = k  # type: ignore[attr-defined]
+        h.k = k
         return h
 
     def _signal_part(self, handle, sig):

@@ -133,7 +133,7 @@ HORIZON = 366 * 86400.0
 _GRES_RE = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
 
 
-def parse_wait_status(raw: int | None) -> int | None:
+def parse_wait_status(raw: float | None) -> int | None:
     """Slurm 22.05's ``exit_code`` in ``squeue --json`` is a raw wait status (768 for
     ``exit 3``): in shell convention, 128 + N for a death by signal N."""
     if raw is None:
@@ -377,7 +377,7 @@ class SlurmBinding(Binding):
         if self.dim == "gpu":
             return tuple((str(n.get("nodename")), _gpus(detail[i]) if i < len(detail) else 0)
                          for i, n in enumerate(nodes))
-        counts = []
+        counts: list[list[Any]] = []             # [host, cores]
         for n in nodes:
             cores = 0
             for sock in (n.get("sockets") or {}).values():

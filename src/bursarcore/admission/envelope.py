@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ def _plain(v: object) -> object:
         return v
 
 
-def _per_dim(m: object, field: str) -> dict:
+def _per_dim(m: object, field: str) -> dict[str, Any]:
     if m is None:
         return {}
     if not isinstance(m, Mapping):
@@ -113,13 +113,13 @@ class Envelope:
     def B(self, d: str) -> float:
         return float(self.burst.get(d, 0))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"credits": self.credits, "service_class": self.service_class,
                 "guaranteed": dict(self.guaranteed), "sustained": dict(self.sustained),
                 "ceiling": dict(self.ceiling), "burst": dict(self.burst), "share": self.share}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Envelope":
+    def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
         return cls(**{k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
                                         "ceiling", "burst", "share") if k in d})
 
@@ -136,7 +136,8 @@ class Pool:
     filled by a facility binding's pilots, may set it ahead).
     """
 
-    def __init__(self, *, slots: Mapping[str, list] | None = None, slots_per_node: int = 8,
+    def __init__(self, *, slots: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+                 slots_per_node: int = 8,
                  warm_headroom: Mapping[str, float] | None = None,
                  flow: Mapping[str, float] | None = None, **dims: float) -> None:
         if not dims:
@@ -176,7 +177,8 @@ class Pool:
                     smap.append((f"{d}-node{full:04d}", rest))
             self.slot_map[d] = smap
         wh = _per_dim(warm_headroom, "warm_headroom")
-        self.warm_headroom = {d: _whole(wh.get(d, 0), f"warm_headroom[{d}]") for d in self.capacity}
+        self.warm_headroom: dict[str, int] = {
+            d: _whole(wh.get(d, 0), f"warm_headroom[{d}]") for d in self.capacity}
         for d in wh:
             if d not in self.capacity:
                 raise InvalidArgument(f"warm_headroom[{d}]", "names a dimension the pool lacks", d)
@@ -193,7 +195,7 @@ class Pool:
         flow = f", flow={self.flow}" if self.flow else ""
         return "Pool(" + ", ".join(f"{d}={c}" for d, c in self.capacity.items()) + flow + ")"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         # "dims" keeps the order of the held dimensions (the first is the primary one, and
         # dimension indices follow it) through JSON writers that sort keys
         return {"capacity": dict(self.capacity), "dims": list(self.capacity),
@@ -202,7 +204,7 @@ class Pool:
                 "flow": dict(self.flow)}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Pool":
+    def from_dict(cls, d: Mapping[str, Any]) -> "Pool":
         cap = d["capacity"]
         order = d.get("dims") or list(cap)      # journals written before "dims": key order
         return cls(slots={k: [tuple(x) for x in v] for k, v in d["slots"].items()},
@@ -290,7 +292,7 @@ class Intent:
             return int(v[0]), int(v[1])
         return int(v), int(v)  # type: ignore[call-overload]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         lo, hi = self.bounds
         return {"campaign": self.campaign, "units": {self.dim: [lo, hi]},
                 "duration": self.duration, "deadline": self.deadline,

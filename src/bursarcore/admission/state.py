@@ -16,8 +16,10 @@ unmet guarantees, reclaimable) so no decision scans the leases (doorman's store 
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
            "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
@@ -83,6 +85,10 @@ REUSE_AFTER = 1024
 
 _NO_BUMP = frozenset(("version", "_cctx"))
 
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+I32 = npt.NDArray[np.int32]
+
 
 def _aligned_buf(n: int) -> np.ndarray:
     """Zeros for ``n`` int64 values and up to 7 more: room to start them on a 64-byte
@@ -111,8 +117,85 @@ class EngineState:
     :meth:`add_campaign`; code that ever rewrites ``g`` in place must bump ``version``.
     """
 
-    version = 0
-    _cctx = None      # the compiled kernel's cached view of the arrays (never copied)
+    version: int = 0
+    _cctx: object | None = None   # the compiled kernel's cached view of the arrays (never copied)
+
+    # The fields, declared for type checkers (annotations only: none is a class attribute;
+    # each is set per instance in __init__ / _set_rows / _set_leases / __setstate__).
+    # shape: D dimensions, C campaigns (``_calloc`` allocated), L lease rows
+    D: int
+    cap: I64                          # (D,)
+    headroom: I64
+    occ: I64
+    prom: I64
+    rev: I64
+    F: I64
+    U: I64
+    oppa: I64
+    pend: I64
+    price: I64
+    cls: I64                          # (classes, 6)
+    cong_thr: I64
+    cong_mult: I64
+    bins: int
+    bin_ns: int
+    ring: I64                         # (D, bins)
+    ring_sum: I64
+    scal: I64                         # (4,)
+    fs_par: I64                       # (2,)
+    free_slots: I32                   # (D, max slots)
+    top: I64
+    C: int
+    _calloc: int
+    # campaign records and the views of their columns (_CD_FIELDS: (C, D); _C_FIELDS and
+    # _CF_FIELDS: (C,))
+    cdrow: I64                        # (_calloc, D, CD_WIDTH)
+    crow: I64                         # (_calloc, C_WIDTH)
+    tlast: I64
+    H: I64
+    T: I64
+    s: I64
+    b: I64
+    Bcap: I64
+    acc: I64
+    tok_debited: I64
+    g: I64
+    Hf: I64
+    tok_minted: I64
+    tok_refunded: I64
+    tok_clipped: I64
+    left: I64
+    escrow: I64
+    cred_debited: I64
+    budget: I64
+    spent: I64
+    refunded: I64
+    fs_S: F64
+    fs_G: F64
+    # lease records and the views of their columns (_L_FIELDS: (L,))
+    lrow: I64                         # (L, L_WIDTH)
+    camp: I64
+    dim: I64
+    units: I64
+    firm: I64
+    state: I64
+    lcls: I64
+    t_end: I64
+    slot_off: I64
+    t_grant: I64
+    t_start: I64
+    dur: I64
+    excess: I64
+    cost: I64
+    revoke_at: I64
+    intent: I64
+    gen: I64
+    freeq: I64
+    lfree: I64                        # [head, tail, reuse_after]
+    arena: I32
+    arena_top: I64                    # (1,)
+    heap_t: I64
+    heap_id: I64
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -121,14 +204,14 @@ class EngineState:
             d["version"] = d.get("version", 0) + 1
             d.pop("_cctx", None)      # and let go of the arrays it points into
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         d = dict(self.__dict__)
         d.pop("_cctx", None)
         for f in _ROW_FIELDS + _L_FIELDS:  # views of cdrow / crow / lrow: rebuilt on load
             d.pop(f, None)
         return d
 
-    def __setstate__(self, d: dict) -> None:
+    def __setstate__(self, d: dict[str, Any]) -> None:
         d = dict(d)
         if "cdrow" in d:
             cd, cr = d.pop("cdrow"), d.pop("crow")
@@ -167,7 +250,10 @@ class EngineState:
                  epoch_ns: int = 0, reuse_after: int | None = REUSE_AFTER) -> None:
         D = len(capacity)
         self.D = D
-        z = lambda: np.zeros(D, dtype=np.int64)  # noqa: E731
+
+        def z() -> I64:
+            return np.zeros(D, dtype=np.int64)
+
         self.cap = np.array(capacity, dtype=np.int64)
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
@@ -213,7 +299,8 @@ class EngineState:
         self.grow_leases(1024, 1024 * 8)
 
     # -- growth ------------------------------------------------------------------------
-    def add_campaign(self, g, s, b, Bcap, budget, now_ns) -> int:
+    def add_campaign(self, g: npt.ArrayLike, s: npt.ArrayLike, b: npt.ArrayLike,
+                     Bcap: npt.ArrayLike, budget: int, now_ns: int) -> int:
         if self.C == self._calloc:
             self._set_rows(self.cdrow, self.crow, max(16, 2 * self._calloc))
         c = self.C

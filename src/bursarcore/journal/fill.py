@@ -22,7 +22,7 @@ import zlib
 import numpy as np
 
 from .. import _backend
-from .records import DEFAULTS, FIELDS, OP, RECORD_DTYPE
+from .records import DEFAULTS, FIELDS, OP, RECORD_DTYPE, RECORD_FIELDS
 from .records import as_tuple as reference_as_tuple
 
 __all__ = ["fill_acquire", "crc32_rows", "as_tuple", "pack_tuples", "reference_fill_acquire",
@@ -89,8 +89,8 @@ def reference_pack_tuples(tuples: list[tuple], out: np.ndarray) -> None:
 
 def _layout_matches(ext) -> bool:
     size, off = ext.layout()
-    return (size == RECORD_DTYPE.itemsize and set(off) == set(RECORD_DTYPE.names)
-            and all(RECORD_DTYPE.fields[f][1] == o for f, o in off.items()))
+    return (size == RECORD_DTYPE.itemsize and set(off) == set(FIELDS)
+            and all(RECORD_FIELDS[f][1] == o for f, o in off.items()))
 
 
 _ext = _backend.compiled("_journalfill")
@@ -99,8 +99,8 @@ if _ext is not None and not _layout_matches(_ext):  # a stale build of an older 
 if _ext is not None:
     _KINDS = {"i8": 0, "i4": 1, "i2": 2, "i1": 3, "f8": 4}
     _ext.setup(FIELDS, [DEFAULTS[f] for f in FIELDS],
-               [_KINDS[RECORD_DTYPE.fields[f][0].str[1:]] for f in FIELDS],
-               [RECORD_DTYPE.fields[f][1] for f in FIELDS])
+               [_KINDS[RECORD_FIELDS[f][0].str[1:]] for f in FIELDS],
+               [RECORD_FIELDS[f][1] for f in FIELDS])
 BACKEND = "compiled" if _ext is not None else "reference"
 
 

@@ -31,7 +31,8 @@ def import_jsonl(path: str | os.PathLike) -> MemoryJournal:
     """Read a JSON lines journal into memory; a truncated or altered line raises
     :class:`JournalCorrupt` naming its record (the seq it holds, or for a line too damaged
     to say, the seq that should come next) and its line, and nothing is returned."""
-    rows, payloads = [], {}
+    rows: list[np.ndarray] = []
+    payloads: dict[int, str] = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             expect = len(rows)             # the record this line should hold

@@ -58,12 +58,15 @@ RECORD_DTYPE = np.dtype([
     # state after
     ("tokens_after", "i8"), ("credits_after", "i8"), ("held_after", "i8"),
 ])
-FIELDS = RECORD_DTYPE.names
+# a structured dtype always has both (numpy's stubs type them as optional)
+assert RECORD_DTYPE.names is not None and RECORD_DTYPE.fields is not None
+FIELDS: tuple[str, ...] = RECORD_DTYPE.names
+RECORD_FIELDS = RECORD_DTYPE.fields     # name -> (dtype, byte offset)
 _NS = 1e9
 _MICRO = 1e6
 
 
-DEFAULTS = {f: 0 for f in FIELDS}
+DEFAULTS: dict[str, int | float] = {f: 0 for f in FIELDS}
 DEFAULTS.update({f: -1 for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend",
                                  "deadline", "ttl")})
 DEFAULTS["deficit"] = math.nan

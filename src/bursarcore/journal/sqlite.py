@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import InvalidArgument, JournalCorrupt, JournalUnavailable
 from .base import Journal, RowStore, _as_bytes, check_rows, crc
 from .fill import crc32_rows, pack_tuples
-from .records import OP, RECORD_DTYPE
+from .records import OP, RECORD_DTYPE, RECORD_FIELDS
 
 __all__ = ["SQLiteJournal", "HighWaterMark"]
 
@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 _INSERT = "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?)"
 _SIZE = RECORD_DTYPE.itemsize
-_OP_AT = RECORD_DTYPE.fields["op"][1]
+_OP_AT = RECORD_FIELDS["op"][1]
 PAGE_RECORDS = 8192      # at most this many records in one page row (1.7 MB)
 PAGE_SIZE = 16384        # SQLite page size of a new file (pages of records are large BLOBs:
                          # a quarter of the overflow pages and WAL frames of 4 KiB per commit)
@@ -344,6 +344,7 @@ class SQLiteJournal(Journal):
     def _load(self) -> None:
         parts: list[bytes] = []
         expect = 0                    # the seq of the next record
+        assert self._db is not None   # (called right after the connection is opened)
         try:
             cur = self._db.execute("SELECT seq, rec, payload, crc FROM journal ORDER BY seq")
             for row in cur:
@@ -386,9 +387,9 @@ class SQLiteJournal(Journal):
         else:
             if payload is not None:
                 raise JournalCorrupt(first, f"page of records {first}..{seq} has a payload")
-            bad = np.flatnonzero(crc32_rows(rec, _SIZE) != np.frombuffer(c, dtype="<u4"))
-            if bad.size:
-                raise JournalCorrupt(first + int(bad[0]),
+            torn = np.flatnonzero(crc32_rows(rec, _SIZE) != np.frombuffer(c, dtype="<u4"))
+            if torn.size:
+                raise JournalCorrupt(first + int(torn[0]),
                                      "checksum mismatch (the record was altered or torn)")
         parts.append(rec)
         if payload is not None:
@@ -473,6 +474,7 @@ class SQLiteJournal(Journal):
         committed in the order taken."""
         if batch:
             db = self._db
+            assert db is not None, "commit on a closed journal"
             db.execute("BEGIN")
             try:
                 db.executemany(_INSERT, batch)

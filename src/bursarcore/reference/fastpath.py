@@ -90,8 +90,6 @@ class FastAcquire:
         self.adv = [0] * _ADV_CHUNK
         self.adv1 = [0]       # with a journal: one expiry at a time
 
-    __call__ = None  # set below
-
     @staticmethod
     def _journal_ok(jn) -> bool:
         """Records reach ``jn`` through ``Journal.add`` itself (not an override)."""
@@ -208,6 +206,8 @@ class FastAcquire:
         b._next_intent = iid + 1
         return self._decide(iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t,
                             intent)[0]
+
+    __call__ = acquire
 
     def _decide(self, iid, c, d, kc, nmin, nmax, dur, spend, deadline, ttl, t, intent):
         """Broker._decide_one on the fast path: the Decision and how it was reached
@@ -370,5 +370,3 @@ class FastAcquire:
             "revoke_at": None, "intent": int(st.intent[r]),
             "placement": tuple((names[j], cnt) for j, cnt in count.items()), "slots": slots})
 
-
-FastAcquire.__call__ = FastAcquire.acquire

@@ -221,8 +221,9 @@ class CheckpointStore:
             data_path = os.path.join(tmp, DATA)
             with open(data_path, "xb") as raw:
                 sink = _HashingWriter(raw)
-                with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT,
-                                  bufsize=_BUF, copybufsize=_BUF) as tar:
+                # (typeshed's tarfile.open lacks copybufsize, which it passes on to TarFile)
+                with tarfile.open(fileobj=sink, mode="w|",  # type: ignore[call-overload]
+                                  format=tarfile.PAX_FORMAT, bufsize=_BUF, copybufsize=_BUF) as tar:
                     tar.add(workspace, arcname=WS_PREFIX, recursive=True, filter=_workspace_filter)
                     ti = tarfile.TarInfo(STATE_MEMBER)
                     ti.size = len(state)
@@ -347,7 +348,9 @@ class CheckpointStore:
         os.mkdir(stage)
         try:
             flt = _extract_filter(stage)
-            with tarfile.open(ck.archive, mode="r:", copybufsize=_BUF) as tar:
+            # (typeshed's tarfile.open lacks copybufsize, which it passes on to TarFile)
+            with tarfile.open(ck.archive, mode="r:",  # type: ignore[call-overload]
+                              copybufsize=_BUF) as tar:
                 for member in tar:
                     if member.name == STATE_MEMBER:
                         f = tar.extractfile(member)

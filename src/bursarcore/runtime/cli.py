@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Collection, Sequence, TextIO
+from typing import Any, Collection, Sequence, TextIO, cast
 
 from .._version import __version__
 from ..adapters.base import CommandError
@@ -122,7 +122,7 @@ def _per_tier(text: str | None, tiers: int, name: str) -> list[int | None]:
     parts = [p.strip() for p in str(text).split(",")]
     if len(parts) not in (1, tiers):
         raise InvalidArgument(name, f"must be one integer, or one per tier ({tiers})", text)
-    vals = []
+    vals: list[int | None] = []
     for p in parts:
         if not p.isdigit() or int(p) < 1:
             raise InvalidArgument(name, "must be integers >= 1", text)
@@ -144,7 +144,8 @@ def _check_queue_path(queue: str) -> None:
 # ---------------------------------------------------------------------- submit
 def _specs(args: argparse.Namespace, queue: str) -> list[ArraySpec]:
     mems = parse_tiers(args.tiers)
-    workers = _per_tier(args.workers, len(mems), "workers")
+    # --workers is required: every tier has a count
+    workers = cast("list[int]", _per_tier(args.workers, len(mems), "workers"))
     running = _per_tier(args.max_running, len(mems), "max_running")
     opts: list[str] = []
     for flag, value in (("--runner", args.runner), ("--image", args.image),
@@ -229,7 +230,7 @@ def queue_status(queue: str, slurm: SlurmArrays | None) -> dict[str, Any]:
             st = states.get(str(a["job_id"]))
             a["states"] = st["states"] if st else {}
             a["restarts"] = st["restarts"] if st else 0
-            a["live"] = bool(st) and any(k in LIVE for k in st["states"])
+            a["live"] = bool(st and any(k in LIVE for k in st["states"]))
     live_tiers = {a["tier"] for a in arrays if a.get("live")}
 
     def served(t: int) -> bool:  # a live worker array may run tier t's tasks

@@ -58,6 +58,7 @@ TAIL_LINES = 10
 TAIL_CHARS = 2000
 
 
+_PRCTL: Callable[..., int] | None
 try:  # resolved here, not in the child: no dlopen between fork and exec
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # pragma: no cover - not Linux

@@ -164,15 +164,18 @@ class _Limits:
 
 
 # ---------------------------------------------------------------------------- the app
-_ERR = {"model": M.ErrorOut}
-_COMMON = {401: {**_ERR, "description": "missing or invalid bearer token"},
+# typed as FastAPI's ``responses=`` parameter takes them
+_Responses = dict[int | str, dict[str, Any]]
+_ERR: dict[str, Any] = {"model": M.ErrorOut}
+_COMMON: _Responses = {401: {**_ERR, "description": "missing or invalid bearer token"},
            422: {**_ERR, "description": "invalid input; `loc` names the field"},
            429: {**_ERR, "description": "rate limited; see Retry-After"},
            500: {**_ERR, "description": "the operation failed inside the broker; nothing "
                                         "was journaled"},
            503: {**_ERR, "description": "the journal cannot be written"}}
-_SCOPED = {**_COMMON, 404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
-_OPERATOR = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
+_SCOPED: _Responses = {**_COMMON,
+                       404: {**_ERR, "description": "not found (or not yours: the same answer)"}}
+_OPERATOR: _Responses = {**_COMMON, 403: {**_ERR, "description": "operator token required"}}
 _RETRY_HDR = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
 _LOC_HDR = {"Location": {"description": "the lease or the ticket", "schema": {"type": "string"}}}
 

@@ -244,6 +244,12 @@ class BrokerService:
     #: bound)
     commit_timeout: float | None = 30.0
 
+    @property
+    def _group(self) -> GroupCommitJournal:
+        """The journal, for the paths taken only when it commits in groups (``_grouped``)."""
+        assert isinstance(self.journal, GroupCommitJournal)
+        return self.journal
+
     def __init__(self, broker: Broker, *, tick: float = 0.5, event_log: int = 10_000) -> None:
         if broker.journal is None:
             raise InvalidArgument("broker", "the service needs a journaled broker")
@@ -360,7 +366,7 @@ class BrokerService:
             self.flush()
         elif self._grouped:
             try:
-                self.journal.take()       # what followed the failure is never committed
+                self._group.take()       # what followed the failure is never committed
             except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
                 pass
         for _, fut in self._waiters:
@@ -422,7 +428,7 @@ class BrokerService:
             self.failed = e
         if self._grouped:
             try:
-                self.journal.take()           # never commit what followed the failure
+                self._group.take()           # never commit what followed the failure
             except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
                 pass
         for _, fut in self._waiters:
@@ -481,10 +487,10 @@ class BrokerService:
             if self.failed is not None:
                 return
             with self.lock:
-                buf = self.journal.take()
+                buf = self._group.take()
             if buf:
                 t0 = time.perf_counter()
-                await asyncio.to_thread(self.journal.commit, buf)
+                await asyncio.to_thread(self._group.commit, buf)
                 self.commits += 1
                 if self.commit_observer is not None:
                     self.commit_observer(time.perf_counter() - t0, len(buf))

@@ -22,7 +22,7 @@ class LockedBroker:
     def __init__(self, broker: Any, lock: threading.RLock | None = None) -> None:
         if isinstance(broker, LockedBroker):
             broker = broker.broker
-        self.broker = broker
+        self.broker: Any = broker
         self.lock = lock if lock is not None else threading.RLock()
 
     def __getattr__(self, name: str) -> Any:

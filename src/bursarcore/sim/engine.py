@@ -36,7 +36,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from ..clock import ManualClock
 from ..journal import MemoryJournal
 from ..units import NS, to_ns
 from .scenario import Scenario
+
+if TYPE_CHECKING:
+    from .metrics import SimResult
 
 __all__ = ["Simulation", "Ledger", "Request", "run_scenario"]
 
@@ -105,6 +108,7 @@ class Ledger:
         r.outcome, r.reason, r.path = d.outcome, d.reason, d.path
         if d.outcome == "granted":
             lease = d.lease
+            assert lease is not None          # a grant carries its lease
             r.units = d.units
             if lease.state == "active":
                 r.t_active = t
@@ -155,9 +159,11 @@ class Ledger:
         snapshot of the event's lease taken when the event happened. By the time the event
         is handled the lease may have ended and, rows being reused (docs/policy.md,
         "Memory"), its id may no longer be readable."""
+        ri: int | None                        # a request's index (None: not yet recorded)
         k = e.kind
         if k == "expired" or k == "revoked" or k == "released":
             lid = e.lease_id
+            assert lid is not None            # (every lease event names its lease)
             if lid in self.leases:
                 self._end(lid, e.time, k)
             elif lid in self.starting:           # a reclaim grant that could not be placed
@@ -165,11 +171,13 @@ class Ledger:
                 self.sim.agent_of(c).lease_ended(lid, 0, e.time, k)
         elif k == "activated":
             lid = e.lease_id
+            assert lid is not None and lease is not None   # (read by _on_event)
             if lid in self.starting:
                 c, ri = self.starting.pop(lid)
                 self.requests[ri].t_active = e.time
                 self._activate(lid, c, lease.units, e.time, lease.expiry, lease.firm, lease)
         elif k == "granted":
+            assert e.lease_id is not None and e.intent_id is not None and lease is not None
             ri = self.pending.pop(e.intent_id, None)
             c = self.sim.index[e.campaign]
             if ri is None:
@@ -187,6 +195,7 @@ class Ledger:
                 self.starting[e.lease_id] = (c, ri)
                 self.sim.agent_of(c).lease_starting(e.lease_id, lease.units, e.time)
         elif k == "refused":
+            assert e.intent_id is not None    # (a refusal names its intent)
             ri = self.pending.pop(e.intent_id, None)
             c = self.sim.index[e.campaign]
             if ri is not None:
@@ -255,6 +264,20 @@ class Simulation:
     population and makes their agents; :meth:`run` plays the scenario to its end and returns
     a :class:`~bursarcore.sim.metrics.SimResult`.
     """
+
+    # the broker's operations, timed (set by _instrument)
+    _b_acquire: Callable[..., Decision]
+    _b_release: Callable[..., Decision]
+    _b_renew: Callable[..., Decision]
+    _b_cancel: Callable[..., bool]
+    _b_poll: Callable[..., Any]
+    _b_supply: Callable[..., Any]
+    _b_quote: Callable[..., Any]
+    _b_consume: Callable[..., Any]
+    _b_consume_batch: Callable[..., Any]
+    _b_admit_batch: Callable[..., Any]
+    _b_lease: Callable[..., Lease]
+    _b_state: Callable[..., dict[str, Any]]
 
     def __init__(self, scenario: Scenario, *, backend: str | None = None,
                  journal: bool | None = None, use_numba: bool | None = None,
@@ -325,7 +348,7 @@ class Simulation:
         self.timing = Timing()
         self.decision_counts = {"acquire": 0, "release": 0, "renew": 0, "cancel": 0,
                                 "consume": 0}
-        self.result = None
+        self.result: SimResult | None = None
 
     # -- the facility: the local binding's pilots feed the pool (SPEC §12) ----------------------
     def _setup_facility(self) -> None:
@@ -352,9 +375,10 @@ class Simulation:
             submit_rate=f["submit_rate"], submit_burst=float(P),
             drain_lead=None if f["drain_lead"] < 0 else f["drain_lead"],
             drain_margin=f["drain_margin"], idle_time=math.inf, state_every=math.inf)
-        self.fac = {"submitted": 0, "joined": 0, "left": 0, "drained": 0, "cancelled": 0,
-                    "failed": 0, "ended": {}, "revoked": set(), "killed": set(),
-                    "capacity": [(0.0, 0)], "ticks": 0}
+        self.fac: dict[str, Any] = {
+            "submitted": 0, "joined": 0, "left": 0, "drained": 0, "cancelled": 0,
+            "failed": 0, "ended": {}, "revoked": set(), "killed": set(),
+            "capacity": [(0.0, 0)], "ticks": 0}
         self.work: dict[int, Any] = {}          # lease id -> LeaseHandle (simulated)
         self._pool_times: set[float] = set()
         self._enforce_times: set[float] = set()
@@ -598,8 +622,10 @@ class Simulation:
         k = e.kind
         lease = None
         if k == "granted" or k == "activated":
+            assert e.lease_id is not None
             lease = self.broker.lease(e.lease_id)
         elif k == "expired" or k == "revoked" or k == "released":
+            assert e.lease_id is not None
             self._ending.add(e.lease_id)
         self._inbox.append((e, lease))
 

@@ -184,7 +184,7 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def load_parsl_config(path: str) -> Any:
+def load_parsl_config(path: str | os.PathLike[str]) -> Any:
     """The ``config`` a Parsl config file defines (run as a Python file, as Parsl configs
     are written). Raises :class:`~bursarcore.errors.InvalidArgument` naming
     ``parsl_config`` when the file is missing, fails, defines no ``config``, or defines
@@ -202,7 +202,7 @@ def load_parsl_config(path: str) -> Any:
     if not os.path.isfile(path):
         raise InvalidArgument("parsl_config", "must be an existing Python file", path)
     try:
-        ns = runpy.run_path(path, run_name="__parsl_config__")
+        ns = runpy.run_path(os.fspath(path), run_name="__parsl_config__")
     except Exception as e:  # noqa: BLE001 - the user's file: say what it raised
         raise InvalidArgument("parsl_config", f"raised {type(e).__name__}: {e}", path) from None
     if "config" not in ns:

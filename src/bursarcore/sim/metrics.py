@@ -383,6 +383,7 @@ def _claims(sim: Any, summary: dict, per: dict, named: dict) -> list[dict]:
         msg = f"{100 * lost:.1f}% of the naive agent's GPU time stalled on throttled I/O " \
               f"({nv['io_throttled_calls']} of {nv['io_calls']} reads throttled)"
         if inf is not None:
+            assert storm is not None          # (inf comes from it)
             msg += f"; storm inference {inf:.1f} tokens/s in the second half of its window " \
                    f"(asked {storm['inference_asked_rate']:,.0f}/s, sustained {sus:g}/s)"
         ok = lost > 0.1 and (pinned or inf is None)

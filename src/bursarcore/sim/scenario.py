@@ -442,7 +442,7 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
                 raise ctx.err(f"{p}.envelope", f"names dimension {d!r} the pool lacks", d)
             g = env.g(d)
             total_g[d] = total_g.get(d, 0.0) + g
-            cap = held.get(d, flow.get(d))
+            cap = held[d] if d in held else flow[d]
             if total_g[d] > cap:
                 raise ctx.err(f"{p}.envelope.guaranteed.{d}", f"guarantees would sum to "
                               f"{total_g[d]:g}, above the pool's {cap:g} (never overbooked)", g)
@@ -492,7 +492,7 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
             if d not in held and d not in flow:
                 raise ctx.err(f"{p}.envelope", f"names dimension {d!r} the pool lacks", d)
             total_g[d] = total_g.get(d, 0.0) + env.g(d) * count
-            cap = held.get(d, flow.get(d))
+            cap = held[d] if d in held else flow[d]
             if total_g[d] > cap:
                 raise ctx.err(f"{p}.envelope.guaranteed.{d}", f"guarantees ({count} campaigns) "
                               f"would sum to {total_g[d]:g}, above the pool's {cap:g}",
