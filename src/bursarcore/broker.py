@@ -1194,7 +1194,8 @@ class Broker:
         """Dimension d's free units above the warm headroom, reachable units (free,
         reclaimable, revoking beyond promises) and firm room (capacity − firm holdings −
         unmet guarantees): what capacity limits compare with."""
-        return self._k.dim_figures(self.st, d)
+        free, reach, room = self._k.dim_figures(self.st, d)
+        return int(free), int(reach), int(room)
 
     def _wake_dim(self, d: int, woke: list[_PKey] | None = None) -> None:
         """Wake the keys filed on dimension d whose capacity threshold is met or whose

@@ -28,6 +28,8 @@ pure-Python reference; :data:`BACKENDS` has every usable one, fastest first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _backend
 from .reference.buckets import TokenBuckets as ReferenceTokenBuckets
 
@@ -41,4 +43,7 @@ _cf = _backend.cffi("_cffi_buckets")
 if _cf is not None:
     BACKENDS["cffi"] = _cf.TokenBuckets
 BACKENDS["reference"] = ReferenceTokenBuckets
-TokenBuckets: type = _backend.pick(BACKENDS)
+if TYPE_CHECKING:       # every backend has the reference's interface
+    TokenBuckets = ReferenceTokenBuckets
+else:
+    TokenBuckets = _backend.pick(BACKENDS)

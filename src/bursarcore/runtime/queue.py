@@ -506,8 +506,14 @@ class TaskQueue:
             self.policy.check_tier(tier)
             json.dumps(payload)  # fail before any state changes
             items.append((task_id, payload, tier))
+        # the first of each id, in order (a later duplicate in the batch is dropped)
         seen: set[str] = set()
-        items = [it for it in items if not (it[0] in seen or seen.add(it[0]))]
+        unique = []
+        for it in items:
+            if it[0] not in seen:
+                seen.add(it[0])
+                unique.append(it)
+        items = unique
         if not items:
             return 0
         now = self.clock()
