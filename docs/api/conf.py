@@ -28,6 +28,10 @@ extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 napoleon_use_rtype = False
+# an "Attributes" section as a field list: autodoc already lists each dataclass field as
+# a member (bool options are on whatever their value), and an attribute directive per
+# entry would describe the same object twice
+napoleon_use_ivar = True
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}

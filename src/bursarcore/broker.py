@@ -125,7 +125,46 @@ _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A snapshot of a lease. ``placement`` lists ``(node, units)``; ``slots`` the slot ids."""
+    """A snapshot of a lease, as it stood when read.
+
+    Frozen: the broker's state moves on, the snapshot does not; read the lease again
+    (:meth:`Broker.lease`) for its state now.
+
+    Attributes
+    ----------
+    id : int
+        The lease id.
+    campaign : str
+        The campaign holding it.
+    dim : str
+        The held dimension.
+    units : int
+        How many units.
+    state : str
+        ``starting`` (a reclaim grant waiting for its grace), ``active``, ``revoking``
+        (notified, revoked at ``revoke_at``), ``released``, ``expired`` or ``revoked``.
+    firm : bool
+        False for an opportunistic lease, which may be revoked after its class's grace.
+    service_class : str
+        The class it was granted under.
+    granted_at : float
+        The broker time of the grant.
+    start : float or None
+        When it became (or becomes) active; None for a reclaim grant released before it
+        started.
+    expiry : float or None
+        When it ends unless renewed or released; None as for ``start``.
+    cost : float
+        The credits escrowed for it.
+    revoke_at : float or None
+        When a revoking or revoked lease is (was) revoked; None otherwise.
+    intent : int
+        The id of the intent it was granted for.
+    placement : tuple of (str, int)
+        ``(node, units)`` per node it is placed on, while active or revoking.
+    slots : tuple of int
+        Its slot ids, while active or revoking.
+    """
 
     id: int
     campaign: str
@@ -152,11 +191,39 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The answer to an intent: ``outcome`` is ``granted``, ``pending`` or ``refused``.
+    """The answer to an intent, a renewal or a release.
 
-    ``path`` is the grant path (``warm``/``reclaim``), ``wait`` the expected seconds until
-    the lease is active (the reclaim grace), ``reason`` the binding rule for a refusal or a
-    pending intent, ``retry_after`` seconds when known, ``cost`` the escrowed credits.
+    A denial is a decision with a reason, never an exception: the caller reads why and
+    when to retry, and nothing was changed by a refusal.
+
+    Attributes
+    ----------
+    outcome : str
+        ``granted``, ``pending`` or ``refused``; ``released`` for :meth:`Broker.release`.
+    intent_id : int
+        The intent's id (for :meth:`Broker.cancel`); -1 for a stale lease id.
+    campaign : str
+        The campaign asking.
+    units : int
+        Units granted (or released); 0 otherwise.
+    lease : Lease or None
+        The lease granted, renewed or released, as it stands after the decision.
+    path : str or None
+        The grant path: ``warm`` (free units) or ``reclaim`` (after revoking opportunistic
+        leases); None unless granted.
+    reason : str or None
+        The binding rule of a refusal or a pending intent: ``ceiling``, ``capacity``,
+        ``tokens``, ``credits``, ``deadline``, ``pending_limit``, ``invalid`` (an ended
+        lease); None for a grant.
+    retry_after : float or None
+        Seconds after which a retry may succeed, when known.
+    cost : float
+        The credits escrowed by a grant or renewal; negative for the refund of a release.
+    wait : float
+        Expected seconds until the lease is active (a reclaim's grace); 0.0 for a warm
+        grant.
+    seq : int
+        The journal record's seq; -1 without a journal.
     """
 
     outcome: str
@@ -188,9 +255,32 @@ _STALE = Decision(REFUSED_OUT, -1, "", reason="invalid")
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """Something that happened between calls: ``expired``, ``preempt_notice``,
-    ``revoked``, ``activated``, ``granted`` (a pending intent), ``refused`` (a pending
-    intent's TTL or deadline), ``released``."""
+    """Something that happened between calls.
+
+    Events are how the broker reports what time did (expiries, revocations, pending
+    grants): :meth:`Broker.poll` returns them in order, and :meth:`Broker.subscribe`
+    callbacks get each as it happens.
+
+    Attributes
+    ----------
+    kind : str
+        ``expired``, ``preempt_notice``, ``revoked``, ``activated``, ``granted`` (a pending
+        intent), ``refused`` (a pending intent's TTL or deadline) or ``released``.
+    time : float
+        The broker time it happened at.
+    campaign : str
+        The campaign it concerns.
+    lease_id : int or None
+        The lease, for a lease's event.
+    intent_id : int or None
+        The intent, for a pending intent's event.
+    deadline : float or None
+        For a preemption notice, when the lease is revoked.
+    reason : str or None
+        Why, when there is a rule to name (``ttl``, ``deadline``, ``capacity``).
+    units : int
+        The lease's units; 0 when there is no lease.
+    """
 
     kind: str
     time: float
@@ -207,6 +297,36 @@ class Event:
 
 @dataclass(frozen=True)
 class DimSupply:
+    """Supply signals for one campaign on one held dimension (SPEC §8).
+
+    Attributes
+    ----------
+    free : int
+        Units free now.
+    reclaimable : int
+        Units held by opportunistic leases (or being revoked, not yet promised) that a
+        reclaim could free.
+    capacity : int
+        The dimension's capacity.
+    congestion : float
+        The congestion index κ.
+    multiplier : float
+        The congestion multiplier κ selects.
+    tokens : float
+        The campaign's tokens in unit-seconds (``inf`` for an unbounded bucket).
+    bucket : float
+        The campaign's bucket size in unit-seconds (``inf`` for unbounded).
+    held : int
+        Units the campaign holds.
+    ceiling : int
+        The campaign's ceiling.
+    price : dict of str to float
+        The credit price per service class now.
+    wait : dict of str to float or None
+        Expected seconds to activity per grant path: ``warm`` 0, ``reclaim`` the grace,
+        ``cold`` what the facility binding says (None without one).
+    """
+
     free: int
     reclaimable: int
     capacity: int
@@ -222,7 +342,24 @@ class DimSupply:
 
 @dataclass(frozen=True)
 class Supply:
-    """Supply signals for one campaign (SPEC §8)."""
+    """Supply signals for one campaign (SPEC §8).
+
+    What an agent reads to size its next intent without asking one: a read, not a
+    reservation.
+
+    Attributes
+    ----------
+    campaign : str
+        The campaign.
+    time : float
+        The broker time the signals are of.
+    credits : float
+        Credits left (``inf`` for an unlimited budget).
+    service_class : str
+        The campaign's default class.
+    dims : dict of str to DimSupply
+        The signals per held dimension.
+    """
 
     campaign: str
     time: float
@@ -236,7 +373,30 @@ class Supply:
 
 @dataclass(frozen=True)
 class Quote:
-    """A grid of what-ifs: ``cost[i, j]`` for ``sizes[i]`` units over ``durations[j]``."""
+    """A grid of what-ifs: cell ``[i, j]`` is an intent for ``sizes[i]`` units over
+    ``durations[j]``.
+
+    Each cell is what exactly that intent would meet now (SPEC §4.4, §7); the grid is
+    computed at once, and asking it grants nothing.
+
+    Attributes
+    ----------
+    sizes : numpy.ndarray
+        The sizes, int64 (rows).
+    durations : numpy.ndarray
+        The durations in seconds (columns).
+    cost : numpy.ndarray
+        Credits each cell would cost.
+    path : numpy.ndarray
+        ``warm``, ``reclaim`` or ``cold`` per cell.
+    wait : numpy.ndarray
+        Expected seconds to activity per cell (the path's wait).
+    grantable : numpy.ndarray
+        True where no rule is broken.
+    reason : numpy.ndarray
+        The first rule the cell breaks (``ceiling``, ``capacity``, ``tokens``,
+        ``credits``); ``""`` where grantable.
+    """
 
     sizes: np.ndarray
     durations: np.ndarray
@@ -252,10 +412,31 @@ class Quote:
 
 @dataclass(frozen=True)
 class Consumption:
-    """The answer to :meth:`Broker.consume`: ``allowed`` units pass now; the rest may be
-    retried after ``retry_after`` seconds (0.0 when all passed, inf when never). ``reason``
-    names what held the rest back: ``tokens`` (the campaign's sustained or peak bucket),
-    ``capacity`` (the facility's shared bucket) or ``credits``."""
+    """The answer to :meth:`Broker.consume`.
+
+    Like a :class:`Decision`, throttling is a value: part of an amount may pass and the
+    rest be retried later.
+
+    Attributes
+    ----------
+    campaign : str
+        The campaign.
+    dim : str
+        The flow dimension.
+    requested : float
+        Units asked for.
+    allowed : float
+        Units that pass now.
+    retry_after : float
+        Seconds after which the rest may pass: 0.0 when all passed, ``inf`` when never.
+    reason : str or None
+        What held the rest back: ``tokens`` (the campaign's sustained or peak bucket),
+        ``capacity`` (the facility's shared bucket) or ``credits``; None when all passed.
+    cost : float
+        Credits charged (priced dimensions only).
+    seq : int
+        The journal record's seq; -1 without a journal.
+    """
 
     campaign: str
     dim: str
@@ -271,9 +452,23 @@ class Consumption:
 
 
 class BatchResult(NamedTuple):
-    """Arrays from :meth:`Broker.admit_batch`: units granted (0 unless granted), reason
-    codes (index into ``bursarcore.admission.state.REASONS``), lease ids (-1 if none),
-    outcome codes (0 granted, 1 refused, 2 pending) and intent ids."""
+    """The arrays :meth:`Broker.admit_batch` returns, one entry per item.
+
+    Codes instead of objects, so a batch of a million items is five arrays.
+
+    Attributes
+    ----------
+    granted : numpy.ndarray
+        Units granted; 0 unless granted.
+    reason : numpy.ndarray
+        Reason codes: indices into ``bursarcore.admission.state.REASONS`` (0: none).
+    lease : numpy.ndarray
+        Lease ids; -1 if none.
+    outcome : numpy.ndarray
+        Outcome codes: 0 granted, 1 refused, 2 pending.
+    intent : numpy.ndarray
+        Intent ids.
+    """
 
     granted: np.ndarray
     reason: np.ndarray
@@ -351,15 +546,51 @@ class _PKey:
 class Broker:
     """An agent resource broker over one pool.
 
-    ``Broker(Pool(gpu=512), clock=ManualClock(0.0))``. Options: ``classes`` (the service
-    class table, SPEC §7 by default), ``congestion`` (:class:`Congestion`), ``price``
-    (credits per unit-hour per dimension, default 1), ``ttl`` (pending intents, default
-    900 s), ``half_life`` (fair share, default 600 s), ``enforcement`` (``"prepaid"`` or,
-    for experiments only, ``"instant"``), ``backend`` (``"compiled"``/``"reference"``),
-    ``reuse_after`` (the rows of ended leases are reused once this many later leases have
-    ended; None never reuses them: docs/policy.md, "Memory"), ``max_pending`` (the most
-    intents one campaign may have waiting in the pending queue, default 1024; one more is
-    refused with ``pending_limit``; None: no cap).
+    ``Broker(Pool(gpu=512), clock=ManualClock(0.0))``. Every decision is taken at the
+    clock's time and is the same on every backend, bit for bit; bad input raises
+    :class:`~bursarcore.errors.InvalidArgument` before any state changes, and a denial is
+    a :class:`Decision` with a reason.
+
+    Parameters
+    ----------
+    pool : Pool
+        The capacity it hands out.
+    clock : object, optional
+        Anything with ``now() -> float`` seconds, never running backwards (default: a
+        :class:`ManualClock` at 0.0).
+    classes : iterable of ServiceClass, optional
+        The service class table, names unique (default: SPEC §7's, ``DEFAULT_CLASSES``).
+    congestion : Congestion, optional
+        Congestion pricing (default: ``Congestion()``).
+    price : mapping of str to float, optional
+        Credits per unit-hour per held dimension (default 1), per unit per flow dimension
+        (default 0).
+    ttl : float, optional
+        The longest wait of a pending intent, in seconds (default 900).
+    half_life : float, optional
+        The half-life of fair-share usage, in seconds (default 600; SPEC §6).
+    enforcement : str, optional
+        ``"prepaid"`` (the default) or, for experiments only, ``"instant"``.
+    backend : str, optional
+        ``"compiled"`` or ``"reference"`` (default: the first available, compiled first).
+    cold_wait : callable, optional
+        ``cold_wait(dim) -> seconds`` to a cold start, from a facility binding.
+    journal : Journal, optional
+        An empty journal to record every decision in (SPEC §9).
+    durable : bool, optional
+        Sync the journal at the end of every operation (default False).
+    reuse_after : int or None, optional
+        The rows of ended leases are reused once this many later leases have ended; None
+        never reuses them (docs/policy.md, "Memory").
+    max_pending : int or None, optional
+        The most intents one campaign may have waiting in the pending queue (default
+        1024); one more is refused with ``pending_limit``. None: no cap.
+
+    Raises
+    ------
+    InvalidArgument
+        An option breaks its rule, naming it (``"classes"``, ``"price[fs]"``,
+        ``"journal"`` when it is not empty, ...).
     """
 
     def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
@@ -522,7 +753,32 @@ class Broker:
     # ------------------------------------------------------------------ registration
     @_op
     def register(self, name: str, envelope: Envelope) -> int:
-        """Add a campaign (at any time). Returns its index, for :meth:`admit_batch`."""
+        """Add a campaign, at any time.
+
+        The sum of guarantees never exceeds the pool (SPEC §3), so a registration that
+        would break a promise already made is refused, naming the guarantee.
+
+        Parameters
+        ----------
+        name : str
+            A new, non-empty campaign name.
+        envelope : Envelope
+            Its envelope; every dimension it names must be one of the pool's.
+
+        Returns
+        -------
+        int
+            The campaign's index, for :meth:`admit_batch` and :meth:`consume_batch`.
+
+        Raises
+        ------
+        InvalidArgument
+            ``name`` is empty or already registered; ``envelope`` is not an Envelope, has
+            an unknown ``service_class``, names a dimension the pool lacks
+            (``"ceiling[cpu]"``), or its guarantee would exceed the pool's capacity or the
+            room firm holdings leave now (``"guaranteed[gpu]"``); with a journal, it is
+            not JSON-serialisable.
+        """
         if not isinstance(name, str) or not name:
             raise InvalidArgument("name", "must be a non-empty string", name)
         if name in self._cindex:
@@ -840,7 +1096,34 @@ class Broker:
                                   cname) from None
 
     def acquire(self, intent: Intent) -> Decision:
-        """Decide an intent now (SPEC §4): granted, pending, or refused with a reason."""
+        """Decide an intent now (SPEC §4).
+
+        Granted, pending or refused with a reason: a denial is a decision, not an
+        exception, so only bad input raises, before any state changes.
+
+        Parameters
+        ----------
+        intent : Intent
+            The request.
+
+        Returns
+        -------
+        Decision
+            ``granted`` (with the lease, its path, cost and wait), ``pending`` (queued
+            until its TTL or deadline; the binding ``reason`` and ``retry_after``) or
+            ``refused`` (``reason``: ``ceiling``, ``capacity``, ``tokens``, ``credits``,
+            ``deadline`` or ``pending_limit``).
+
+        Raises
+        ------
+        UnknownCampaign
+            ``intent.campaign`` is not registered.
+        InvalidArgument
+            ``intent`` is not an Intent, names a dimension the pool does not hold
+            (``"units"``) or an unknown ``service_class``.
+        TimeWentBackwards
+            The clock ran backwards.
+        """
         fast = self._fast
         if fast is not None:
             # the compiled common case (nothing unusual to do; with a journal it writes the
@@ -1447,7 +1730,24 @@ class Broker:
 
     @_op
     def cancel(self, intent_id: int) -> bool:
-        """Withdraw a pending intent. Returns False if it is no longer pending."""
+        """Withdraw a pending intent.
+
+        Parameters
+        ----------
+        intent_id : int
+            The id of an intent this broker decided (``Decision.intent_id``).
+
+        Returns
+        -------
+        bool
+            True if it was pending and is withdrawn; False if it is no longer pending
+            (granted, refused, expired or cancelled already).
+
+        Raises
+        ------
+        UnknownLease
+            ``intent_id`` is not an intent of this broker (``field`` is ``"intent_id"``).
+        """
         if isinstance(intent_id, (bool, np.bool_)) or not isinstance(intent_id, (int, np.integer)):
             raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
         intent_id = int(intent_id)
@@ -1467,8 +1767,26 @@ class Broker:
         return True
 
     def pending(self, campaign: str | None = None) -> list[dict[str, Any]]:
-        """The pending intents (of one campaign: from its own index), in arrival order,
-        each with the rule that binds it now (see :meth:`_reasons`)."""
+        """The pending intents, in arrival order, each with the rule that binds it now.
+
+        A read: the reason is worked out from the state as it stands, and nothing moves.
+
+        Parameters
+        ----------
+        campaign : str, optional
+            Only this campaign's (read from its own index); default all.
+
+        Returns
+        -------
+        list of dict
+            One per intent: ``intent_id``, ``campaign``, ``dim``, ``min``, ``max``,
+            ``duration``, ``reason``, ``expires`` (broker time) and ``service_class``.
+
+        Raises
+        ------
+        UnknownCampaign
+            ``campaign`` is not registered.
+        """
         c = None if campaign is None else self.campaign_index(campaign)
         ps = list((self._pending if c is None else self._pcamp.get(c, {})).values())
         return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
@@ -1505,7 +1823,26 @@ class Broker:
 
     @_op
     def release(self, lease_id: int) -> Decision:
-        """End a lease early: its units free now, unused tokens and credits refunded."""
+        """End a lease early: its units free now, unused tokens and credits are refunded.
+
+        Parameters
+        ----------
+        lease_id : int
+            A lease this broker issued.
+
+        Returns
+        -------
+        Decision
+            ``released``, with the units, the ended lease and ``cost`` the refund
+            (negative); or ``refused`` with reason ``invalid`` if the lease has ended
+            already (for an ended lease whose record was reused: intent id -1 and no
+            campaign).
+
+        Raises
+        ------
+        UnknownLease
+            ``lease_id`` is not a lease of this broker.
+        """
         lid = self._lease_id(lease_id)
         t = self._now()
         self._advance(t)
@@ -1564,7 +1901,35 @@ class Broker:
 
     @_op
     def renew(self, lease_id: int, duration: float, max_spend: float | None = None) -> Decision:
-        """Extend an active lease by ``duration`` seconds, re-running §4.2/§4.3 atomically."""
+        """Extend an active lease by ``duration`` seconds.
+
+        The extension passes SPEC §4.2 and §4.3 (tokens, credits) atomically: granted in
+        full or refused with nothing changed.
+
+        Parameters
+        ----------
+        lease_id : int
+            A lease this broker issued.
+        duration : float
+            Seconds to add, one microsecond to ten years.
+        max_spend : float, optional
+            The most credits the extension may cost.
+
+        Returns
+        -------
+        Decision
+            ``granted`` (path ``warm``, ``cost`` the extension's price) or ``refused``
+            with the rule (``tokens``, ``credits``; ``invalid`` for a lease that is not
+            active), with the lease as it stands.
+
+        Raises
+        ------
+        UnknownLease
+            ``lease_id`` is not a lease of this broker.
+        InvalidArgument
+            ``duration`` or ``max_spend`` is out of range, or the lease would end past
+            the engine's time range.
+        """
         lid = self._lease_id(lease_id)
         ext = units.to_ns(units.real(duration, "duration", lo=units.MIN_DURATION,
                                      hi=MAX_DURATION, what="a number of seconds"), "duration")
@@ -1601,9 +1966,27 @@ class Broker:
                         lease=self.lease(lid), path="warm", cost=price / CREDIT)
 
     def lease(self, lease_id: int) -> Lease:
-        """The lease ``lease_id``, live or ended. An ended lease's record is kept until its
-        row is reused (after ``reuse_after`` later leases have ended); after that its id
-        raises :class:`~bursarcore.errors.UnknownLease` too, saying so."""
+        """The lease ``lease_id``, live or ended.
+
+        An ended lease's record is kept until its row is reused (after ``reuse_after``
+        later leases have ended), so memory stays bounded however many leases end.
+
+        Parameters
+        ----------
+        lease_id : int
+            A lease this broker issued.
+
+        Returns
+        -------
+        Lease
+            A snapshot of it now.
+
+        Raises
+        ------
+        UnknownLease
+            ``lease_id`` is not a lease of this broker, or it has ended and its record was
+            reused (the message says so).
+        """
         lid = self._lease_id(lease_id)
         r = self._row(lid)
         if r < 0:
@@ -1635,7 +2018,23 @@ class Broker:
 
     @_op
     def leases(self, campaign: str | None = None) -> list[Lease]:
-        """Live leases (starting, active, revoking), optionally of one campaign."""
+        """The live leases: starting, active or revoking.
+
+        Parameters
+        ----------
+        campaign : str, optional
+            Only this campaign's; default all.
+
+        Returns
+        -------
+        list of Lease
+            Snapshots, after advancing to the clock (leases due to expire have ended).
+
+        Raises
+        ------
+        UnknownCampaign
+            ``campaign`` is not registered.
+        """
         t = self._now()
         self._advance(t)
         st = self.st
@@ -1647,7 +2046,16 @@ class Broker:
 
     @_op
     def poll(self) -> list[Event]:
-        """Advance to the clock and return the events since the last poll, in order."""
+        """Advance to the clock and return the events since the last poll.
+
+        Each event is returned once, in the order it happened, so a caller polling in a
+        loop sees every expiry, revocation and pending grant exactly once.
+
+        Returns
+        -------
+        list of Event
+            The events, oldest first.
+        """
         t = self._now()
         self._advance(t)
         ev, self._events = self._events, []
@@ -1663,6 +2071,24 @@ class Broker:
     # ------------------------------------------------------------------ supply (§8)
     @_op
     def supply(self, campaign: str) -> Supply:
+        """Supply signals for one campaign now (SPEC §8).
+
+        Parameters
+        ----------
+        campaign : str
+            A registered campaign.
+
+        Returns
+        -------
+        Supply
+            Credits left and, per held dimension, free and reclaimable units,
+            congestion, tokens, prices and waits.
+
+        Raises
+        ------
+        UnknownCampaign
+            ``campaign`` is not registered.
+        """
         c = self.campaign_index(campaign)
         t = self._now()
         self._advance(t)
@@ -1694,7 +2120,38 @@ class Broker:
     @_op
     def quote(self, campaign: str, sizes: Sequence[int], durations: Sequence[float], *,
               dim: str | None = None, service_class: str | None = None) -> Quote:
-        """Cost, path and wait for every (size, duration) pair, in one vectorised call."""
+        """Cost, path and wait for every (size, duration) pair, in one vectorised call.
+
+        A what-if: each cell is what an intent for exactly that size and duration would
+        meet now (SPEC §4.4, §7), and nothing is granted or debited.
+
+        Parameters
+        ----------
+        campaign : str
+            A registered campaign.
+        sizes : sequence of int
+            Sizes in [1, ``units.MAX_UNITS``]; non-empty.
+        durations : sequence of float
+            Seconds, one microsecond to ten years; non-empty. At most 1,000,000 cells
+            in all.
+        dim : str, optional
+            A held dimension (default: the primary one).
+        service_class : str, optional
+            The class to price at (default: the campaign's).
+
+        Returns
+        -------
+        Quote
+            The grid, ``len(sizes)`` rows by ``len(durations)`` columns.
+
+        Raises
+        ------
+        UnknownCampaign
+            ``campaign`` is not registered.
+        InvalidArgument
+            ``dim``, ``service_class``, ``sizes`` or ``durations`` breaks its rule, or
+            the grid is too large (``"sizes"``).
+        """
         c = self.campaign_index(campaign)
         dname = dim if dim is not None else self.dims[0]
         if dname not in self._dim_index:
@@ -1734,13 +2191,44 @@ class Broker:
                     *, service_class: str | int | None = None, dim: str | None = None,
                     ttl: float | None = None) -> BatchResult:
         """Decide many intents at one instant, exactly as the same sequence of
-        :meth:`acquire` calls would: warm grants and certain refusals run in the compiled
-        loop; reclaim and pending items drop to the policy layer one at a time.
+        :meth:`acquire` calls would.
 
-        ``units_`` is shape (n,) (min = max) or (n, 2) (min, max); ``durations`` seconds
-        (scalar or (n,)); ``service_class`` a class name (default: each campaign's);
-        ``ttl`` the longest wait in the pending queue for the batch's items that go
-        pending (default: the broker's, as ``Intent.ttl``).
+        Warm grants and certain refusals run in the compiled loop; reclaim and pending
+        items drop to the policy layer one at a time. The whole batch is checked before
+        any item is decided.
+
+        Parameters
+        ----------
+        campaign_idx : array_like of int
+            Campaign indices (from :meth:`register`), shape (n,).
+        units_ : array_like of int
+            Shape (n,) (min = max) or (n, 2) (min, max); 1 <= min <= max.
+        durations : float or array_like of float
+            Seconds, a scalar or shape (n,).
+        now : float, optional
+            The instant, >= the broker time (default: the clock's); a
+            :class:`ManualClock` behind it is moved forward to it.
+        service_class : str, optional
+            A class name (default: each campaign's).
+        dim : str, optional
+            A held dimension (default: the primary one).
+        ttl : float, optional
+            The longest wait in the pending queue for the items that go pending (default:
+            the broker's, as ``Intent.ttl``).
+
+        Returns
+        -------
+        BatchResult
+            Units granted, reason codes, lease ids, outcome codes and intent ids.
+
+        Raises
+        ------
+        InvalidArgument
+            An argument breaks its rule, naming it and the first bad position
+            (``"units"``, ``"durations"``, ``"campaign_idx"``, ``"dim"``,
+            ``"service_class"``, ``"ttl"``).
+        TimeWentBackwards
+            ``now`` is before the broker time.
         """
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
@@ -1865,10 +2353,34 @@ class Broker:
     # ------------------------------------------------------------------ flow dimensions (§5)
     @_op
     def consume(self, campaign: str, dim: str, amount: float) -> Consumption:
-        """Consume ``amount`` units of a flow dimension now (throttle at source, SPEC §5):
-        the guaranteed bucket serves first; the rest must pass the campaign's sustained and
+        """Consume ``amount`` units of a flow dimension now (throttle at source, SPEC §5).
+
+        The guaranteed bucket serves first; the rest must pass the campaign's sustained and
         peak buckets and the facility's shared bucket. A priced dimension (``price=``, in
-        credits per unit) also charges credits, and is limited by them."""
+        credits per unit) also charges credits, and is limited by them. What does not pass
+        is a value to retry, not an error.
+
+        Parameters
+        ----------
+        campaign : str
+            A registered campaign.
+        dim : str
+            A flow dimension of the pool.
+        amount : float
+            Units to consume, >= 0.
+
+        Returns
+        -------
+        Consumption
+            The units allowed now, and when and why the rest may be retried.
+
+        Raises
+        ------
+        UnknownCampaign
+            ``campaign`` is not registered.
+        InvalidArgument
+            ``dim`` is not a flow dimension, or ``amount`` is out of range.
+        """
         c = self.campaign_index(campaign)
         fd = self._flow_index.get(dim) if isinstance(dim, str) else None
         if fd is None:
@@ -1917,8 +2429,33 @@ class Broker:
     @_op
     def consume_batch(self, campaign_idx: Any, dims: Any, amounts: Any) -> tuple[np.ndarray, np.ndarray]:
         """Many consumptions at this instant, exactly as the same sequence of
-        :meth:`consume` calls: returns ``(allowed, retry_after)`` arrays. The compiled
-        loop decides them at once when no priced dimension is involved."""
+        :meth:`consume` calls.
+
+        The compiled loop decides them at once when no priced dimension is involved
+        (and there is no journal).
+
+        Parameters
+        ----------
+        campaign_idx : array_like of int
+            Campaign indices (from :meth:`register`), shape (n,).
+        dims : str, int or array_like
+            Flow dimensions by name or index, a scalar or shape (n,).
+        amounts : float or array_like of float
+            Units to consume, a scalar or shape (n,).
+
+        Returns
+        -------
+        allowed : numpy.ndarray
+            Units allowed now, per item.
+        retry_after : numpy.ndarray
+            Seconds after which the rest may pass: 0.0 when all passed, ``inf`` when never.
+
+        Raises
+        ------
+        InvalidArgument
+            The pool has no flow dimensions, or an argument breaks its rule, naming it
+            (``"dims"``, ``"campaign_idx"``, ``"amounts"``).
+        """
         if self.flow is None:
             raise InvalidArgument("dims", "the pool has no flow dimensions")
         st = self.st
@@ -2107,7 +2644,26 @@ class Broker:
         return self.journal.flush() if self.journal is not None else -1
 
     def explain(self, record: int | dict[str, Any]) -> str:
-        """Why a decision came out as it did, in one paragraph (a seq or a record)."""
+        """Why a decision came out as it did, in one paragraph.
+
+        The paragraph is built from the record's rule inputs (SPEC §9), so it explains the
+        decision as it was taken, not the state now.
+
+        Parameters
+        ----------
+        record : int or dict
+            A journal seq (``Decision.seq``), or a record itself.
+
+        Returns
+        -------
+        str
+            The explanation.
+
+        Raises
+        ------
+        InvalidArgument
+            ``record`` is a seq and the broker has no journal.
+        """
         if self.journal is None and not isinstance(record, dict):
             raise InvalidArgument("record", "needs a journal: Broker(..., journal=...)", record)
         rec = dict(self.journal.record(record)  # type: ignore[union-attr]  # (checked above)

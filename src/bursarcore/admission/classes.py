@@ -13,12 +13,35 @@ __all__ = ["ServiceClass", "Congestion", "DEFAULT_CLASSES"]
 
 @dataclass(frozen=True)
 class ServiceClass:
-    """A row of the class table.
+    """A row of the service class table (SPEC §7).
 
-    ``rank`` orders pending intents (0 first); ``multiplier`` scales the credit price;
-    ``congestion_priced`` applies the congestion multiplier; a ``preemptible`` class gets
-    opportunistic leases, revocable after ``grace`` seconds; a ``free_when_broke`` class is
-    served free when the campaign's credits cannot cover it (SPEC §4.3).
+    A class sets how an intent is ordered, priced and protected; the broker's table of
+    them is fixed at construction, and every value is checked here, once.
+
+    Parameters
+    ----------
+    name : str
+        The class name intents and envelopes use; non-empty.
+    rank : int
+        Orders pending intents, 0 first; an integer in [0, 2**30].
+    multiplier : float
+        Scales the credit price.
+    congestion_priced : bool, optional
+        Whether the congestion multiplier applies (default True).
+    preemptible : bool, optional
+        Whether the class gets opportunistic leases, revocable after ``grace`` seconds
+        (default False).
+    grace : float, optional
+        Seconds between a preemption notice and the revocation; > 0 for a preemptible
+        class (default 0.0).
+    free_when_broke : bool, optional
+        Whether the class is served free when the campaign's credits cannot cover it
+        (SPEC §4.3; default False).
+
+    Raises
+    ------
+    InvalidArgument
+        A value breaks its rule; ``field`` is ``"name"`` or ``"<name>.<field>"``.
     """
 
     name: str
@@ -55,11 +78,27 @@ DEFAULT_CLASSES: tuple[ServiceClass, ...] = (
 
 @dataclass(frozen=True)
 class Congestion:
-    """Congestion index κ = unmet priced demand / free capacity over a trailing window.
+    """Congestion pricing: the index κ and the multipliers it selects (SPEC §7).
 
-    The window is kept as ``bins`` fixed bins (a ring), so it is exact integer state every
-    backend shares. ``thresholds`` are κ bounds; ``multipliers`` has one more entry than
-    ``thresholds``: κ < thresholds[0] → multipliers[0], and so on (SPEC §7).
+    κ = unmet priced demand / free capacity over a trailing window. The window is kept as
+    ``bins`` fixed bins (a ring), so it is exact integer state every backend shares.
+
+    Parameters
+    ----------
+    window : float, optional
+        The trailing window in seconds, > 0 (default 60.0).
+    bins : int, optional
+        How many bins the window is kept in, in [1, 3600] (default 60).
+    thresholds : tuple of float, optional
+        Three increasing κ bounds, >= 0 (default ``(0.5, 1.0, 2.0)``).
+    multipliers : tuple of float, optional
+        Four price multipliers, one more than ``thresholds``: κ < thresholds[0] selects
+        multipliers[0], and so on (default ``(1.0, 1.5, 2.25, 3.0)``).
+
+    Raises
+    ------
+    InvalidArgument
+        A value breaks its rule; ``field`` is ``"congestion.<field>"``.
     """
 
     window: float = 60.0

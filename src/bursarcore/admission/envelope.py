@@ -56,12 +56,36 @@ def _per_dim(m: object, field: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Envelope:
-    """A campaign's envelope (SPEC §3).
+    """A campaign's envelope: what it is guaranteed, may sustain, may peak at and spend (SPEC §3).
 
-    ``guaranteed`` g, ``sustained`` s and ``ceiling`` b are units per held dimension with
-    g ≤ s ≤ b; ``burst`` B is the token-bucket size in unit-seconds above s (``inf`` for no
-    bound). ``credits`` is the budget (1 credit = 1 GPU-hour at multiplier 1; ``inf`` for
-    none). ``share`` defaults to g on the primary held dimension, or 1.
+    Checked once, here, so a broker registering it only checks it against its pool; the
+    per-dimension mappings are copied, so a caller changing its dict later changes nothing.
+    A dimension missing from ``sustained`` sustains its guarantee, and one missing from
+    ``ceiling`` peaks at its sustained rate.
+
+    Parameters
+    ----------
+    credits : float
+        The budget: 1 credit = 1 GPU-hour at multiplier 1; ``inf`` for none.
+    service_class : str, optional
+        The class of the campaign's intents unless an intent names its own
+        (default ``"agent-burst"``).
+    guaranteed : mapping of str to float, optional
+        g, units per held dimension the campaign can always get.
+    sustained : mapping of str to float, optional
+        s, units per dimension it may hold indefinitely; g ≤ s.
+    ceiling : mapping of str to float, optional
+        b, units per dimension it may hold at a peak; s ≤ b.
+    burst : mapping of str to float, optional
+        B, the token-bucket size in unit-seconds above s (``inf`` for no bound).
+    share : float, optional
+        The fair-share weight (SPEC §6), > 0; default g on the primary held dimension,
+        or 1.
+
+    Raises
+    ------
+    InvalidArgument
+        A value breaks its rule, naming it (``"ceiling[gpu]"``: must be >= sustained).
     """
 
     credits: float
@@ -127,13 +151,31 @@ class Envelope:
 class Pool:
     """The capacity the broker hands out, per dimension (SPEC §1, §4.1, §5).
 
-    ``Pool(gpu=512, flow={"fs": 28.0, "inference": 5000.0})``: keyword arguments are held
-    dimensions (whole units); ``flow`` maps flow dimensions to the facility's units per
-    second; ``slots`` optionally maps a dimension to its slot map, a list of
-    ``(node, slots)`` pairs summing to the capacity (default: nodes of
-    ``slots_per_node`` slots named ``<dim>-node0000``...). ``warm_headroom`` keeps units free
-    even of opportunistic leases (at most the capacity; a dimension that starts at 0, to be
-    filled by a facility binding's pilots, may set it ahead).
+    ``Pool(gpu=512, flow={"fs": 28.0, "inference": 5000.0})``. Every lease is placed on
+    the slot map built here, so a lease's placement names real nodes; the first held
+    dimension is the primary one (fair share, SPEC §6).
+
+    Parameters
+    ----------
+    **dims : int
+        The held dimensions and their capacities, in whole units; at least one.
+    slots : mapping of str to list of (str, int), optional
+        A dimension's slot map: ``(node, slots)`` pairs summing to its capacity (default:
+        nodes of ``slots_per_node`` slots named ``<dim>-node0000``...).
+    slots_per_node : int, optional
+        Slots per node of a default slot map (default 8).
+    warm_headroom : mapping of str to int, optional
+        Units per dimension kept free even of opportunistic leases; at most the capacity,
+        except on a dimension that starts at 0, to be filled by a facility binding's
+        pilots, which may set it ahead.
+    flow : mapping of str to float, optional
+        The flow dimensions and the facility's rate of each, in units per second, > 0.
+
+    Raises
+    ------
+    InvalidArgument
+        No held dimension, or a value breaks its rule, naming it (``"slots[gpu]"``: must
+        sum to the capacity).
     """
 
     def __init__(self, *, slots: Mapping[str, Sequence[tuple[str, int]]] | None = None,
@@ -214,16 +256,38 @@ class Pool:
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
 class Intent:
-    """"min..max units of one held dimension for this long, by this deadline, spending at
-    most this much" (SPEC §1, §4.4).
+    """A request: min..max units of one held dimension for this long, by this deadline,
+    spending at most this much (SPEC §1, §4.4).
 
-    ``units`` maps one held dimension to ``(min, max)`` or to one number (min = max).
-    ``deadline`` is an absolute broker time; ``ttl`` (default: the broker's) bounds the wait
-    in the pending queue; ``service_class`` overrides the envelope's default.
+    Checked when made, so :meth:`Broker.acquire` only checks it against the broker (its
+    campaign, dimension and class); the numbers are kept as plain ints and floats.
 
     Slotted: every acquire reads all seven fields, and the compiled fast path reads them
     at their slot offsets (``_engine.FastAcquire``) instead of through an instance dict;
     a slotted intent is also one compact block, not an object plus a dict.
+
+    Parameters
+    ----------
+    campaign : str
+        The registered campaign asking; non-empty.
+    units : mapping of str to int or (int, int)
+        One held dimension, mapped to ``(min, max)`` or to one number (min = max);
+        1 <= min <= max.
+    duration : float
+        Seconds the lease is asked for, one microsecond to ten years.
+    deadline : float, optional
+        An absolute broker time by which the lease must be active; None for none.
+    max_spend : float, optional
+        The most credits the grant may cost; None for no bound beyond the budget.
+    service_class : str, optional
+        Overrides the envelope's class.
+    ttl : float, optional
+        The longest wait in the pending queue, in seconds, > 0 (default: the broker's).
+
+    Raises
+    ------
+    InvalidArgument
+        A value breaks its rule, naming it (``"units[gpu].min"``: must be <= max).
     """
 
     campaign: str
