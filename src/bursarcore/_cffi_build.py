@@ -10,6 +10,7 @@ without CPython-only tricks.
 from __future__ import annotations
 
 import os
+import sys
 
 from cffi import FFI
 
@@ -45,6 +46,8 @@ ffibuilder.set_source(
     include_dirs=[_rel(os.path.join(CORE, "include")), _rel(os.path.join(CORE, "src"))],
     extra_compile_args=["-O3", "-g0"] if os.name != "nt" else ["/O2"],
     libraries=["m"] if os.name != "nt" else [],
+    # a distributed binary carries no symbol table (GNU ld's -s), as setup.py's others
+    extra_link_args=["-s"] if sys.platform.startswith("linux") else [],
 )
 
 if __name__ == "__main__":
