@@ -1415,10 +1415,8 @@ class Broker:
             at = None
             if r > 0 and st.scal[1]:
                 at = t + 1        # instant mode: T (0 here) is positive as soon as time moves
-            elif r > 0:
-                need = (m - r) * q.dur            # T // dur >= m - (s - H)
-                if need <= int(st.Bcap[c, d]):
-                    at = t + -(-(need - int(st.T[c, d])) // r)
+            elif r > 0 and (m - r) * q.dur <= int(st.Bcap[c, d]):   # the bucket can hold it
+                at = t + k.token_wait(st, c, d, m, q.dur)     # (ltok < m: a positive wait)
             if at is not None:
                 self._wpush(self._wtime, at, q)
         elif lcred < m and not st.cls[q.k, 2]:
