@@ -23,7 +23,8 @@ PKG = SRC / "bursarcore"
 # what a user imports directly: the modules [tool.mypy] holds to the strict flags
 PUBLIC = ["__init__.py", "errors.py", "units.py", "clock.py", "buckets.py", "broker.py",
           "admission/__init__.py", "admission/classes.py", "admission/envelope.py",
-          "admission/state.py", "flow.py"]
+          "admission/state.py", "admission/results.py", "admission/batch.py",
+          "leases/__init__.py", "leases/types.py", "flow.py"]
 # the compiled modules with a stub beside them
 COMPILED = ["_engine", "_buckets", "_flow", "_batchprep", "_journalfill", "_cffi_core"]
 
