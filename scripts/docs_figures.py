@@ -12,7 +12,7 @@ A page holds each generated block between two markers::
 and everything between them is replaced by what ``BLOCKS[NAME]`` renders from a fresh run
 of the shipped ``default`` scenario. The run is deterministic (seed, manual clock, the
 same decisions in every backend), so the figures change only when the code's decisions
-do; ``tests/test_docs_figures.py`` fails when a page and the code disagree. Nothing here
+do; ``tests/docs/test_docs_figures.py`` fails when a page and the code disagree. Nothing here
 is a timing: wall-clock figures depend on the machine and live in ``benchmarks/``.
 """
 

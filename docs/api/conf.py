@@ -5,7 +5,7 @@ Build it with warnings as errors, from the repository's root::
     pip install ".[docs]"
     python -m sphinx -W --keep-going -b html docs/api build/api
 
-``tests/test_docs_api.py`` runs the same build. The reference documents the tree it sits
+``tests/docs/test_docs_api.py`` runs the same build. The reference documents the tree it sits
 in: ``src/`` goes first on the path, ahead of any installed copy. It documents the
 plain-Python backend (``BURSARCORE_NO_EXTENSIONS=1``): every backend has its interface, and
 the build then needs no compiled extension in the tree.

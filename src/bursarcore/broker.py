@@ -25,15 +25,17 @@ import functools
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field
-from typing import (Any, Callable, Concatenate, Iterable, Mapping, NamedTuple, ParamSpec,
-                    Sequence, TypeVar)
+from dataclasses import dataclass, field
+from typing import Any, Callable, Concatenate, Iterable, Mapping, ParamSpec, Sequence, TypeVar
 
 import numpy as np
 
 from . import _backend, units
+from .admission.batch import batch_units as _batch_units
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
+from .admission.results import (GRANTED_OUT, PENDING_OUT, REFUSED_OUT, BatchResult,
+                                Consumption, Decision, DimSupply, Quote, Supply)
 from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE, GRANTED,
                               HOUR_NS,
                               LEASE_STATES, MAXV, OK, PPM, REASONS, RECLAIM, REFUSED, RELEASED,
@@ -45,6 +47,7 @@ from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, Unknown
 from .journal import records as J
 from .journal.base import Journal
 from .journal.explain import explain as _explain
+from .leases.types import Event, Lease
 from .reference import engine as _ref_engine
 from .reference.engine import wrap as _wrap
 
@@ -56,7 +59,6 @@ _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.dur
 _MIN_DURATION = round(units.MIN_DURATION * NS)
 _MAX_GRID = 1_000_000                       # cells of one quote
 _DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
-GRANTED_OUT, REFUSED_OUT, PENDING_OUT = "granted", "refused", "pending"
 _PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 MAX_PENDING = 1024          # Broker(max_pending=): pending intents per campaign, by default
@@ -65,37 +67,6 @@ _compiled = _backend.compiled("_engine")
 ENGINES: dict[str, Any] = {"reference": _ref_engine}
 if _compiled is not None:
     ENGINES = {"compiled": _compiled, **ENGINES}
-
-
-_MAX_U = units.MAX_UNITS
-
-
-def _batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """admit_batch's ``units``: (n,) (min = max) or (n, 2) (min, max) integers with
-    1 <= min <= max <= MAX_UNITS, as int64 columns (min and max reductions, not a
-    mask per rule; an int64 (n,) array is used as it is, as campaign_idx is), and the
-    largest max (0 for an empty batch)."""
-    u = units.column(values, "units")
-    if u.dtype.kind not in "iu":
-        raise InvalidArgument("units", "must be integers", u.dtype)
-    if u.dtype.kind == "u" and u.size and int(u.max()) > _MAX_U:
-        u = np.minimum(u, _MAX_U + 1)   # (named below, before it could wrap to int64)
-    if u.shape == (n,):
-        nmin = nmax = np.ascontiguousarray(u, dtype=np.int64)
-        low, top = minmax(nmax) if n else (1, 0)
-        ok = low >= 1 and top <= _MAX_U
-    elif u.shape == (n, 2):
-        nmin, nmax = u[:, 0].astype(np.int64), u[:, 1].astype(np.int64)
-        top = int(nmax.max()) if n else 0
-        ok = not n or (int(nmin.min()) >= 1 and top <= _MAX_U and not (nmin > nmax).any())
-    else:
-        raise InvalidArgument("units", f"must have shape ({n},) or ({n}, 2)", u.shape)
-    if not ok:
-        bad = (nmin < 1) | (nmax > _MAX_U) | (nmin > nmax)
-        k = int(np.flatnonzero(bad)[0])
-        raise InvalidArgument("units", f"need 1 <= min <= max <= {_MAX_U:,}",
-                              f"{(int(nmin[k]), int(nmax[k]))!r} at position {k}")
-    return nmin, nmax, top
 
 
 _B = TypeVar("_B", bound="Broker")
@@ -123,358 +94,9 @@ def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _
 _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A snapshot of a lease, as it stood when read.
-
-    Frozen: the broker's state moves on, the snapshot does not; read the lease again
-    (:meth:`Broker.lease`) for its state now.
-
-    Attributes
-    ----------
-    id : int
-        The lease id.
-    campaign : str
-        The campaign holding it.
-    dim : str
-        The held dimension.
-    units : int
-        How many units.
-    state : str
-        ``starting`` (a reclaim grant waiting for its grace), ``active``, ``revoking``
-        (notified, revoked at ``revoke_at``), ``released``, ``expired`` or ``revoked``.
-    firm : bool
-        False for an opportunistic lease, which may be revoked after its class's grace.
-    service_class : str
-        The class it was granted under.
-    granted_at : float
-        The broker time of the grant.
-    start : float or None
-        When it became (or becomes) active; None for a reclaim grant released before it
-        started.
-    expiry : float or None
-        When it ends unless renewed or released; None as for ``start``.
-    cost : float
-        The credits escrowed for it.
-    revoke_at : float or None
-        When a revoking or revoked lease is (was) revoked; None otherwise.
-    intent : int
-        The id of the intent it was granted for.
-    placement : tuple of (str, int)
-        ``(node, units)`` per node it is placed on, while active or revoking.
-    slots : tuple of int
-        Its slot ids, while active or revoking.
-    """
-
-    id: int
-    campaign: str
-    dim: str
-    units: int
-    state: str
-    firm: bool
-    service_class: str
-    granted_at: float
-    start: float | None
-    expiry: float | None
-    cost: float
-    revoke_at: float | None
-    intent: int
-    placement: tuple[tuple[str, int], ...] = ()
-    slots: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["placement"] = [list(p) for p in self.placement]
-        d["slots"] = list(self.slots)
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The answer to an intent, a renewal or a release.
-
-    A denial is a decision with a reason, never an exception: the caller reads why and
-    when to retry, and nothing was changed by a refusal.
-
-    Attributes
-    ----------
-    outcome : str
-        ``granted``, ``pending`` or ``refused``; ``released`` for :meth:`Broker.release`.
-    intent_id : int
-        The intent's id (for :meth:`Broker.cancel`); -1 for a stale lease id.
-    campaign : str
-        The campaign asking.
-    units : int
-        Units granted (or released); 0 otherwise.
-    lease : Lease or None
-        The lease granted, renewed or released, as it stands after the decision.
-    path : str or None
-        The grant path: ``warm`` (free units) or ``reclaim`` (after revoking opportunistic
-        leases); None unless granted.
-    reason : str or None
-        The binding rule of a refusal or a pending intent: ``ceiling``, ``capacity``,
-        ``tokens``, ``credits``, ``deadline``, ``pending_limit``, ``invalid`` (an ended
-        lease); None for a grant.
-    retry_after : float or None
-        Seconds after which a retry may succeed, when known.
-    cost : float
-        The credits escrowed by a grant or renewal; negative for the refund of a release.
-    wait : float
-        Expected seconds until the lease is active (a reclaim's grace); 0.0 for a warm
-        grant.
-    seq : int
-        The journal record's seq; -1 without a journal.
-    """
-
-    outcome: str
-    intent_id: int
-    campaign: str
-    units: int = 0
-    lease: Lease | None = None
-    path: str | None = None
-    reason: str | None = None
-    retry_after: float | None = None
-    cost: float = 0.0
-    wait: float = 0.0
-    seq: int = -1
-
-    @property
-    def granted(self) -> bool:
-        return self.outcome == GRANTED_OUT
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["lease"] = self.lease.to_dict() if self.lease else None
-        return d
-
-
 # release / renew of a stale lease id (an ended lease whose row now holds a later lease): as
 # for any ended lease, refused with "invalid" -- but its campaign, intent and record are gone
 _STALE = Decision(REFUSED_OUT, -1, "", reason="invalid")
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something that happened between calls.
-
-    Events are how the broker reports what time did (expiries, revocations, pending
-    grants): :meth:`Broker.poll` returns them in order, and :meth:`Broker.subscribe`
-    callbacks get each as it happens.
-
-    Attributes
-    ----------
-    kind : str
-        ``expired``, ``preempt_notice``, ``revoked``, ``activated``, ``granted`` (a pending
-        intent), ``refused`` (a pending intent's TTL or deadline) or ``released``.
-    time : float
-        The broker time it happened at.
-    campaign : str
-        The campaign it concerns.
-    lease_id : int or None
-        The lease, for a lease's event.
-    intent_id : int or None
-        The intent, for a pending intent's event.
-    deadline : float or None
-        For a preemption notice, when the lease is revoked.
-    reason : str or None
-        Why, when there is a rule to name (``ttl``, ``deadline``, ``capacity``).
-    units : int
-        The lease's units; 0 when there is no lease.
-    """
-
-    kind: str
-    time: float
-    campaign: str
-    lease_id: int | None = None
-    intent_id: int | None = None
-    deadline: float | None = None
-    reason: str | None = None
-    units: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class DimSupply:
-    """Supply signals for one campaign on one held dimension (SPEC §8).
-
-    Attributes
-    ----------
-    free : int
-        Units free now.
-    reclaimable : int
-        Units held by opportunistic leases (or being revoked, not yet promised) that a
-        reclaim could free.
-    capacity : int
-        The dimension's capacity.
-    congestion : float
-        The congestion index κ.
-    multiplier : float
-        The congestion multiplier κ selects.
-    tokens : float
-        The campaign's tokens in unit-seconds (``inf`` for an unbounded bucket).
-    bucket : float
-        The campaign's bucket size in unit-seconds (``inf`` for unbounded).
-    held : int
-        Units the campaign holds.
-    ceiling : int
-        The campaign's ceiling.
-    price : dict of str to float
-        The credit price per service class now.
-    wait : dict of str to float or None
-        Expected seconds to activity per grant path: ``warm`` 0, ``reclaim`` the grace,
-        ``cold`` what the facility binding says (None without one).
-    """
-
-    free: int
-    reclaimable: int
-    capacity: int
-    congestion: float
-    multiplier: float
-    tokens: float
-    bucket: float
-    held: int
-    ceiling: int
-    price: dict[str, float]
-    wait: dict[str, float | None]
-
-
-@dataclass(frozen=True)
-class Supply:
-    """Supply signals for one campaign (SPEC §8).
-
-    What an agent reads to size its next intent without asking one: a read, not a
-    reservation.
-
-    Attributes
-    ----------
-    campaign : str
-        The campaign.
-    time : float
-        The broker time the signals are of.
-    credits : float
-        Credits left (``inf`` for an unlimited budget).
-    service_class : str
-        The campaign's default class.
-    dims : dict of str to DimSupply
-        The signals per held dimension.
-    """
-
-    campaign: str
-    time: float
-    credits: float
-    service_class: str
-    dims: dict[str, DimSupply]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Quote:
-    """A grid of what-ifs: cell ``[i, j]`` is an intent for ``sizes[i]`` units over
-    ``durations[j]``.
-
-    Each cell is what exactly that intent would meet now (SPEC §4.4, §7); the grid is
-    computed at once, and asking it grants nothing.
-
-    Attributes
-    ----------
-    sizes : numpy.ndarray
-        The sizes, int64 (rows).
-    durations : numpy.ndarray
-        The durations in seconds (columns).
-    cost : numpy.ndarray
-        Credits each cell would cost.
-    path : numpy.ndarray
-        ``warm``, ``reclaim`` or ``cold`` per cell.
-    wait : numpy.ndarray
-        Expected seconds to activity per cell (the path's wait).
-    grantable : numpy.ndarray
-        True where no rule is broken.
-    reason : numpy.ndarray
-        The first rule the cell breaks (``ceiling``, ``capacity``, ``tokens``,
-        ``credits``); ``""`` where grantable.
-    """
-
-    sizes: np.ndarray
-    durations: np.ndarray
-    cost: np.ndarray
-    path: np.ndarray
-    wait: np.ndarray
-    grantable: np.ndarray
-    reason: np.ndarray
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
-
-
-@dataclass(frozen=True)
-class Consumption:
-    """The answer to :meth:`Broker.consume`.
-
-    Like a :class:`Decision`, throttling is a value: part of an amount may pass and the
-    rest be retried later.
-
-    Attributes
-    ----------
-    campaign : str
-        The campaign.
-    dim : str
-        The flow dimension.
-    requested : float
-        Units asked for.
-    allowed : float
-        Units that pass now.
-    retry_after : float
-        Seconds after which the rest may pass: 0.0 when all passed, ``inf`` when never.
-    reason : str or None
-        What held the rest back: ``tokens`` (the campaign's sustained or peak bucket),
-        ``capacity`` (the facility's shared bucket) or ``credits``; None when all passed.
-    cost : float
-        Credits charged (priced dimensions only).
-    seq : int
-        The journal record's seq; -1 without a journal.
-    """
-
-    campaign: str
-    dim: str
-    requested: float
-    allowed: float
-    retry_after: float
-    reason: str | None = None
-    cost: float = 0.0
-    seq: int = -1
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class BatchResult(NamedTuple):
-    """The arrays :meth:`Broker.admit_batch` returns, one entry per item.
-
-    Codes instead of objects, so a batch of a million items is five arrays.
-
-    Attributes
-    ----------
-    granted : numpy.ndarray
-        Units granted; 0 unless granted.
-    reason : numpy.ndarray
-        Reason codes: indices into ``bursarcore.admission.state.REASONS`` (0: none).
-    lease : numpy.ndarray
-        Lease ids; -1 if none.
-    outcome : numpy.ndarray
-        Outcome codes: 0 granted, 1 refused, 2 pending.
-    intent : numpy.ndarray
-        Intent ids.
-    """
-
-    granted: np.ndarray
-    reason: np.ndarray
-    lease: np.ndarray
-    outcome: np.ndarray
-    intent: np.ndarray
 
 
 @dataclass

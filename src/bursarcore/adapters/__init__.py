@@ -16,12 +16,13 @@ behind one interface, :class:`Binding`; :class:`PoolManager` joins a binding to 
         pool.tick(); time.sleep(5)
 """
 
-from .base import (CANCELLED, COLD_WAIT_MODES, COMPLETED, ENDING, FAILED, HELD, PENDING,
-                   PILOT_STATES, RUNNING, SUSPENDED, TERMINAL, TIMEOUT, UNKNOWN, Binding,
-                   CommandError, Handle, LeaseHandle, Pilot, PilotStatus, PoolManager, ProcessHandle,
-                   Provision, SchedulerSupply, TickReport, map_state, node_name, split_node)
+from .handles import Handle, LeaseHandle, ProcessHandle
+from .interface import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, PENDING, PILOT_STATES,
+                        RUNNING, SUSPENDED, TERMINAL, TIMEOUT, UNKNOWN, Binding, CommandError,
+                        Pilot, PilotStatus, SchedulerSupply, map_state, node_name, split_node)
 from .local import LocalBinding, SimHandle
 from .pbs import PBSBinding
+from .pool import COLD_WAIT_MODES, PoolManager, Provision, TickReport
 from .slurm import SlurmBinding
 
 __all__ = [

@@ -11,7 +11,7 @@ This is the embedded default for the simulator, the demos and tests without a sc
 on a :class:`~bursarcore.clock.ManualClock` the pool manager drives it in simulated time.
 ``fail(pilot_id)`` emulates a node failure.
 
-Two execution modes behind the same :meth:`~bursarcore.adapters.base.Binding.launch`,
+Two execution modes behind the same :meth:`~bursarcore.adapters.Binding.launch`,
 ``revoke``, ``kill`` and ``enforce``:
 
 * ``execution="process"`` (the default): a lease's work is real subprocesses, each in a
@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidArgument
-from .base import (CANCELLED, FAILED, PENDING, RUNNING, TIMEOUT, Binding, Handle, NODE_BUSY,
-                   NODE_FREE, NODE_PARTIAL, PilotStatus, ProcessHandle, SchedulerSupply)
+from .handles import Handle, ProcessHandle
+from .interface import (CANCELLED, FAILED, NODE_BUSY, NODE_FREE, NODE_PARTIAL, PENDING, RUNNING,
+                        TIMEOUT, Binding, PilotStatus, SchedulerSupply)
 
 __all__ = ["LocalBinding", "LOCAL_STATES", "SimHandle", "EXECUTION_MODES"]
 

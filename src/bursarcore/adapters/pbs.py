@@ -2,7 +2,7 @@
 
 The same interface as the Slurm binding over ``qsub``, ``qstat -x -f -F json``,
 ``pbsnodes -a -F json``, ``qstat -Q -f -F json``, ``qstat -T -w``, ``qdel`` — every one
-through :meth:`~bursarcore.adapters.base.Binding.execute`.
+through :meth:`~bursarcore.adapters.Binding.execute`.
 
 **No PBS server can run on the project's machines** (not in Debian, no PyPI build), so
 this module has only been run against recorded documents (``tests/fixtures/pbs/``, built
@@ -45,11 +45,11 @@ import time
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidArgument
-from . import base
-from .base import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, NODE_BUSY, NODE_DOWN,
-                   NODE_FREE, NODE_PARTIAL, NODE_UNKNOWN, PENDING, RUNNING, SUSPENDED,
-                   TIMEOUT, Binding, CommandError, PilotStatus, ProcessHandle,
-                   SchedulerSupply, map_state)
+from .handles import ProcessHandle
+from .interface import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, NODE_BUSY, NODE_DOWN,
+                        NODE_FREE, NODE_PARTIAL, NODE_UNKNOWN, PENDING, RUNNING, SUSPENDED,
+                        TERMINAL, TIMEOUT, Binding, CommandError, PilotStatus,
+                        SchedulerSupply, log, map_state)
 
 __all__ = ["PBSBinding", "PBS_STATES", "PBS_NODE_STATES", "JOB_EXEC_KILL_WALLTIME",
            "parse_exec_vnode", "parse_est_start", "parse_walltime"]
@@ -172,7 +172,7 @@ class PBSBinding(Binding):
     ``account``; ``ncpus`` and ``ngpus`` per node (the select chunk); ``exclusive``
     (``place=scatter:excl``, default True); ``qsub_options``; ``pilot_output``;
     ``ssh_options``; ``attach`` (``pbs_attach``); and the
-    :class:`~bursarcore.adapters.base.Binding` options.
+    :class:`~bursarcore.adapters.Binding` options.
     """
 
     name = "pbs"
@@ -295,7 +295,7 @@ class PBSBinding(Binding):
         return PilotStatus(state=state, raw=raw, hosts=hosts,
                            start=start if state != PENDING else None,
                            end=start + wt if start is not None and wt and state == RUNNING else None,
-                           exit_code=code if state in base.TERMINAL else None,
+                           exit_code=code if state in TERMINAL else None,
                            reason=reason)
 
     # ------------------------------------------------------------------ supply
@@ -344,7 +344,7 @@ class PBSBinding(Binding):
                 ["qstat", "-Q", "-f", "-F", "json", *([self.queue] if self.queue else [])]
             ).stdout).get("Queue") or {})
         except (CommandError, ValueError) as e:
-            base.log.warning("pbs: queue status unavailable: %s", e)
+            log.warning("pbs: queue status unavailable: %s", e)
             queues = {}
         for q in queues.values():
             m = re.search(r"Queued:(\d+)", str(q.get("state_count", "")))
@@ -366,7 +366,7 @@ class PBSBinding(Binding):
                 out = self.query("qstat-T", lambda: self.execute(
                     ["qstat", "-T", "-w", *ids], env={"TZ": "UTC"}).stdout)
             except CommandError as e:
-                base.log.info("pbs: qstat -T failed: %s", e)
+                log.info("pbs: qstat -T failed: %s", e)
                 out = ""
             times = []
             for line in out.splitlines():

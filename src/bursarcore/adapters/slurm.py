@@ -1,7 +1,7 @@
 """Slurm binding: pilots are batch jobs that hold an allocation; a lease's work is a job
 step inside it (SPEC §12). Driven through Slurm's commands — ``sbatch``, ``squeue
 --json``, ``sinfo --json``, ``squeue --start``, ``sbatch --test-only``, ``srun``,
-``scancel`` — every one through :meth:`~bursarcore.adapters.base.Binding.execute`.
+``scancel`` — every one through :meth:`~bursarcore.adapters.Binding.execute`.
 
 Run against Slurm 22.05 (Debian 12); reads the ``squeue --json`` of every release from
 22.05 to 25.11 (tests/fixtures/slurm/README.md cites each shape's source).
@@ -61,11 +61,11 @@ import time
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidArgument
-from . import base
-from .base import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, NODE_BUSY, NODE_DOWN,
-                   NODE_FREE, NODE_PARTIAL, NODE_UNKNOWN, PENDING, RUNNING, SUSPENDED,
-                   TIMEOUT, Binding, CommandError, PilotStatus, ProcessHandle,
-                   SchedulerSupply, map_state)
+from .handles import ProcessHandle
+from .interface import (CANCELLED, COMPLETED, ENDING, FAILED, HELD, NODE_BUSY, NODE_DOWN,
+                        NODE_FREE, NODE_PARTIAL, NODE_UNKNOWN, PENDING, RUNNING, SUSPENDED,
+                        TERMINAL, TIMEOUT, Binding, CommandError, PilotStatus,
+                        SchedulerSupply, log, map_state)
 
 __all__ = ["SlurmBinding", "SLURM_STATES", "SQUEUE_CODES", "SLURM_NODE_STATES",
            "SlurmStepHandle", "parse_wait_status", "slurm_number", "job_state_name",
@@ -248,7 +248,7 @@ class SlurmBinding(Binding):
     else ``--ntasks-per-node``); ``gpus_per_node`` (``dim="gpu"``: ``--gres=gpu:G``);
     ``sbatch_options`` (extra arguments); ``step_mode`` (``"exact"`` or ``"overlap"``);
     ``pilot_output`` (the pilots' ``--output``, default ``/dev/null``); and the
-    :class:`~bursarcore.adapters.base.Binding` options.
+    :class:`~bursarcore.adapters.Binding` options.
     """
 
     name = "slurm"
@@ -357,7 +357,7 @@ class SlurmBinding(Binding):
                            start=float(start) if start and state != PENDING else None,
                            end=float(end) if end and state == RUNNING else None,
                            exit_code=job_exit_code(j.get("exit_code"))
-                           if state in base.TERMINAL else None,
+                           if state in TERMINAL else None,
                            reason=None if reason in ("None", "") else str(reason))
 
     def _hosts(self, j: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -463,7 +463,7 @@ class SlurmBinding(Binding):
                     ["squeue", "--start", "--noheader", "--format=%i|%S", f"--jobs={ids}"],
                     env={"TZ": "UTC"}).stdout)
             except CommandError as e:     # e.g. a pilot purged meanwhile
-                base.log.info("slurm: squeue --start failed (%s); asking sbatch --test-only", e)
+                log.info("slurm: squeue --start failed (%s); asking sbatch --test-only", e)
                 out = ""
             now = self.wallclock()
             times = [t for t in (_utc(line.partition("|")[2]) for line in out.splitlines()

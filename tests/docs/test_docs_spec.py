@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 FENCE = re.compile(r"^```pycon\n(.*?)^```\n", re.S | re.M)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

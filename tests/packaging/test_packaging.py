@@ -19,7 +19,7 @@ from bursarcore._version import __version__
 from bursarcore.runtime import cli as run_cli
 from bursarcore.runtime import worker as worker_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "bursarcore"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 

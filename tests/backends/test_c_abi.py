@@ -22,7 +22,7 @@ from bursarcore import units
 from bursarcore.errors import InvalidArgument, TimeWentBackwards
 from bursarcore.reference.buckets import TokenBuckets as Reference
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "c")
 
 try:

@@ -4,7 +4,7 @@
 The fast path reads the intent's slots, the broker's instance dict and a ManualClock's
 ``_t`` directly (see the ``FastAcquire`` docstring); these tests pin down that each shortcut
 gives way whenever the plain read would not be what the general path reads, and that the
-lease store then grows in place. ``tests/test_fastpath_diff.py`` checks the decisions,
+lease store then grows in place. ``tests/backends/test_acquire_paths_agree.py`` checks the decisions,
 journals and state against the general path.
 """
 

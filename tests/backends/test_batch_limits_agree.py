@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from bursarcore.reference.engine import PREEMPT
 from bursarcore.reference import engine as ref
 
-from test_engine_kernel_diff import (build, cmp, configs, durations, run, same_state,
-                                     steps)
+from kernel_pairs import build, cmp, configs, durations, run, same_state, steps
 
-if cmp is None:     # pragma: no cover - test_engine_kernel_diff skips the module first
+if cmp is None:     # pragma: no cover - no compiled engine: nothing to compare
     pytest.skip("compiled engine not built", allow_module_level=True)
 
 SLOW = 2

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("sphinx", reason="the API reference needs the docs extra (sphinx)")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sphinx_build(src: Path, out: Path) -> subprocess.CompletedProcess:

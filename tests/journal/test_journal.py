@@ -436,7 +436,7 @@ CHILD = textwrap.dedent("""
 def test_sigkill_loses_no_acknowledged_decision(backend, tmp_path):
     import select
     import time
-    from test_broker_invariants import check_invariants
+    from invariants import check_invariants
 
     rng = random.Random(11)
     script = tmp_path / "child.py"

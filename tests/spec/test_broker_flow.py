@@ -9,7 +9,7 @@ from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal import MemoryJournal
 
-from test_broker_invariants import check_invariants
+from invariants import check_invariants
 
 
 def broker(eb, journal=None):

@@ -7,7 +7,7 @@ numbers also pin the backends to each other. Time moves only through ``ManualClo
 
 The map from every rule to its covering test is docs/spec-coverage.md; rules the existing
 table tests (``test_broker_table.py``, ``test_flow_table.py``, ``test_broker_flow.py``) and
-state machines (``test_broker_invariants.py``) already pin are not repeated here.
+state machines (``test_invariants.py``) already pin are not repeated here.
 
 The last section pins fair share's decay by age, which an average decay per tick gets wrong.
 """

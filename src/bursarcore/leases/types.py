@@ -1,0 +1,122 @@
+"""What a lease is to the broker's callers (SPEC §5, §6): the :class:`Lease` snapshot and the
+:class:`Event` that reports what time did to leases and pending intents.
+
+Both are frozen, slotted dataclasses: the compiled engine fills their slots in place
+(``_engine.FastAcquire``), so their fields, order and slots are part of the contract
+with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Lease", "Event"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A snapshot of a lease, as it stood when read.
+
+    Frozen: the broker's state moves on, the snapshot does not; read the lease again
+    (:meth:`Broker.lease`) for its state now.
+
+    Attributes
+    ----------
+    id : int
+        The lease id.
+    campaign : str
+        The campaign holding it.
+    dim : str
+        The held dimension.
+    units : int
+        How many units.
+    state : str
+        ``starting`` (a reclaim grant waiting for its grace), ``active``, ``revoking``
+        (notified, revoked at ``revoke_at``), ``released``, ``expired`` or ``revoked``.
+    firm : bool
+        False for an opportunistic lease, which may be revoked after its class's grace.
+    service_class : str
+        The class it was granted under.
+    granted_at : float
+        The broker time of the grant.
+    start : float or None
+        When it became (or becomes) active; None for a reclaim grant released before it
+        started.
+    expiry : float or None
+        When it ends unless renewed or released; None as for ``start``.
+    cost : float
+        The credits escrowed for it.
+    revoke_at : float or None
+        When a revoking or revoked lease is (was) revoked; None otherwise.
+    intent : int
+        The id of the intent it was granted for.
+    placement : tuple of (str, int)
+        ``(node, units)`` per node it is placed on, while active or revoking.
+    slots : tuple of int
+        Its slot ids, while active or revoking.
+    """
+
+    id: int
+    campaign: str
+    dim: str
+    units: int
+    state: str
+    firm: bool
+    service_class: str
+    granted_at: float
+    start: float | None
+    expiry: float | None
+    cost: float
+    revoke_at: float | None
+    intent: int
+    placement: tuple[tuple[str, int], ...] = ()
+    slots: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["placement"] = [list(p) for p in self.placement]
+        d["slots"] = list(self.slots)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened between calls.
+
+    Events are how the broker reports what time did (expiries, revocations, pending
+    grants): :meth:`Broker.poll` returns them in order, and :meth:`Broker.subscribe`
+    callbacks get each as it happens.
+
+    Attributes
+    ----------
+    kind : str
+        ``expired``, ``preempt_notice``, ``revoked``, ``activated``, ``granted`` (a pending
+        intent), ``refused`` (a pending intent's TTL or deadline) or ``released``.
+    time : float
+        The broker time it happened at.
+    campaign : str
+        The campaign it concerns.
+    lease_id : int or None
+        The lease, for a lease's event.
+    intent_id : int or None
+        The intent, for a pending intent's event.
+    deadline : float or None
+        For a preemption notice, when the lease is revoked.
+    reason : str or None
+        Why, when there is a rule to name (``ttl``, ``deadline``, ``capacity``).
+    units : int
+        The lease's units; 0 when there is no lease.
+    """
+
+    kind: str
+    time: float
+    campaign: str
+    lease_id: int | None = None
+    intent_id: int | None = None
+    deadline: float | None = None
+    reason: str | None = None
+    units: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
