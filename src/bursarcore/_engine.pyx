@@ -62,7 +62,7 @@ Design
   own methods (``_serve_pending``, ``_slow``, ``_retry_after``, ``_reserve``) where the
   general path would. Its reference is :mod:`bursarcore.reference.fastpath`; the
   decisions, events and state are checked against the general path by
-  ``tests/test_fastpath_diff.py``. The result objects are the broker's frozen, slotted
+  ``tests/backends/test_acquire_paths_agree.py``. The result objects are the broker's frozen, slotted
   dataclasses, filled slot by slot (``_Maker``) instead of through their ``__init__``.
   ``expired`` events are queued as fields (``_ExpiredRun``, in their place in
   ``Broker._events``) and built when ``Broker.poll`` takes them (``FastAcquire.events``):
@@ -75,6 +75,7 @@ cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.math cimport pow as c_pow
 
+from ._corestatus import engine_error
 from .admission import state as _state
 
 cnp.import_array()
@@ -254,6 +255,14 @@ cdef extern from "engine.h" nogil:
                     const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
                     int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
                     int64_t j, int64_t m, int* err, int64_t* rec)
+    void k_sum_guarantees(Eng* e, int64_t C)
+    void k_dim_figures(const Eng* e, int64_t d, int64_t* out)
+    i128 k_token_wait(const Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
+    int k_quote_cell(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
+                     int64_t t, i128* charge, int64_t* path, int64_t* reason)
+    int64_t k_decide_keys(Eng* e, const int64_t* keys, int64_t K, int64_t t,
+                          int64_t* out_reason, int* err)
+    int k_preempt(Eng* e, int64_t lid, int64_t t, int64_t grace)
     int64_t k_batch_plain(Eng* e, const int64_t* camps, const int64_t* ks,
                           const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
                           const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
@@ -392,9 +401,7 @@ cdef _Ctx _build(object st):
     # Σ_c g[c, d], for never(); g only changes in add_campaign, which bumps the version
     gsum = np.zeros(D, dtype=np.int64)
     e.gsum = <int64_t*>_data(refs, gsum, "gsum", cnp.NPY_INT64, 1, D, 0)
-    for j in range(D):
-        for i in range(C):
-            e.gsum[j] += e.cd[i * D + j].g
+    k_sum_guarantees(e, C)
     x.refs = refs
     x.version = st.version
     x.owner = <void*>st
@@ -427,25 +434,7 @@ cdef object _pyint(i128 v):
 
 # -- Python shells ---------------------------------------------------------------------------
 cdef int _raise(int err, object what=None) except -1:
-    if err == E_LEASES:
-        raise IndexError("lease store full: call EngineState.grow_leases first")
-    if err == E_ARENA:
-        raise IndexError("slot arena full: call EngineState.grow_leases first")
-    if err == E_SLOTS:
-        raise IndexError(f"too few free slots to place {what}")
-    if err == E_STACK:
-        raise IndexError(f"lease {what} would overfill its dimension's free-slot stack")
-    if err == E_ZERODIV:
-        raise ZeroDivisionError("integer division or modulo by zero (duration 0)")
-    if err == E_INDEX:
-        raise IndexError(f"index out of range: {what}")
-    if err == E_RANGE:
-        raise OverflowError("price_pm does not fit int64 (price x multipliers too large)")
-    if err == E_EMPTY:
-        raise IndexError("heap_pop from an empty expiry heap")
-    if err == E_ENDED:
-        raise IndexError(f"lease {what} has already ended")
-    raise RuntimeError(f"bursarcore._engine: unexpected error code {err}")
+    raise engine_error(err, what)
 
 
 cdef inline int _cd(_Ctx x, Py_ssize_t c, Py_ssize_t d) except -1:
@@ -595,22 +584,11 @@ def decide_keys(st, keys, int64_t t, out_reason):
 
 cdef Py_ssize_t _decide_keys(_Ctx x, const int64_t* kp, Py_ssize_t K, int64_t t,
                              int64_t* op) except -2:
-    cdef Py_ssize_t j, c, d, k
-    cdef const int64_t* row
-    cdef Dec r
-    cdef int err
-    for j in range(K):
-        row = kp + 6 * j
-        c, d, k = row[0], row[1], row[2]
-        _cd(x, c, d)
-        _kk(x, k)
-        err = k_decide(&x.e, c, d, k, row[3], row[3], row[4], row[5], t, False, &r, NULL)
-        if err:
-            _raise(err)
-        if r.n >= row[3]:
-            return j
-        op[j] = r.reason
-    return -1
+    cdef int err = 0
+    cdef int64_t j = k_decide_keys(&x.e, kp, K, t, op, &err)
+    if err:
+        _raise(err, f"pending key row {j}")
+    return j
 
 
 def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t dur, int64_t pm):
@@ -626,13 +604,11 @@ def dim_figures(st, Py_ssize_t d):
     units a reclaim can reach, and the firm room; see
     :func:`bursarcore.reference.engine.dim_figures`."""
     cdef _Ctx x = _ctx(st)
+    cdef int64_t out[3]
     if d < 0 or d >= x.e.D:
         raise IndexError(f"dimension {d} out of range")
-    cdef Eng* e = &x.e
-    cdef int64_t free = k_free(e, d)
-    return (bc_warm_opportunistic(free, e.headroom[d]),
-            bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]),
-            bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0))
+    k_dim_figures(&x.e, d, out)
+    return (out[0], out[1], out[2])
 
 
 def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
@@ -641,13 +617,7 @@ def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
     :func:`bursarcore.reference.engine.token_wait`. The caller settled the bucket."""
     cdef _Ctx x = _ctx(st)
     _cd(x, c, d)
-    cdef Eng* e = &x.e
-    cdef Py_ssize_t i = c * e.D + d
-    cdef int64_t H = e.cd[i].H, s = e.cd[i].s
-    cdef i128 need = <i128>bc_excess(H, n, s) * dur - e.cd[i].T
-    if e.scal[1] != 0 or s - H <= 0 or need <= 0:
-        return -1
-    return _pyint((need + (s - H) - 1) // (s - H))
+    return _pyint(k_token_wait(&x.e, c, d, n, dur))
 
 
 def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes,
@@ -665,23 +635,18 @@ def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes
     reason = np.empty((na, nb), dtype=np.int64)
     cdef double[:, ::1] co = cost
     cdef int64_t[:, ::1] pa = path, re = reason
-    cdef Dec r
     cdef int err
-    cdef int64_t n
+    cdef int64_t p, why
     cdef i128 price
     for a in range(na):
-        n = sizes[a]
         for b in range(nb):
-            err = k_decide(&x.e, c, d, k, n, n, durs[b], -1, t, True, &r, NULL)
+            err = k_quote_cell(&x.e, c, d, k, sizes[a], durs[b], t, &price, &p, &why)
             if err:
                 _raise(err)
-            price = k_charge(&x.e, c, x.e.cls + k * NCOL, k_cost(n, durs[b], r.pm))
             co[a, b] = <double>price if -EXACT_DOUBLE <= price <= EXACT_DOUBLE \
                 else float(_pyint(price))
-            pa[a, b] = P_WARM if n <= r.lim_warm else P_RECLAIM if n <= r.lim_cap else P_COLD
-            re[a, b] = (R_CEILING if r.lim_ceil < n else R_CAPACITY if r.lim_cap < n
-                        else R_TOKENS if r.lim_tok < n else R_CREDITS if r.lim_cred < n
-                        else R_OK)
+            pa[a, b] = p
+            re[a, b] = why
     return cost, path, reason
 
 
@@ -715,14 +680,10 @@ def activate(st, int64_t lid, int64_t t):
 def preempt(st, int64_t lid, int64_t t, int64_t grace):
     """Mark an active opportunistic lease revoking; returns its revocation deadline."""
     cdef _Ctx x = _ctx(st)
-    cdef int64_t r = _ll(x, lid)
-    cdef Py_ssize_t d = x.e.lr[r].dim
-    _dd(x, d)
-    cdef int64_t n = x.e.lr[r].units
-    x.e.lr[r].state = L_REVOKING
-    x.e.lr[r].revoke_at = t + grace
-    x.e.rev[d] += n
-    x.e.oppa[d] -= n
+    _ll(x, lid)
+    cdef int err = k_preempt(&x.e, lid, t, grace)
+    if err:
+        _raise(err, f"dimension of lease {lid}")
     return t + grace
 
 
@@ -1413,7 +1374,7 @@ cdef class FastAcquire:
         cdef _Ctx cx
         cdef Eng* e
         cdef Py_ssize_t d, D
-        cdef int64_t free
+        cdef int64_t fig[3]
         if len(self._attr("_woken")) or len(self._attr("_ended")):
             return True
         h = self._attr("_wtime")
@@ -1429,12 +1390,12 @@ cdef class FastAcquire:
         for d in range(D):
             hf, hr, ho, hp = lf[d], lr[d], lo[d], lp[d]
             if hf or hr or ho:
-                free = k_free(e, d)
-                if hf and hf[0][0] <= bc_warm_opportunistic(free, e.headroom[d]):
+                k_dim_figures(e, d, fig)
+                if hf and hf[0][0] <= fig[0]:
                     return True
-                if hr and hr[0][0] <= bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]):
+                if hr and hr[0][0] <= fig[1]:
                     return True
-                if ho and ho[0][0] <= bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0):
+                if ho and ho[0][0] <= fig[2]:
                     return True
             if hp and hp[0][0] < -k_cong_mult(e, d):
                 return True

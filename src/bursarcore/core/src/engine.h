@@ -22,6 +22,7 @@
 #include "ints.h"
 #include "rules.h"
 
+/* --- cdef begin (the codes, records and state as a binding declares them) */
 /* class-table columns */
 enum { BC_K_RANK, BC_K_MULT, BC_K_PRICED, BC_K_PREEMPT, BC_K_GRACE, BC_K_FREEBROKE, BC_K_NCOL };
 
@@ -51,14 +52,19 @@ enum {
     BC_E_ENDED = -10     /* ending a lease that has already ended */
 };
 
-/* lease id = row | generation << BC_ROW_BITS */
-#define BC_ROW_BITS 32
+enum {
+    BC_ROW_BITS = 32,  /* lease id = row | generation << BC_ROW_BITS */
+    BC_REC_WIDTH = 11, /* journal inputs per batch item (k_batch's rec) */
+    BC_PF_AHEAD = 6,   /* the batch loop reads the campaign records this far ahead */
+    BC_PF_ROWS = 12    /* ... and the lease record this many grants ahead */
+};
+/* --- cdef end */
+
 #define BC_ROW_MASK ((int64_t)0xFFFFFFFFLL)
 #define BC_GEN_MASK ((int64_t)0x3FFFFFFFLL)
 #define BC_FS_REBASE 256.0     /* |t - E| in half-lives beyond which the epoch E moves */
-#define BC_REC_WIDTH 11        /* journal inputs per batch item (k_batch's rec) */
-#define BC_PF_AHEAD 6          /* the batch loop reads the campaign records this far ahead */
-#define BC_PF_ROWS 12          /* ... and the lease record this many grants ahead */
+
+/* --- cdef begin */
 
 /* A (campaign, dimension) record, 128 bytes, the fields a grant touches in the first
  * line: last settlement, holding, tokens, sustained rate, burst ceiling, bucket size,
@@ -106,6 +112,8 @@ typedef struct {
     int64_t *arena_top;
     int64_t *heap_t, *heap_id;
 } bc_eng;
+
+/* --- cdef end */
 
 /* A decision and the limits that made it (§4.4). */
 typedef struct {
@@ -907,6 +915,104 @@ static inline int64_t k_advance(bc_eng *e, int64_t t, int64_t *out, int64_t outl
         }
     }
     return m;
+}
+
+/* -- answers without a change (§4.1, §4.2, §4.4, §7) ------------------------------------ */
+
+/* Σ_c g[c, d] for every d into e->gsum (k_never's "the others' guarantees"). */
+static inline void k_sum_guarantees(bc_eng *e, int64_t C)
+{
+    int64_t i, j;
+    for (j = 0; j < e->D; j++) {
+        e->gsum[j] = 0;
+        for (i = 0; i < C; i++)
+            e->gsum[j] += e->cd[i * e->D + j].g;
+    }
+}
+
+/* Dimension d's capacity levels: free units above the warm headroom, units a reclaim
+ * can reach, and the firm room. */
+static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
+{
+    int64_t free = k_free(e, d);
+    out[0] = bc_warm_opportunistic(free, e->headroom[d]);
+    out[1] = bc_reachable(free, e->oppa[d], e->rev[d], e->prom[d]);
+    out[2] = bc_firm_limit(e->cap[d], e->F[d], e->U[d], 0);
+}
+
+/* ns until (c, d)'s bucket holds the tokens n more units for dur ns need, refilling at
+ * s - H; -1 when it holds them now or never refills. The caller settled the bucket. */
+static inline bc_i128 k_token_wait(const bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
+{
+    int64_t i = c * e->D + d, H = e->cd[i].H, s = e->cd[i].s;
+    bc_i128 need = (bc_i128)bc_excess(H, n, s) * dur - e->cd[i].T;
+    if (e->scal[1] != 0 || s - H <= 0 || need <= 0)
+        return -1;
+    return (need + (s - H) - 1) / (s - H);
+}
+
+/* One cell of a quote: an intent for exactly n units for dur ns, decided as acquire would
+ * decide it, changing nothing but the settled bucket. Its charge, path and reason; 0 or an
+ * error code. */
+static inline int k_quote_cell(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                               int64_t dur, int64_t t, bc_i128 *charge, int64_t *path,
+                               int64_t *reason)
+{
+    bc_dec r;
+    int err = k_decide(e, c, d, k, n, n, dur, -1, t, 1, &r, NULL);
+    if (err)
+        return err;
+    *charge = k_charge(e, c, e->cls + k * BC_K_NCOL, bc_cost(n, dur, r.pm));
+    *path = n <= r.lim_warm ? BC_P_WARM : n <= r.lim_cap ? BC_P_RECLAIM : BC_P_COLD;
+    *reason = r.lim_ceil < n ? BC_R_CEILING : r.lim_cap < n ? BC_R_CAPACITY
+        : r.lim_tok < n ? BC_R_TOKENS : r.lim_cred < n ? BC_R_CREDITS : BC_R_OK;
+    return 0;
+}
+
+/* The pending pass's probe: row j of keys (campaign, dim, class, nmin, duration,
+ * max_spend) decided at nmin = nmax = its nmin, in order; the first row that could be
+ * granted, or -1 with every row's reason in out_reason; an error code in *err (rows out of
+ * range: BC_E_INDEX), then the row it stopped at. */
+static inline int64_t k_decide_keys(bc_eng *e, const int64_t *keys, int64_t K, int64_t t,
+                                    int64_t *out_reason, int *err)
+{
+    int64_t j, c, d, k;
+    const int64_t *row;
+    bc_dec r;
+    int rc;
+    for (j = 0; j < K; j++) {
+        row = keys + 6 * j;
+        c = row[0];
+        d = row[1];
+        k = row[2];
+        if (c < 0 || c >= e->calloc || d < 0 || d >= e->D || k < 0 || k >= e->K) {
+            *err = BC_E_INDEX;
+            return j;
+        }
+        rc = k_decide(e, c, d, k, row[3], row[3], row[4], row[5], t, 0, &r, NULL);
+        if (rc) {
+            *err = rc;
+            return j;
+        }
+        if (r.n >= row[3])
+            return j;
+        out_reason[j] = r.reason;
+    }
+    return -1;
+}
+
+/* An active opportunistic lease is preempted at t: revoking, its units under notice
+ * until t + grace (§6). The caller checked lid. */
+static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
+{
+    int64_t r = lid & BC_ROW_MASK, d = e->lr[r].dim, n = e->lr[r].units;
+    if (d < 0 || d >= e->D)
+        return BC_E_INDEX;
+    e->lr[r].state = BC_L_REVOKING;
+    e->lr[r].revoke_at = t + grace;
+    e->rev[d] += n;
+    e->oppa[d] -= n;
+    return 0;
 }
 
 /* -- admission ---------------------------------------------------------------------------- */
