@@ -70,7 +70,8 @@ ext_modules = cythonize(
 ) if extensions else []
 if wanted("libbursarcore"):
     ext_modules.append(Extension(LIBRARY, CORE_SOURCES, include_dirs=CORE_INCLUDE,
-                                 extra_compile_args=extra + ["-std=c11"],
+                                 extra_compile_args=extra + ["-std=c11", "-fwrapv",
+                                                             "-ffp-contract=off"],
                                  extra_link_args=link, libraries=["m"]))
 
 

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "bursarcore.h"
 #include "ints.h"
 #include "rules.h"
 
@@ -26,14 +27,7 @@
 /* class-table columns */
 enum { BC_K_RANK, BC_K_MULT, BC_K_PRICED, BC_K_PREEMPT, BC_K_GRACE, BC_K_FREEBROKE, BC_K_NCOL };
 
-/* reason codes (§4.4) */
-enum { BC_R_OK, BC_R_CAPACITY, BC_R_TOKENS, BC_R_CREDITS, BC_R_CEILING };
-
-/* outcomes of one admission */
-enum { BC_O_GRANTED, BC_O_REFUSED, BC_O_SLOW };
-
-/* lease states (§4.6) */
-enum { BC_L_STARTING, BC_L_ACTIVE, BC_L_REVOKING, BC_L_RELEASED, BC_L_EXPIRED, BC_L_REVOKED };
+/* reason codes, outcomes and lease states: the public header's (bursarcore.h) */
 
 /* grant paths */
 enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD };
@@ -444,17 +438,17 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
         m = (int64_t)o->lim_cred;
     n = bc_max64(0, m);
     o->n = n;
-    o->reason = BC_R_OK;
+    o->reason = BC_REASON_NONE;
     if (n < nmin) {
         if (o->lim_ceil <= n) {
-            o->reason = BC_R_CEILING;
+            o->reason = BC_REASON_CEILING;
         } else if (o->lim_cap <= n) {
-            o->reason = BC_R_CAPACITY;
+            o->reason = BC_REASON_CAPACITY;
         } else {
             if (tok_lazy)
                 o->lim_tok = base + bc_fdiv64(T, dur);
             if (o->lim_tok <= n) {
-                o->reason = BC_R_TOKENS;
+                o->reason = BC_REASON_TOKENS;
             } else {
                 if (cred_lazy) {
                     o->lim_cred = bc_fdiv128(X, den);
@@ -462,7 +456,7 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
                         o->lim_cred = BC_MAXV;
                 }
                 if (o->lim_cred <= n)
-                    o->reason = BC_R_CREDITS;
+                    o->reason = BC_REASON_CREDITS;
             }
         }
     }
@@ -472,27 +466,27 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
 
 /* Whether a request of nmin units could never be granted, whatever the others do: each
  * rule at its most lenient (nothing held, the pool empty but for the others' guarantees
- * for a firm lease, or the headroom for an opportunistic one). The reason, or BC_R_OK. */
+ * for a firm lease, or the headroom for an opportunistic one). The reason, or BC_REASON_NONE. */
 static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                               int64_t dur, int64_t pm)
 {
     int64_t i = c * e->D + d, left;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
     if (nmin > bc_ceiling_room(e->cd[i].b, 0))
-        return BC_R_CEILING;
+        return BC_REASON_CEILING;
     if (kc[BC_K_PREEMPT] != 0) {
         if (nmin > bc_warm_opportunistic(e->cap[d], e->headroom[d]))
-            return BC_R_CAPACITY;
+            return BC_REASON_CAPACITY;
     } else if (nmin > bc_firm_limit(e->cap[d], 0, e->gsum[d] - e->cd[i].g, 0)) {
-        return BC_R_CAPACITY;
+        return BC_REASON_CAPACITY;
     }
     if (e->scal[1] == 0 && (bc_i128)bc_excess(0, nmin, e->cd[i].s) * dur > e->cd[i].Bcap)
-        return BC_R_TOKENS;
+        return BC_REASON_TOKENS;
     left = e->cr[c].left;
     if (pm != 0 && left < BC_MAXV && kc[BC_K_FREEBROKE] == 0
             && bc_cost(nmin, dur, pm) > (bc_i128)left + e->cr[c].escrow)
-        return BC_R_CREDITS;
-    return BC_R_OK;
+        return BC_REASON_CREDITS;
+    return BC_REASON_NONE;
 }
 
 /* -- expiry heap: a binary heap of (time, lease id) ------------------------------------ */
@@ -661,7 +655,7 @@ static inline void k_place(bc_eng *e, int64_t lid, int64_t d, int64_t n, int64_t
     e->occ[d] += n;
     if (e->lr[r].firm == 0)
         e->oppa[d] += n;
-    e->lr[r].state = BC_L_ACTIVE;
+    e->lr[r].state = BC_LEASE_ACTIVE;
     e->lr[r].t_start = t;
     e->lr[r].t_end = t + e->lr[r].dur;
     k_heap_push(e, t + e->lr[r].dur, lid);
@@ -694,7 +688,7 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
         e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, price);
     }
     k_hold(e, c, d, n, firm);
-    lid = k_new_lease(e, c, d, k, n, firm, starting ? BC_L_STARTING : BC_L_ACTIVE, t, dur,
+    lid = k_new_lease(e, c, d, k, n, firm, starting ? BC_LEASE_STARTING : BC_LEASE_ACTIVE, t, dur,
                       excess, (int64_t)price, intent);
     r = lid & BC_ROW_MASK;
     if (starting) {
@@ -768,11 +762,11 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
     bc_i128 remaining, refund, room, got, back;
     const int32_t *ar;
     int32_t *fs;
-    if (state != BC_L_STARTING && state != BC_L_ACTIVE && state != BC_L_REVOKING)
+    if (state != BC_LEASE_STARTING && state != BC_LEASE_ACTIVE && state != BC_LEASE_REVOKING)
         return BC_E_ENDED;
     if (c < 0 || c >= e->calloc || d < 0 || d >= e->D)
         return BC_E_INDEX;
-    if (state != BC_L_STARTING) {
+    if (state != BC_LEASE_STARTING) {
         if (e->top[d] + n > e->W)
             return BC_E_STACK;
         if (e->lr[r].slot_off < 0 || e->lr[r].slot_off + n > e->A)
@@ -781,7 +775,7 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
     i = c * e->D + d;
     k_settle(e, c, d, t);
     dur = e->lr[r].dur;
-    if (state == BC_L_STARTING) {
+    if (state == BC_LEASE_STARTING) {
         remaining = dur;
         e->prom[d] -= n;
     } else {
@@ -789,7 +783,7 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
         if (remaining < 0)
             remaining = 0;
         e->occ[d] -= n;
-        if (state == BC_L_REVOKING)
+        if (state == BC_LEASE_REVOKING)
             e->rev[d] -= n;
         else if (!firm)
             e->oppa[d] -= n;
@@ -850,7 +844,7 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
         ex_new = bc_excess(H - n, n, s);     /* the lease's n units as the top-most held */
         delta = (bc_i128)ex_new * (new_end - t) - (bc_i128)e->lr[r].excess * ((bc_i128)end - t);
         if (delta > e->cd[i].T)
-            return BC_R_TOKENS;
+            return BC_REASON_TOKENS;
     }
     pm = k_price(e, d, k);
     if (pm > BC_I64_MAX || pm < BC_I64_MIN)
@@ -860,9 +854,9 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
     price = k_charge(e, c, kc, price);
     *price_out = price;
     if (price > left)            /* (an unlimited budget, left = MAXV, bounds a cost too) */
-        return BC_R_CREDITS;
+        return BC_REASON_CREDITS;
     if (0 <= max_spend && max_spend < price)
-        return BC_R_CREDITS;
+        return BC_REASON_CREDITS;
     if (e->scal[3] >= e->HC)
         return BC_E_HEAPFULL;
     if (delta >= 0) {
@@ -884,7 +878,7 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
     e->lr[r].dur += ext;
     e->lr[r].t_end = (int64_t)new_end;
     k_heap_push(e, (int64_t)new_end, lid);
-    return BC_R_OK;
+    return BC_REASON_NONE;
 }
 
 /* Expire every lease due by t, up to outlen of them, in (time, id) order; their ids in
@@ -903,9 +897,9 @@ static inline int64_t k_advance(bc_eng *e, int64_t t, int64_t *out, int64_t outl
             return m;
         }
         s = e->lr[row].state;
-        if (e->lr[row].gen == (lid >> BC_ROW_BITS) && (s == BC_L_ACTIVE || s == BC_L_REVOKING)
+        if (e->lr[row].gen == (lid >> BC_ROW_BITS) && (s == BC_LEASE_ACTIVE || s == BC_LEASE_REVOKING)
                 && e->lr[row].t_end == te) {
-            r = k_end_lease(e, lid, te, BC_L_EXPIRED);
+            r = k_end_lease(e, lid, te, BC_LEASE_EXPIRED);
             if (r < 0) {
                 *err = r;
                 return m;
@@ -964,8 +958,8 @@ static inline int k_quote_cell(bc_eng *e, int64_t c, int64_t d, int64_t k, int64
         return err;
     *charge = k_charge(e, c, e->cls + k * BC_K_NCOL, bc_cost(n, dur, r.pm));
     *path = n <= r.lim_warm ? BC_P_WARM : n <= r.lim_cap ? BC_P_RECLAIM : BC_P_COLD;
-    *reason = r.lim_ceil < n ? BC_R_CEILING : r.lim_cap < n ? BC_R_CAPACITY
-        : r.lim_tok < n ? BC_R_TOKENS : r.lim_cred < n ? BC_R_CREDITS : BC_R_OK;
+    *reason = r.lim_ceil < n ? BC_REASON_CEILING : r.lim_cap < n ? BC_REASON_CAPACITY
+        : r.lim_tok < n ? BC_REASON_TOKENS : r.lim_cred < n ? BC_REASON_CREDITS : BC_REASON_NONE;
     return 0;
 }
 
@@ -1008,7 +1002,7 @@ static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
     int64_t r = lid & BC_ROW_MASK, d = e->lr[r].dim, n = e->lr[r].units;
     if (d < 0 || d >= e->D)
         return BC_E_INDEX;
-    e->lr[r].state = BC_L_REVOKING;
+    e->lr[r].state = BC_LEASE_REVOKING;
     e->lr[r].revoke_at = t + grace;
     e->rev[d] += n;
     e->oppa[d] -= n;
@@ -1017,7 +1011,7 @@ static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
 
 /* -- admission ---------------------------------------------------------------------------- */
 
-/* One admission: decide, and commit a warm grant. BC_O_GRANTED / BC_O_REFUSED / BC_O_SLOW
+/* One admission: decide, and commit a warm grant. BC_GRANTED / BC_REFUSED / BC_DEFERRED
  * (the policy layer decides: a reclaim, a pending request) or an error code;
  * out = [units, reason, lease id or -1, charge]. BC_E_HEAPFULL comes back before anything
  * but the (idempotent) settle changed: grow the heap and call again. */
@@ -1047,22 +1041,22 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
         lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo);   /* checked just above */
         out[2] = lid;
         out[3] = e->lr[lid & BC_ROW_MASK].cost;
-        return BC_O_GRANTED;
+        return BC_GRANTED;
     }
     if (r.n < nmin) {
         why = k_never(e, c, d, k, nmin, dur, r.pm);
-        if (why != BC_R_OK) {
+        if (why != BC_REASON_NONE) {
             out[1] = why;
-            if (priced && why == BC_R_CAPACITY)
+            if (priced && why == BC_REASON_CAPACITY)
                 k_shortfall_m(e, d, nmax, mo);
-            return BC_O_REFUSED;
+            return BC_REFUSED;
         }
     }
-    return BC_O_SLOW;
+    return BC_DEFERRED;
 }
 
 /* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
- * through k_admit, in order, until one needs the policy layer (BC_O_SLOW: returns its
+ * through k_admit, in order, until one needs the policy layer (BC_DEFERRED: returns its
  * index, nothing of it changed but the settle) or fails (an error code in *err: returns its
  * index). Outputs per item: units (on), reason (orz), lease id or -1 (ol). The intent id
  * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
@@ -1125,7 +1119,7 @@ static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks
             *err = rc;
             return j;
         }
-        if (rc == BC_O_SLOW)
+        if (rc == BC_DEFERRED)
             return j;
         on[j] = buf[0];
         orz[j] = buf[1];
