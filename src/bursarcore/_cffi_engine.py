@@ -35,9 +35,6 @@ _E_EMPTY = lib.BC_E_EMPTY
 _I64 = np.dtype(np.int64)
 _I32 = np.dtype(np.int32)
 _EXACT = 1 << 53
-_POINTERS = ("cap", "headroom", "occ", "prom", "rev", "F", "U", "oppa", "pend", "price",
-             "cong_thr", "cong_mult", "ring", "ring_sum", "scal", "top", "fs_par", "freeq",
-             "lfree", "arena_top", "heap_t", "heap_id")
 
 if (lib.BC_E_LEASES, lib.BC_E_HEAPFULL, lib.BC_E_ZERODIV, lib.BC_E_ENDED) != (-1, -5, -6, -10):
     raise ImportError("bursarcore._cffi_engine: the core's error codes differ from "
@@ -53,11 +50,15 @@ def _wide(w: Any) -> int:
     return (int(w.hi) << 64) | int(w.lo)
 
 
-def _array(a: Any, name: str, dtype: np.dtype) -> np.ndarray:
-    if (type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous
-            or not a.flags.writeable):
+def _array(a: Any, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` if it is a writeable C-contiguous array of ``dtype`` and ``shape`` (-1: any
+    length on that axis); the error names the field, as the Cython binding's does."""
+    if (type(a) is not np.ndarray or a.dtype != dtype or a.ndim != len(shape)
+            or not a.flags.c_contiguous or not a.flags.writeable):
         raise TypeError(f"EngineState.{name} must be a writeable C-contiguous "
-                        f"{dtype.name} array")
+                        f"{len(shape)}-d {dtype.name} array")
+    if any(want >= 0 and got != want for got, want in zip(a.shape, shape)):
+        raise ValueError(f"EngineState.{name} has shape {a.shape}, expected {shape}")
     return a
 
 
@@ -70,38 +71,50 @@ class _Ctx:
         e = ffi.new("bc_eng *")
         refs: list[Any] = []
 
-        def ptr(name: str, ctype: str = "int64_t *", dtype: np.dtype = _I64) -> Any:
-            a = _array(getattr(st, name), name, dtype)
+        def ptr(name: str, shape: tuple[int, ...], ctype: str = "int64_t *",
+                dtype: np.dtype = _I64) -> Any:
+            a = _array(getattr(st, name), name, dtype, shape)
             refs.append(a)
             return ffi.cast(ctype, a.ctypes.data)
 
         D = int(st.D)
         e.D = D
-        e.K = st.cls.shape[0]
-        e.NT = st.cong_thr.shape[0]
+        e.K = K = st.cls.shape[0]
+        e.NT = NT = st.cong_thr.shape[0]
         e.bins = int(st.bins)
         e.bin_ns = int(st.bin_ns)
         if e.bins < 1 or e.bin_ns < 1:
             raise ValueError("EngineState.bins and bin_ns must be >= 1")
-        for name in _POINTERS:
-            setattr(e, name, ptr(name))
-        e.cls = ptr("cls")
-        e.free_slots = ptr("free_slots", "int32_t *", _I32)
+        for name in ("cap", "headroom", "occ", "prom", "rev", "F", "U", "oppa", "pend",
+                     "price", "ring_sum", "top"):
+            setattr(e, name, ptr(name, (D,)))
+        e.cls = ptr("cls", (K, 6))
+        e.cong_thr = ptr("cong_thr", (NT,))
+        e.cong_mult = ptr("cong_mult", (NT + 1,))
+        e.ring = ptr("ring", (D, int(e.bins)))
+        e.scal = ptr("scal", (4,))
+        e.free_slots = ptr("free_slots", (D, -1), "int32_t *", _I32)
         e.W = st.free_slots.shape[1]
-        e.calloc = st.cdrow.shape[0]
+        e.calloc = calloc = st.cdrow.shape[0]
         C = int(st.C)
         if not 0 <= C <= e.calloc:
             raise ValueError("EngineState.C exceeds its campaign rows")
-        e.cd = ptr("cdrow", "bc_cdrow *")
-        e.cr = ptr("crow", "bc_crow *")
+        e.cd = ptr("cdrow", (calloc, D, _state.CD_WIDTH), "bc_cdrow *")
+        e.cr = ptr("crow", (calloc, _state.C_WIDTH), "bc_crow *")
+        e.fs_par = ptr("fs_par", (2,))
         if e.fs_par[0] < 1:
             raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
         e.fs_ok = 0
-        e.L = st.lrow.shape[0]
-        e.lr = ptr("lrow", "bc_lrow *")
-        e.A = st.arena.shape[0]
-        e.arena = ptr("arena", "int32_t *", _I32)
-        e.HC = st.heap_t.shape[0]
+        e.L = L = st.lrow.shape[0]
+        e.lr = ptr("lrow", (L, _state.L_WIDTH), "bc_lrow *")
+        e.freeq = ptr("freeq", (L,))
+        e.lfree = ptr("lfree", (3,))
+        e.A = A = st.arena.shape[0]
+        e.arena = ptr("arena", (A,), "int32_t *", _I32)
+        e.arena_top = ptr("arena_top", (1,))
+        e.HC = HC = st.heap_t.shape[0]
+        e.heap_t = ptr("heap_t", (HC,))
+        e.heap_id = ptr("heap_id", (HC,))
         gsum = np.zeros(D, dtype=np.int64)
         refs.append(gsum)
         e.gsum = ffi.cast("int64_t *", gsum.ctypes.data)
