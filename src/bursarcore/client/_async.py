@@ -6,11 +6,14 @@ import asyncio
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
+import numpy as np
+
 from ..admission import Envelope, Intent
-from ..broker import Consumption, Decision, Event, Lease, Quote, Supply
+from ..broker import BatchResult, Consumption, Decision, Event, Lease, Quote, Supply
 from ..errors import InvalidArgument
-from ._base import (EventPage, ServiceTimeout, Ticket, Unavailable, _Base, _Req, _SSE,
-                    httpx)
+from . import _batch
+from ._base import (EventPage, ServiceTimeout, Ticket, Unavailable, _Base, _needs_table, _Req,
+                    _SSE, httpx)
 
 
 class AsyncBursarClient(_Base):
@@ -61,8 +64,9 @@ class AsyncBursarClient(_Base):
         while True:
             self.requests += 1
             try:
-                r = await self._http.request(req.method, url, json=req.json, params=req.params,
-                                             headers=self._headers,
+                r = await self._http.request(req.method, url, json=req.json,
+                                             content=req.content, params=req.params,
+                                             headers=req.headers(self._headers),
                                              timeout=req.timeout or self.timeout)
             except httpx.HTTPError as e:
                 if attempt < self.retries and self._should_retry(req, exc=e) \
@@ -131,6 +135,61 @@ class AsyncBursarClient(_Base):
     async def consume_many(self, items: Iterable[tuple[str, float]],
                            campaign: str | None = None) -> list[Consumption]:
         return await self._do(self._r_consume_many(list(items), campaign))
+
+    # -- columnar batches (numpy in, numpy out) ------------------------------------
+    async def campaigns(self) -> list[str]:
+        """The campaigns the token may see (an operator's: every campaign, in the
+        broker's registration order, so a position is the broker's campaign index)."""
+        return await self._do(self._r_campaigns())
+
+    async def admit_columns(self, campaign_idx: Any, units: Any, durations: Any, *,
+                      campaigns: Sequence[str] | None = None, service_class: str | None = None,
+                      dim: str | None = None, ttl: float | None = None,
+                      binary: bool = True) -> dict[str, Any]:
+        """:meth:`admit_batch`, answering every column: those of
+        :class:`~bursarcore.broker.BatchResult`, ``cost`` (credits), ``seq`` (each
+        decision's journal record), the ``reasons`` and ``outcomes`` code tables and the
+        broker ``time``."""
+        default = await self.campaigns() if _needs_table(campaign_idx, campaigns) else None
+        return await self._do(_batch.intents_request(
+            campaign_idx, units, durations, campaigns=campaigns, default=default,
+            service_class=service_class, dim=dim, ttl=ttl, binary=binary))
+
+    async def admit_batch(self, campaign_idx: Any, units: Any, durations: Any, *,
+                    campaigns: Sequence[str] | None = None, service_class: str | None = None,
+                    dim: str | None = None, ttl: float | None = None,
+                    binary: bool = True) -> BatchResult:
+        """Many intents as columns, decided as :meth:`Broker.admit_batch` decides them
+        and acknowledged once durable (``POST /v1/batch/intents``, MessagePack typed
+        columns unless ``binary=False``). ``campaign_idx`` holds positions in
+        ``campaigns`` (default: :meth:`campaigns`), campaign names (one per row), or one
+        name for the whole batch; ``units`` has shape (n,) or (n, 2) (min, max);
+        ``durations`` is seconds, a scalar or shape (n,)."""
+        return _batch.batch_result(await self.admit_columns(
+            campaign_idx, units, durations, campaigns=campaigns, service_class=service_class,
+            dim=dim, ttl=ttl, binary=binary))
+
+    async def consume_columns(self, campaign_idx: Any, dims: Any, amounts: Any, *,
+                        campaigns: Sequence[str] | None = None,
+                        flow_dims: Sequence[str] | None = None,
+                        binary: bool = True) -> dict[str, Any]:
+        """:meth:`consume_batch`, answering every column: ``allowed``, ``retry_after``,
+        ``reason`` (codes into ``reasons``), ``cost``, ``seq`` and ``time``."""
+        default = await self.campaigns() if _needs_table(campaign_idx, campaigns) else None
+        return await self._do(_batch.consume_request(
+            campaign_idx, dims, amounts, campaigns=campaigns, default=default,
+            flow_dims=flow_dims, binary=binary))
+
+    async def consume_batch(self, campaign_idx: Any, dims: Any, amounts: Any, *,
+                      campaigns: Sequence[str] | None = None,
+                      flow_dims: Sequence[str] | None = None,
+                      binary: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Many consumptions as columns, as :meth:`Broker.consume_batch` (``POST
+        /v1/batch/consume``): ``(allowed, retry_after)``. ``dims`` by name (a scalar or
+        one per row), or by index into ``flow_dims``."""
+        return _batch.consumptions(await self.consume_columns(
+            campaign_idx, dims, amounts, campaigns=campaigns, flow_dims=flow_dims,
+            binary=binary))
 
     async def events(self, after: int = -1, timeout: float = 0.0, limit: int = 100,
                      campaign: str | None = None) -> EventPage:

@@ -179,7 +179,7 @@ class _SSE:
 class _Req:
     method: str
     path: str                       # may hold "{campaign}"
-    parse: Callable[[Any], Any]
+    parse: Callable[..., Any]
     campaign: str | None = None
     json: Any = None
     params: dict | None = None
@@ -187,6 +187,22 @@ class _Req:
     timeout: float | None = None
     needs_campaign: bool = field(default=False)
     operator_path: str | None = None  # with no campaign and an operator token: this path
+    content: bytes | None = None    # a body already encoded (the columnar batches) ...
+    content_type: str | None = None  # ... of this media type; parse then takes
+    #                                   (body bytes, the answer's media type)
+
+    def headers(self, base: dict[str, str]) -> dict[str, str]:
+        if self.content_type is None:
+            return base
+        return {**base, "Content-Type": self.content_type, "Accept": self.content_type}
+
+
+def _needs_table(campaign_idx: Any, campaigns: Any) -> bool:
+    """Whether a columnar batch's ``campaign_idx`` are positions with no name table given
+    (the client then asks for the campaign list)."""
+    if campaigns is not None or isinstance(campaign_idx, str):
+        return False
+    return np.asarray(campaign_idx).dtype.kind not in "USO"
 
 
 PAGE = 1000
@@ -270,6 +286,8 @@ class _Base:
     def _result(self, req: _Req, r: Any) -> Any:
         code = r.status_code
         if code < 300:
+            if req.content_type is not None:
+                return req.parse(r.content, r.headers.get("content-type"))
             return req.parse(r.json() if r.content else None)
         try:
             body = r.json()
@@ -279,6 +297,8 @@ class _Base:
         if code == 422:
             item = detail[0] if isinstance(detail, list) and detail else {}
             loc = [str(x) for x in item.get("loc", []) if x not in ("body", "query", "path")]
+            if req.content_type is not None and len(loc) == 2 and loc[1].isdigit():
+                loc = [f"{loc[0]}[{loc[1]}]"]     # a column and its row
             raise InvalidArgument(".".join(loc) or "request", item.get("msg", str(detail)))
         if code == 404:
             text = str(detail)
@@ -300,6 +320,9 @@ class _Base:
     # -- API: each returns a request; the clients execute it -------------------------
     def _r_whoami(self) -> _Req:
         return _Req("GET", "/v1/whoami", lambda d: d, idempotent=True)
+
+    def _r_campaigns(self) -> _Req:
+        return _Req("GET", "/v1/campaigns", lambda d: list(d["campaigns"]), idempotent=True)
 
     def _r_health(self) -> _Req:
         return _Req("GET", "/v1/health", lambda d: d, idempotent=True)
