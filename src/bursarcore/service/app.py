@@ -593,7 +593,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     # columnar batches (batch.py): intents and consumptions as columns, JSON or MessagePack
     batch.install(app, service, principal, charge, max_items=st.max_batch_items,
-                  common=_COMMON)
+                  common=_SCOPED)
 
     # ------------------------------------------------------------------ flow dimensions
     @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,

@@ -289,22 +289,24 @@ def _by_row(rows: np.ndarray, op: int, n: int, first: int | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cost (credits), reason code and seq of each item's journal record: the records of
     ``op`` the batch appended, placed by intent id (``first``: the batch's first) or, for
-    consumptions, in order; -1 / NaN where a row has none."""
-    sel = rows[rows["op"] == op]
+    consumptions, in order; -1 / NaN where a row has none. Reads only the fields needed
+    (the records of expiries and other events in between are never copied)."""
+    idx = np.flatnonzero(rows["op"] == op)
     cost = np.full(n, np.nan)
     reason = np.zeros(n, np.int8)
     seq = np.full(n, -1, np.int64)
     if first is not None:
-        pos = sel["intent"] - first
+        pos = rows["intent"][idx] - first
         ok = (pos >= 0) & (pos < n)
-        pos, sel = pos[ok], sel[ok]
-    elif sel.shape[0] == n:
+        if not ok.all():  # pragma: no cover - every item journals its own record
+            pos, idx = pos[ok], idx[ok]
+    elif idx.shape[0] == n:
         pos = np.arange(n)
     else:  # pragma: no cover - each consumption journals one record
         return cost, reason, seq
-    cost[pos] = sel["cost"] / 1e6
-    reason[pos] = sel["reason"]
-    seq[pos] = sel["seq"]
+    cost[pos] = rows["cost"][idx] / 1e6
+    reason[pos] = rows["reason"][idx]
+    seq[pos] = rows["seq"][idx]
     return cost, reason, seq
 
 
