@@ -114,11 +114,12 @@ class ConsumeColumnsOut(BaseModel):
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {
-        JSON: {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")},
-        MSGPACK: {"schema": {"type": "string", "format": "binary",
-                             "description": "the same fields; numeric columns may be "
-                                            "typed columns {dtype, n, data}"}}}}}
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    binary = {**schema, "description": "the same fields as the JSON form; each numeric "
+              "column may also be a typed column, a map {dtype, n, data} whose data (bin) "
+              "holds n little-endian items of dtype (docs/service.md)"}
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": schema},
+                                                           MSGPACK: {"schema": binary}}}}
 
 
 def _answers(model: type[BaseModel], common: dict) -> dict:
