@@ -3,12 +3,11 @@ loopback, beside the 100-item batch endpoints measured in the same run.
 
     python benchmarks/service_columnar.py                # writes its section of RESULTS_service.md
     python benchmarks/service_columnar.py --quick        # 1 s per row, prints the table only
-    python benchmarks/service_columnar.py --profile F    # also profiles the server (cProfile) into F
 
-Starts a server (SQLite journal, synchronous=FULL: every answer waits for its records'
-fsync; rate limit off; the load test's 16 campaigns) on 127.0.0.1, then runs each row
-from this process with N client threads, each on its own keep-alive connection, for at
-most ``--seconds``. A columnar request carries ``--rows`` items (10,000) spread over the 16
+Starts a fresh server for each row (SQLite journal, synchronous=FULL: every answer waits
+for its records' fsync; rate limit off; 16 campaigns) on 127.0.0.1, then runs the row
+with N client processes at once, each on its own keep-alive connection, for at most
+``--seconds``. A columnar request carries ``--rows`` items (10,000) spread over the 16
 campaigns by the operator token; it is sent through :class:`bursarcore.client.BursarClient`
 (``admit_columns`` / ``consume_columns``: encoding, HTTP, decoding all counted). The
 100-item rows send their prepared JSON with httpx, as ``load_service.py`` does. Every
@@ -22,8 +21,8 @@ import argparse
 import json
 import os
 import sys
+import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,18 +49,17 @@ CAMPAIGNS = sorted(CONFIG["campaigns"])
 BEGIN, END = "<!-- columnar: begin -->", "<!-- columnar: end -->"
 
 
-def _rows(scenario: str, url: str, token: str, rows: int, threads: int, seconds: float,
-          max_requests: int, duration: float) -> dict:
+def client_main(a: dict) -> dict:
+    """One client process: from ``a["start"]`` (wall clock, shared by every client of
+    the row) for ``a["seconds"]`` or ``a["max_requests"]`` requests, on one keep-alive
+    connection."""
     import httpx
 
     from bursarcore.client import BursarClient
 
-    per = rows if "columnar" in scenario else BATCH
-    n_req = [0] * threads
-    bad = [0] * threads
-    stop = threading.Event()
-    budget = threading.Semaphore(max_requests)
-    rng = np.random.default_rng(0)
+    scenario, url, token, rows, duration = (a["scenario"], a["url"], a["token"], a["rows"],
+                                            a["duration"])
+    rng = np.random.default_rng(a["k"])
     ci = rng.integers(0, len(CAMPAIGNS), rows)
     units = np.ones(rows, np.int64)
     amounts = np.full(rows, 1.0)
@@ -69,45 +67,56 @@ def _rows(scenario: str, url: str, token: str, rows: int, threads: int, seconds:
     old_body = ({"intents": [{"max": 1, "duration": duration}] * BATCH} if "intents" in scenario
                 else {"items": [{"dim": "fs", "amount": 1.0}] * BATCH})
     old_path = "/intents/batch" if "intents" in scenario else "/consume/batch"
+    c = CAMPAIGNS[a["k"] % len(CAMPAIGNS)]
+    n = bad = 0
+    with BursarClient(url, token, timeout=120, retries=0) as cl, \
+            httpx.Client(base_url=url, timeout=120,
+                         headers={"Authorization": f"Bearer {token}"}) as http:
+        cl.campaigns()                                      # warm the connection
+        http.get("/v1/health")
+        time.sleep(max(0.0, a["start"] - time.time()))
+        t0 = time.perf_counter()
+        end = t0 + a["seconds"]
+        while time.perf_counter() < end and n < a["max_requests"]:
+            if "columnar intents" in scenario:
+                out = cl.admit_columns(ci, units, duration, campaigns=CAMPAIGNS, binary=binary)
+                ok = out["granted"].shape[0] == rows and bool((out["seq"] >= 0).all())
+            elif "columnar consume" in scenario:
+                out = cl.consume_columns(ci, "fs", amounts, campaigns=CAMPAIGNS, binary=binary)
+                ok = out["allowed"].shape[0] == rows and bool((out["seq"] >= 0).all())
+            else:
+                r = http.post(f"/v1/campaigns/{c}{old_path}", json=old_body)
+                ok = r.status_code == 200
+            n += 1
+            bad += not ok
+        wall = time.perf_counter() - t0
+    return {"requests": n, "bad": bad, "seconds": wall}
 
-    def worker(k: int, start: threading.Barrier) -> None:
-        c = CAMPAIGNS[k % len(CAMPAIGNS)]
-        with BursarClient(url, token, timeout=60, retries=0) as cl, \
-                httpx.Client(base_url=url, timeout=60,
-                             headers={"Authorization": f"Bearer {token}"}) as http:
-            cl.campaigns()                                  # warm the connection
-            http.get("/v1/health")
-            start.wait()
-            while not stop.is_set() and budget.acquire(blocking=False):
-                if "columnar intents" in scenario:
-                    out = cl.admit_columns(ci, units, duration, campaigns=CAMPAIGNS,
-                                           binary=binary)
-                    ok = out["granted"].shape[0] == rows and (out["seq"] >= 0).all()
-                elif "columnar consume" in scenario:
-                    out = cl.consume_columns(ci, "fs", amounts, campaigns=CAMPAIGNS,
-                                             binary=binary)
-                    ok = out["allowed"].shape[0] == rows and (out["seq"] >= 0).all()
-                else:
-                    r = http.post(f"/v1/campaigns/{c}{old_path}", json=old_body)
-                    ok = r.status_code == 200
-                n_req[k] += 1
-                bad[k] += not ok
 
-    start = threading.Barrier(threads + 1)
-    ts = [threading.Thread(target=worker, args=(k, start)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    stop.wait(seconds)
-    stop.set()
-    for t in ts:
-        t.join(120)
-    wall = time.perf_counter() - t0
-    n = sum(n_req)
+def _rows(scenario: str, url: str, token: str, rows: int, threads: int, seconds: float,
+          max_requests: int, duration: float) -> dict:
+    """A row: ``threads`` client processes at once (each its own interpreter, so the
+    clients' encoding never waits for another client's lock)."""
+    per = rows if "columnar" in scenario else BATCH
+    start = time.time() + 1.5 + 0.3 * threads              # every client connected by then
+    procs = []
+    for k in range(threads):
+        arg = json.dumps({"scenario": scenario, "url": url, "token": token, "rows": rows,
+                          "seconds": seconds, "max_requests": max_requests,
+                          "duration": duration, "k": k, "start": start})
+        procs.append(subprocess.Popen([sys.executable, __file__, "--client", arg],
+                                      stdout=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=seconds + 300)
+        if p.returncode != 0:
+            raise RuntimeError(f"a client failed ({p.returncode})")
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    n = sum(o["requests"] for o in outs)
+    wall = max(o["seconds"] for o in outs)
     return {"scenario": scenario, "threads": threads, "requests": n, "seconds": wall,
             "rps": n / wall, "decisions_per_s": n * per / wall, "per": per,
-            "bad": sum(bad)}
+            "bad": sum(o["bad"] for o in outs)}
 
 
 SCENARIOS = [f"POST intents/batch ({BATCH})", "columnar intents, JSON",
@@ -122,10 +131,6 @@ def _server(args: argparse.Namespace, workdir: Path) -> Any:
     extra = ["--max-batch-items", str(max(args.rows, 100_000))]
     srv = ServerProcess(workdir, CONFIG, rate=0.0, synchronous=args.synchronous, tick=0.5,
                         extra_args=extra)
-    if args.profile:
-        # the same server under cProfile (its stats written when it stops)
-        srv.args[1:3] = ["-m", "cProfile", "-o", str(Path(args.profile).resolve()), "-m",
-                         "bursarcore.service"]
     return srv.start()
 
 
@@ -164,7 +169,7 @@ def table(rows: list[dict]) -> str:
         if "columnar" not in r["scenario"]:
             base[(r["scenario"].split()[1].split("/")[0], r["threads"])] = r["decisions_per_s"]
     # (the 1 s-lease row compares with the same 100-item row: its leases last the default)
-    out = ["| endpoint | items per request | client threads | requests | req/s | durable "
+    out = ["| endpoint | items per request | client processes | requests | req/s | durable "
            "decisions/s | × the 100-item batch | non-2xx or short |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -206,14 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=600.0,
                     help="lease length of the intents, seconds (600: none expires in a row)")
     ap.add_argument("--rows", type=int, default=10_000, help="items per columnar request")
-    ap.add_argument("--threads", default="1,4", help="client threads, comma-separated")
+    ap.add_argument("--threads", default="1,4", help="client processes, comma-separated")
     ap.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL"])
     ap.add_argument("--only", help="only the rows whose name contains this")
-    ap.add_argument("--profile", help="run the server under cProfile, stats to this file")
     ap.add_argument("--quick", action="store_true", help="1 s per row, no results file")
+    ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--where", default="", help="text on where the time goes (results file)")
     ap.add_argument("--out", default=str(HERE / "RESULTS_service.md"))
     args = ap.parse_args(argv)
+    if args.client:
+        print(json.dumps(client_main(json.loads(args.client))))
+        return 0
     args.threads = [int(x) for x in args.threads.split(",")]
     if args.quick:
         args.seconds = 1.0
@@ -222,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run(args, Path(d))
     text = table(rows)
     print(text)
-    if not args.quick and not args.only and not args.profile:
+    if not args.quick and not args.only:
         cmd = "python benchmarks/service_columnar.py " + " ".join(
             a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--where"))
         section = SECTION.format(begin=BEGIN, end=END, cmd=cmd.strip(), machine=machine(),
