@@ -365,3 +365,19 @@ def test_the_openapi_document_describes_both_forms(base_config):
         assert set(op["requestBody"]["content"]) == {W.JSON, W.MSGPACK}
         assert set(op["responses"]["200"]["content"]) == {W.JSON, W.MSGPACK}
         assert {"401", "404", "413", "415", "422", "429"} <= set(op["responses"])
+
+
+def test_serve_takes_the_columnar_limits_from_its_flags(server_factory):
+    """``--max-batch-items`` and ``--max-batch-body`` reach the running server, and the
+    client speaks to it over real HTTP in both forms."""
+    srv = server_factory(name="limits", extra_args=["--max-batch-items", "5",
+                                                    "--max-batch-body", "2048"])
+    with BursarClient(srv.url, srv.tokens["alpha"]) as c:
+        for binary in (True, False):
+            r = c.admit_batch("alpha", [1] * 5, 60.0, binary=binary)
+            assert r.outcome.tolist() == [0] * 5
+            with pytest.raises(InvalidArgument, match="at most 5 items"):
+                c.admit_batch("alpha", [1] * 6, 60.0, binary=binary)
+        with pytest.raises(InvalidArgument, match="too large"):
+            c.admit_batch("alpha", [1] * 5, 60.0, service_class="x" * 3000)
+        assert len(c.leases()) == 10
