@@ -221,9 +221,11 @@ each expiry is decided, journaled and announced one lease at a time (`Broker._ex
 `_emit`, `Journal.add`), so in the steady state expiries, not admissions, bound the rate.
 Consumptions are bound by `Broker.consume_batch`, which with a journal decides one
 consumption at a time in Python (its compiled loop runs only without a journal): about
-75,000 a second in process before any HTTP, the ceiling of the consume rows. The machine
-is shared: the same rows gave 450,000-510,000 durable intents/s (binary) in a quieter
-moment of the same hour.
+75,000 a second in process before any HTTP, the ceiling of the consume rows. The rate of
+a row falls as it goes: its fresh server's record store and lease table grow by doubling
+(copying what they hold), so the first second runs fastest — 1-second rows (`--quick`)
+earlier the same hour gave 457,000 and 509,000 durable intents/s (binary, 1 and 3
+clients). The machine is shared with other work, which moves every figure.
 """
 
 
