@@ -337,11 +337,12 @@ def install(app: FastAPI, service: BrokerService, who: Callable[..., Any],
         def run() -> tuple:
             before = len(journal)
             res = broker.admit_batch(**args)
-            rows = journal.rows()[before:]
-            return (res, broker.clock.now(),
-                    *_by_row(rows, _ACQUIRE, n, int(res.intent[0]) if n else 0))
+            # the batch's records (a view: records never change once appended), read
+            # after the call so that nothing past the broker's own work can fail inside it
+            return res, broker.clock.now(), journal.rows()[before:]
 
-        res, now, cost, _, seq = await service.call(run)
+        res, now, rows = await service.call(run)
+        cost, _, seq = _by_row(rows, _ACQUIRE, n, int(res.intent[0]) if n else 0)
         return _answer({"granted": res.granted, "reason": res.reason.astype(np.int8),
                         "reasons": list(REASONS), "lease": res.lease,
                         "outcome": res.outcome.astype(np.int8),
@@ -362,10 +363,10 @@ def install(app: FastAPI, service: BrokerService, who: Callable[..., Any],
         def run() -> tuple:
             before = len(journal)
             allowed, retry = broker.consume_batch(**args)
-            rows = journal.rows()[before:]
-            return (allowed, retry, broker.clock.now(), *_by_row(rows, _CONSUME, n))
+            return allowed, retry, broker.clock.now(), journal.rows()[before:]
 
-        allowed, retry, now, cost, reason, seq = await service.call(run)
+        allowed, retry, now, rows = await service.call(run)
+        cost, reason, seq = _by_row(rows, _CONSUME, n)
         return _answer({"allowed": np.asarray(allowed, np.float64),
                         "retry_after": np.asarray(retry, np.float64), "reason": reason,
                         "reasons": list(REASONS), "cost": cost, "seq": seq, "time": now}, form)
