@@ -361,12 +361,8 @@ def run_throughput(n_tasks: int, workers: int, lock: str, workdir: str, *, durab
     counts = q.counts()
     if counts != {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}:
         problems.append(f"counts {counts} after {len(claimed)} distinct claims")
-    done_dir = os.path.join(root, "done")
-    for name in os.listdir(done_dir):
-        if name.startswith("."):
-            continue
-        with open(os.path.join(done_dir, name)) as f:
-            rec = json.load(f)
+    for tid, _ in q.results():
+        rec = q.get(tid)[1]
         events = [h["event"] for h in rec["history"]]
         if rec["attempts"] != 1 or events.count("claim") != 1 or events.count("done") != 1:
             problems.append(f"{rec['id']}: attempts {rec['attempts']}, history {events}")

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from bursarcore.runtime import QueueConfig, TaskQueue
+from bursarcore.runtime import _files
 from bursarcore.runtime import queue as queue_mod
 
 from bursarcore.clock import ManualClock
@@ -274,15 +275,15 @@ def test_put_many_does_not_block_claims(qdir, clock, monkeypatch):
     q = TaskQueue.create(qdir, QueueConfig(durable=True), clock=clock, worker="submitter")
     peer = TaskQueue(qdir, clock=clock, worker="peer", lock_timeout=2.0)
     seen = []
-    real = queue_mod._temp_file
+    real = _files.temp_file
 
     def temp_file(path, text, **kw):
-        if "/pending/" in path and len(seen) == 0 and path.endswith(".t0300.json"):
+        if "/shards/" in path and len(seen) == 0 and path.endswith(".t0300.json"):
             c = peer.claim()
             seen.append((c.task_id, peer.complete(c, "early")))
         return real(path, text, **kw)
 
-    monkeypatch.setattr(queue_mod, "_temp_file", temp_file)
+    monkeypatch.setattr(_files, "temp_file", temp_file)
     assert q.put_many([(f"t{i:04d}", i) for i in range(600)]) == 600
     assert seen == [("t0000", True)]
     assert q.counts() == {"pending": 599, "claimed": 0, "done": 1, "failed": 0}
