@@ -210,7 +210,7 @@ def test_claim_scans_at_most_once_per_call(qdir, clock, monkeypatch):
     w = peer(q, clock, "w1")
     scans = []
     real = w._scan_claimed
-    monkeypatch.setattr(w, "_scan_claimed", lambda now: scans.append(now) or real(now))
+    monkeypatch.setattr(w, "_scan_claimed", lambda now, *a: scans.append(now) or real(now, *a))
     assert w.claim(0) is None  # first claim: periodic scan due; nothing eligible: not again
     assert len(scans) == 1
     clock.advance(11)

@@ -14,16 +14,18 @@ in the kernel (a rename between two directories also takes the filesystem-wide r
 lock), it contends only with changes of the same shard, which hold the same shard lock
 anyway, and a durable change fsyncs one directory.
 
-Picking: a handle lists the shard directories and keeps the eligible pending names sorted
-by preference (per worker tier), re-listing when ``pending.gen`` changed (a task was
-added) or its list ran out. Alone, a claimer takes names in exact preference order. Once
-it met a busy shard lock (a peer mid-change in that shard) it is in a crowd for the next
-:data:`CROWD_CLAIMS` claims: it then takes, among the best names of the same preference
-class (tier distance and failure count, so tiers and freshness keep their order; at most
-``max(SPREAD, lock_shards)`` names), the one whose shard comes first from its *home* shard
-(``crc32(worker id) % lock_shards``) onwards. Workers with different homes thus go to
-different shards instead of chasing one name, and submission order is kept to within
-about one name per concurrent claimer.
+Picking: a handle lists the shard directories and keeps, per shard, the eligible pending
+names sorted by preference (per worker tier); it re-lists every shard when ``pending.gen``
+changed (a task was added) or its lists ran out; it drops a name found taken by a peer,
+and re-lists that shard alone (a small listing) when the next name there is taken too.
+Alone, a claimer takes the best head of all shards: exact preference order. Once it met
+a busy shard lock, or two names in a row taken from one shard (both mean peers claiming
+at the same time), it is in a crowd for the next :data:`CROWD_CLAIMS` claims: it then
+takes the best name of its *home* shard (``crc32(worker id) % lock_shards``) if that
+shard has one of the best class (tier distance and failure count, so tiers and freshness
+keep their order), else of the next shard onwards that has (stealing). Workers with
+different homes thus work in different shards, each in submission order, instead of
+chasing one name; between shards, a crowd does not keep submission order.
 """
 
 from __future__ import annotations
@@ -41,15 +43,12 @@ PREFIX = {"pending": "p", "claimed": "c", "done": "d", "failed": "f"}
 STATE_OF = {v: k for k, v in PREFIX.items()}
 SHARDS_DIR = "shards"
 
-SPREAD = 8
-"""A claimer in a crowd chooses among at least this many of its best names."""
 CROWD_CLAIMS = 64
 """Claims a handle stays in crowd mode after it last met a busy shard lock."""
-MAX_PASSED = 4
-"""Busy names a claim passes over before it waits for the best of them. Waiting sleeps;
-trying ever more names keeps a crowd of claimers runnable, and on a machine with far fewer
-cores than workers the kernel then preempts the holders of the directory locks that every
-rename needs."""
+MAX_PASSED = 16
+"""Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
+for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
+runnable, which on a machine with far fewer cores than workers preempts the holders."""
 
 
 def shard_of(task_id: str, shards: int) -> int:
@@ -133,19 +132,36 @@ class ShardPicking:
     _rng: random.Random
     _pick_keys: dict[int, PickKeys]
     _cands: dict[int, list[Any]]
+    _claimed_seen: list[str] | None
+    """Claimed records seen by the last full listing (for the stale scan that follows a
+    claim which found nothing)."""
     _try_claim: Callable[..., Any]
 
     def _pending_names(self) -> list[str]:
         return [n for d in self._shard_dirs for n in listdir(d) if n.startswith("p.")]
 
-    def _candidates(self, worker_tier: int, refresh: bool = False) -> list[str]:
-        """Eligible pending names for ``worker_tier``, best last (so ``pop()`` is next).
+    def _keys(self, worker_tier: int, listed: int) -> PickKeys:
+        keys = self._pick_keys.get(worker_tier)
+        if keys is None or len(keys) > 2 * listed + 1024:  # drop names no longer listed
+            keys = self._pick_keys[worker_tier] = PickKeys(self.policy, worker_tier,
+                                                           len(self._shard_dirs))
+        return keys
 
-        Re-lists the shards when ``pending.gen`` changed since the last listing (a task
-        was added), when the list ran out, or on ``refresh``; otherwise the list from the
-        last listing, from which names already taken are dropped as they are met. Each
-        name is parsed once per object and worker tier (:class:`PickKeys`); keys of names
-        no longer listed are dropped once they outnumber the listing.
+    def _eligible(self, names: list[str], keys: PickKeys) -> list[str]:
+        """Eligible names, best last (ties, between names that are not records, go to
+        the first listed)."""
+        order = sorted(names, key=keys.__getitem__)
+        return [n for n in reversed(order) if keys[n] is not NOT_ELIGIBLE]
+
+    def _candidates(self, worker_tier: int, refresh: bool = False) -> list[list[str]]:
+        """Per shard, the eligible pending names for ``worker_tier``, best last.
+
+        Re-lists every shard when ``pending.gen`` changed since the last listing (a task
+        was added), when every list ran out, or on ``refresh``; otherwise the lists from
+        the last listing, from which names already taken are dropped as they are met.
+        Each name is parsed once per object and worker tier
+        (:class:`PickKeys`); keys of names no longer listed are dropped once they
+        outnumber the listing.
         """
         try:
             st = os.stat(self._gen)
@@ -153,83 +169,93 @@ class ShardPicking:
         except FileNotFoundError:
             stamp = None
         ent = self._cands.get(worker_tier)
-        if ent is not None and ent[1] and ent[0] == stamp and not refresh:
+        if ent is not None and ent[0] == stamp and not refresh and any(ent[1]):
             return ent[1]  # type: ignore[no-any-return]
-        names = self._pending_names()
-        keys = self._pick_keys.get(worker_tier)
-        if keys is None or len(keys) > 2 * len(names) + 1024:
-            keys = self._pick_keys[worker_tier] = PickKeys(self.policy, worker_tier,
-                                                           len(self._shard_dirs))
-        order = sorted(names, key=keys.__getitem__)
-        cands = [n for n in reversed(order) if keys[n] is not NOT_ELIGIBLE]
-        self._cands[worker_tier] = [stamp, cands]
-        return cands
+        raw = [listdir(d) for d in self._shard_dirs]
+        listed = [[n for n in names if n.startswith("p.")] for names in raw]
+        self._claimed_seen = [os.path.join(d, n) for d, names in zip(self._shard_dirs, raw)
+                              for n in names if n.startswith("c.") and n.endswith(".json")]
+        keys = self._keys(worker_tier, sum(map(len, listed)))
+        shards = [self._eligible(names, keys) for names in listed]
+        self._cands[worker_tier] = [stamp, shards]
+        return shards
+
+    def _relist(self, worker_tier: int, shards: list[list[str]], k: int) -> None:
+        """Refresh shard ``k``'s list from its directory (one small listing)."""
+        names = [n for n in listdir(self._shard_dirs[k]) if n.startswith("p.")]
+        shards[k] = self._eligible(names, self._pick_keys[worker_tier])
+
+    def _heads(self, worker_tier: int, shards: list[list[str]],
+               skip: set[int]) -> list[tuple[tuple[float, ...], int]]:
+        keys = self._pick_keys[worker_tier]
+        return sorted((keys[lst[-1]], k) for k, lst in enumerate(shards) if lst and k not in skip)
+
+    def _choice(self, heads: list[tuple[tuple[float, ...], int]]) -> int:
+        """The shard to take from next: the one with the best head, or in a crowd, among
+        the shards whose head is of the best class, the first from home onwards (module
+        docstring)."""
+        if self._crowd <= 0 or len(heads) < 2:
+            return heads[0][1]
+        best = heads[0][0]
+        n = len(self._shard_dirs)
+        return min((k for key, k in heads if key[0] == best[0] and key[1] == best[1]),
+                   key=lambda k: (k - self._home) % n)
 
     def _pick(self, worker_tier: int) -> tuple[str, str] | None:
         """``(name, task_id)`` of the pending file a lone claimer of this tier would try
         first (the smallest preference key among eligible names still present), or
         ``None``. Takes nothing."""
         for refresh in (False, True):
-            cands = self._candidates(worker_tier, refresh)
-            while cands:
-                name = cands[-1]
-                k = int(self._pick_keys[worker_tier][name][-1])
+            shards = self._candidates(worker_tier, refresh)
+            while True:
+                heads = self._heads(worker_tier, shards, set())
+                if not heads:
+                    break
+                k = heads[0][1]
+                name = shards[k][-1]
                 if os.path.lexists(os.path.join(self._shard_dirs[k], name)):
                     return name, name[2:-5].split(".")[3]
-                cands.pop()
+                shards[k].pop()
         return None
-
-    def _choice(self, cands: list[str], worker_tier: int) -> int:
-        """Index in ``cands`` of the name to try next: the best, or in a crowd the one of
-        the best class whose shard is nearest from home onwards (module docstring)."""
-        last = len(cands) - 1
-        if self._crowd <= 0 or last < 1:
-            return last
-        keys = self._pick_keys[worker_tier]
-        n = len(self._shard_dirs)
-        best = keys[cands[last]]
-        pick, dist = last, n
-        for i in range(last, max(-1, last - max(SPREAD, n)), -1):
-            k = keys[cands[i]]
-            if k[0] != best[0] or k[1] != best[1]:
-                break
-            d = (int(k[-1]) - self._home) % n
-            if d < dist:
-                pick, dist = i, d
-                if d == 0:
-                    break
-        return pick
 
     def _take_best(self, worker_tier: int, now: float) -> Any:
         """Try eligible names (see the module docstring): a :class:`~.queue.Claim`, or
-        ``None`` only after a fresh listing offered nothing that could be taken. After
-        :data:`MAX_PASSED` busy names it waits, asleep, for the best of those."""
+        ``None`` only after a fresh listing offered nothing that could be taken.
+
+        A name found taken is dropped; a second one in a row from the same shard re-lists
+        that shard. A busy shard is passed over for the rest of the call; after :data:`MAX_PASSED` busy ones the claimer waits, asleep, for the
+        best of those (holders keep a shard lock for a few system calls only)."""
         for refresh in (False, True):
-            cands = self._candidates(worker_tier, refresh)
-            while cands:
-                busy: list[str] = []
-                while cands and len(busy) < MAX_PASSED:
-                    name = cands.pop(self._choice(cands, worker_tier))
-                    got = self._try_claim(name, worker_tier, now, wait=False)
-                    if isinstance(got, str):
-                        if got == "busy":
-                            busy.append(name)
-                            self._crowd = CROWD_CLAIMS
-                        continue
-                    self._restore(cands, busy, worker_tier)
+            shards = self._candidates(worker_tier, refresh)
+            busy: list[int] = []
+            gone_in = -1
+            while True:
+                heads = self._heads(worker_tier, shards, set(busy)) if len(busy) < MAX_PASSED else []
+                if not heads:
+                    if not busy:
+                        break
+                    k = min(busy, key=lambda b: self._pick_keys[worker_tier][shards[b][-1]]
+                            if shards[b] else NOT_ELIGIBLE)
+                    busy.remove(k)
+                    wait = True
+                else:
+                    k = self._choice(heads)
+                    wait = False
+                if not shards[k]:
+                    continue
+                name = shards[k][-1]
+                got = self._try_claim(name, worker_tier, now, wait=wait)
+                if got == "busy":
+                    busy.append(k)
+                    self._crowd = CROWD_CLAIMS
+                elif got == "gone":
+                    shards[k].pop()
+                    if gone_in == k:  # a second name in a row taken from this shard:
+                        self._relist(worker_tier, shards, k)  # peers drain it, look again
+                        self._crowd = CROWD_CLAIMS
+                    gone_in = k
+                else:
+                    shards[k].pop()
                     self._crowd -= 1
                     return got
-                busy.sort(key=self._pick_keys[worker_tier].__getitem__)
-                for k, name in enumerate(busy):
-                    got = self._try_claim(name, worker_tier, now, wait=True)
-                    if not isinstance(got, str):
-                        self._restore(cands, busy[k + 1:], worker_tier)
-                        self._crowd -= 1
-                        return got
         return None
-
-    def _restore(self, cands: list[str], names: list[str], worker_tier: int) -> None:
-        """Put names passed over (busy, not taken) back among ``cands``, best last."""
-        if names:
-            cands.extend(names)
-            cands.sort(key=self._pick_keys[worker_tier].__getitem__, reverse=True)

@@ -207,6 +207,11 @@ def default_worker_id() -> str:
     return f"{wid}:{job}" if job else wid
 
 
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def check_task_id(task_id: Any) -> str:
     if not isinstance(task_id, str) or not _ID.match(task_id):
         raise InvalidArgument("task_id", "must match [A-Za-z0-9_][A-Za-z0-9_-]{0,199}", task_id)
@@ -221,6 +226,11 @@ def default_worker_id() -> str:
         return f"{wid}:{aj}_{at}"
     job = os.environ.get("SLURM_JOB_ID")
     return f"{wid}:{job}" if job else wid
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def check_task_id(task_id: Any) -> str:
@@ -284,6 +294,7 @@ class TaskQueue(ShardPicking, Inspection):
         self._last_scan = float("-inf")
         self._home = shard_of(self.worker, n)
         self._crowd = 0
+        self._claimed_seen = None
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
         self._cands = {}  # worker tier -> [pending.gen stamp, eligible names, best last]
         self._rng = random.Random()
@@ -406,38 +417,23 @@ class TaskQueue(ShardPicking, Inspection):
         del h[:-HISTORY_LIMIT]
 
     def _to_pending(self, src: str, rec: Record, synced: set[str]) -> None:
-        """Rewrite ``src`` as a pending record, then move it to its pending name."""
-        rec["state"] = "pending"
-        rec["claim"] = None
-        rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
+        """Under the shard lock: rewrite ``src`` as a pending record, then move it to its
+        pending name."""
+        dst = self._pending_path(rec)
         self._write(src, rec)
-        name = pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"])
-        self._move(src, os.path.join(self._sdir(rec["id"]), name), synced)
+        self._move(src, dst, synced)
         self._bump()
 
     def _route_failure(self, src: str, rec: Record, now: float, reason: str, synced: set[str]) -> str:
-        """After ``failures`` was incremented: retry (pending) or give up (failed)."""
-        if rec["failures"] >= self.config.max_failures:
-            rec.update(state="failed", claim=None, reason=reason, failed_at=now)
-            self._write(src, rec)
-            self._move(src, self._spath("failed", rec["id"]), synced)
+        """Under the shard lock, after ``failures`` was incremented: retry (pending) or
+        give up (failed)."""
+        dst = self._failure_path(rec, now, reason)
+        self._write(src, rec)
+        self._move(src, dst, synced)
+        if rec["state"] == "failed":
             return "failed"
-        self._to_pending(src, rec, synced)
+        self._bump()
         return "retry"
-
-    def _own(self, claim: Claim) -> tuple[str, Record] | None:
-        """The claimed record if ``claim`` still holds it (under its shard lock)."""
-        path = self._spath("claimed", claim.task_id)
-        try:
-            rec = read_json(path)
-        except FileNotFoundError:
-            claim.lost = True
-            return None
-        c = rec.get("claim")
-        if rec.get("state") != "claimed" or not c or c.get("token") != claim.token:
-            claim.lost = True
-            return None
-        return path, rec
 
     def _next_seq(self, n: int) -> int:
         """Reserve ``n`` submission numbers (under the ``seq`` lock, held for this only)."""
@@ -548,40 +544,110 @@ class TaskQueue(ShardPicking, Inspection):
         if scanned:
             self._scan_claimed(now)
         while True:
+            self._claimed_seen = None
             got: Claim | None = self._take_best(worker_tier, now)
             if got is not None or scanned:
                 return got
             scanned = True
-            self._scan_claimed(now)
+            # the fresh listing that found nothing also listed the claims: scan those
+            self._scan_claimed(now, self._claimed_seen)
+
+    def _change(self, task_id: str, src: str, edit: Callable[[Record], str | None], *,
+                wait: bool = True, prepare: bool = True) -> tuple[Record, str] | str:
+        """Rewrite the record at ``src`` with ``edit`` and move it to the path ``edit``
+        returns (``src`` itself: rewrite in place), under the task's shard lock. Returns
+        ``(record, destination)``, or ``"gone"`` (no file at ``src``), ``"raced"`` (the
+        file went away while this call prepared its change: a peer was changing it at the
+        same time), ``"busy"`` (the lock was held and ``wait=False``) or ``"lost"``
+        (``edit`` returned ``None``: the
+        record is not the caller's to change; a final verdict, since claim tokens are
+        never reused).
+
+        The new record is prepared first, outside the lock: read, edited, written to a
+        temp file and (if durable) fsynced. Under the lock the source is read again; if its
+        bytes changed meanwhile, it is edited again from what it says now. So the lock is
+        held for one read, a comparison and the renames, never for an fsync. That suits
+        changes by a claim's holder, which no peer contends for. ``prepare=False`` (claims,
+        which peers do contend for) does it all under the lock instead: a peer that finds
+        the lock busy moves on to another shard, and no fsync is spent on a name that a
+        peer takes meanwhile."""
+        lock = self._shard(task_id)
+        durable = self.config.durable
+        raw = b""
+        if prepare:
+            try:
+                raw = _read_bytes(src)
+            except FileNotFoundError:
+                return "gone"
+        tmp = dst = None
+        rec: Record | None = None
+        try:
+            rec = json.loads(raw) if prepare else None
+        except ValueError:
+            pass  # judged again under the lock
+        try:
+            if rec is not None:
+                dst = edit(rec)
+                if dst is None:
+                    return "lost"
+                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+            with self._lock.hold(lock, wait=wait) as held:
+                if not held:
+                    return "busy"
+                try:
+                    now_raw = _read_bytes(src)
+                except FileNotFoundError:
+                    return "raced" if prepare else "gone"
+                if now_raw != raw or rec is None:
+                    if tmp is not None:
+                        _files.unlink(tmp)
+                        tmp = None
+                    try:
+                        rec = json.loads(now_raw)
+                    except ValueError as exc:  # only outside damage: every write is atomic
+                        self._quarantine(src, exc)
+                        return "gone"
+                    dst = edit(rec)
+                    if dst is None:
+                        return "lost"
+                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                os.replace(tmp, src)
+                tmp = None
+                if dst != src:
+                    os.rename(src, dst)
+        finally:
+            if tmp is not None:
+                _files.unlink(tmp)
+        assert rec is not None and dst is not None
+        self._sync((os.path.dirname(src),))
+        if parse_pending(os.path.basename(dst)) is not None:
+            self._bump()
+        return rec, dst
 
     def _try_claim(self, name: str, worker_tier: int, now: float, *, wait: bool) -> Claim | str:
         """One attempt on pending file ``name``: a :class:`Claim`, ``"gone"`` (a peer
-        took it since the listing) or ``"busy"`` (its shard lock was held; ``wait=False``)."""
+        took it since the listing) or ``"busy"`` (its shard lock was held;
+        ``wait=False``)."""
         task_id = name[2:-5].split(".")[3]
         sdir = self._sdir(task_id)
         src = os.path.join(sdir, name)
         if not os.path.lexists(src):
             return "gone"  # no lock needed to know
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(task_id), wait=wait) as held:
-            if not held:
-                return "busy"
-            try:
-                rec = read_json(src)
-            except FileNotFoundError:
-                return "gone"
-            except ValueError as exc:  # only outside damage: every write is atomic
-                self._quarantine(src, exc)
-                return "gone"
-            token = uuid.uuid4().hex
+        token = uuid.uuid4().hex
+        dst = os.path.join(sdir, state_name("claimed", task_id))
+
+        def edit(rec: Record) -> str:
             rec["attempts"] = rec.get("attempts", 0) + 1
             rec["state"] = "claimed"
             rec["claim"] = {"worker": self.worker, "token": token, "worker_tier": worker_tier,
                             "claimed_at": now, "heartbeat": now}
             self._history(rec, now, "claim", worker_tier=worker_tier)
-            self._write(src, rec)
-            self._move(src, os.path.join(sdir, state_name("claimed", task_id)), synced)
-        self._sync(synced)
+            return dst
+
+        got = self._change(task_id, src, edit, wait=wait, prepare=False)
+        if isinstance(got, str):
+            return got
+        rec = got[0]
         return Claim(task_id, token, self.worker, worker_tier, rec["tier"], rec["payload"],
                      rec["failures"], rec["attempts"], rec.get("resume"), now)
 
@@ -591,74 +657,102 @@ class TaskQueue(ShardPicking, Inspection):
         os.rename(path, os.path.join(aside, os.path.basename(path)))
         log.error("queue %s: unreadable record %s (%s); moved to corrupt/", self.root, path, exc)
 
+    def _change_own(self, claim: Claim, edit: Callable[[Record], str]) -> tuple[Record, str] | None:
+        """:meth:`_change` of ``claim``'s record, if ``claim`` still holds it; ``None``
+        (and ``claim.lost`` set) if it does not."""
+        token = claim.token
+
+        def own_edit(rec: Record) -> str | None:
+            c = rec.get("claim")
+            if rec.get("state") != "claimed" or not c or c.get("token") != token:
+                return None
+            return edit(rec)
+
+        got = self._change(claim.task_id, self._spath("claimed", claim.task_id), own_edit)
+        if isinstance(got, str):
+            claim.lost = True
+            return None
+        return got
+
+    def _pending_path(self, rec: Record) -> str:
+        """Set ``rec`` up as pending; returns its pending path."""
+        rec["state"] = "pending"
+        rec["claim"] = None
+        rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
+        return os.path.join(self._sdir(rec["id"]),
+                            pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"]))
+
     def heartbeat(self, claim: Claim, *, resume: Any = _UNSET) -> bool:
         """Refresh the claim's heartbeat (and optionally its ``resume`` data, e.g. the path
         of the newest checkpoint). ``False`` means the claim was lost: stop the task."""
         if resume is not _UNSET:
             json.dumps(resume)
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
-            rec["claim"]["heartbeat"] = self.clock()
+        now = self.clock()
+        path = self._spath("claimed", claim.task_id)
+
+        def edit(rec: Record) -> str:
+            rec["claim"]["heartbeat"] = now
             if resume is not _UNSET:
-                rec["resume"] = claim.resume = resume
-            self._write(path, rec)
-        self._sync((os.path.dirname(path),))
+                rec["resume"] = resume
+            return path
+
+        if self._change_own(claim, edit) is None:
+            return False
+        if resume is not _UNSET:
+            claim.resume = resume
         return True
 
     def complete(self, claim: Claim, result: Any = None) -> bool:
         """Record the result (state ``done``); ``False`` (and nothing written) if the claim
         was lost."""
         json.dumps(result)
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
-            now = self.clock()
+        now = self.clock()
+        dst = self._spath("done", claim.task_id)
+
+        def edit(rec: Record) -> str:
             rec.update(state="done", result=result, completed_at=now, completed_by=self.worker)
             self._history(rec, now, "done")
-            self._write(path, rec)
-            self._move(path, self._spath("done", claim.task_id), synced)
-        self._sync(synced)
-        return True
+            return dst
+
+        return self._change_own(claim, edit) is not None
 
     def fail(self, claim: Claim, reason: str) -> str:
         """Count a failure: ``"retry"`` (back to pending, maybe a tier up), ``"failed"``
         (``max_failures`` reached; state ``failed`` with ``reason``) or ``"lost"``."""
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return "lost"
-            path, rec = own
-            now = self.clock()
+        now = self.clock()
+
+        def edit(rec: Record) -> str:
             rec["failures"] += 1
             self._history(rec, now, "fail", reason=str(reason))
-            out = self._route_failure(path, rec, now, str(reason), synced)
-        self._sync(synced)
-        return out
+            return self._failure_path(rec, now, str(reason))
+
+        got = self._change_own(claim, edit)
+        if got is None:
+            return "lost"
+        return "failed" if got[0]["state"] == "failed" else "retry"
+
+    def _failure_path(self, rec: Record, now: float, reason: str) -> str:
+        """After ``failures`` was incremented: set ``rec`` up to retry (pending) or give up
+        (failed); returns its path."""
+        if rec["failures"] >= self.config.max_failures:
+            rec.update(state="failed", claim=None, reason=reason, failed_at=now)
+            return self._spath("failed", rec["id"])
+        return self._pending_path(rec)
 
     def release(self, claim: Claim, reason: str = "released", *, resume: Any = _UNSET) -> bool:
         """Give the task back without counting a failure (preemption, walltime, shutdown);
         ``resume`` is kept for the next claimer. ``False`` if the claim was lost."""
         if resume is not _UNSET:
             json.dumps(resume)
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
+        now = self.clock()
+
+        def edit(rec: Record) -> str:
             if resume is not _UNSET:
                 rec["resume"] = resume
-            self._history(rec, self.clock(), "release", reason=str(reason))
-            self._to_pending(path, rec, synced)
-        self._sync(synced)
-        return True
+            self._history(rec, now, "release", reason=str(reason))
+            return self._pending_path(rec)
+
+        return self._change_own(claim, edit) is not None
 
     # ------------------------------------------------------------------ recovery
     def reclaim_stale(self) -> list[str]:
@@ -671,14 +765,15 @@ class TaskQueue(ShardPicking, Inspection):
         return [os.path.join(d, n) for d in self._shard_dirs for n in _files.listdir(d)
                 if n.startswith("c.") and n.endswith(".json")]
 
-    def _scan_claimed(self, now: float) -> list[str]:
-        """Read every claimed record without a lock; for one that is stale, half moved or
-        unreadable, take its shard lock, read it again and act on what it says then (a
-        heartbeat may have come in between)."""
+    def _scan_claimed(self, now: float, paths: list[str] | None = None) -> list[str]:
+        """Read every claimed record (of ``paths``, if a listing just taken gave them)
+        without a lock; for one that is stale, half moved or unreadable, take its shard
+        lock, read it again and act on what it says then (a heartbeat may have come in
+        between)."""
         self._last_scan = now
         taken: list[str] = []
         synced: set[str] = set()
-        for path in self._claimed_paths():
+        for path in self._claimed_paths() if paths is None else paths:
             try:
                 rec = read_json(path)
             except FileNotFoundError:
