@@ -170,7 +170,7 @@ class ShardPicking:
             stamp = None
         ent = self._cands.get(worker_tier)
         if ent is not None and ent[0] == stamp and not refresh and any(ent[1]):
-            return ent[1]  # type: ignore[no-any-return]
+            return ent[1]
         raw = [listdir(d) for d in self._shard_dirs]
         listed = [[n for n in names if n.startswith("p.")] for names in raw]
         self._claimed_seen = [os.path.join(d, n) for d, names in zip(self._shard_dirs, raw)

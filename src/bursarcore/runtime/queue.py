@@ -218,27 +218,6 @@ def check_task_id(task_id: Any) -> str:
     return task_id
 
 
-def default_worker_id() -> str:
-    """``host:pid``, plus the Slurm array task (``JOB_TASK``) or job id when inside one."""
-    wid = f"{socket.gethostname()}:{os.getpid()}"
-    aj, at = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if aj and at:
-        return f"{wid}:{aj}_{at}"
-    job = os.environ.get("SLURM_JOB_ID")
-    return f"{wid}:{job}" if job else wid
-
-
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def check_task_id(task_id: Any) -> str:
-    if not isinstance(task_id, str) or not _ID.match(task_id):
-        raise InvalidArgument("task_id", "must match [A-Za-z0-9_][A-Za-z0-9_-]{0,199}", task_id)
-    return task_id
-
-
 class TaskQueue(ShardPicking, Inspection):
     """Open the queue at ``root`` (created by :meth:`create`).
 
@@ -476,8 +455,10 @@ class TaskQueue(ShardPicking, Inspection):
             self.policy.check_tier(tier)
             json.dumps(payload)  # fail before any state changes
             items.append((task_id, payload, tier))
-        seen: set[str] = set()
-        items = [it for it in items if not (it[0] in seen or seen.add(it[0]))]  # first of each id
+        first: dict[str, tuple[str, Any, int]] = {}
+        for it in items:
+            first.setdefault(it[0], it)  # the first of each id; a later duplicate is dropped
+        items = list(first.values())
         if not items:
             return 0
         now = self.clock()
@@ -611,6 +592,7 @@ class TaskQueue(ShardPicking, Inspection):
                     if dst is None:
                         return "lost"
                     tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                assert tmp is not None and dst is not None
                 os.replace(tmp, src)
                 tmp = None
                 if dst != src:

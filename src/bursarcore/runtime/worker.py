@@ -197,7 +197,7 @@ class Worker:
         for rec in self.q.claims():
             tid = rec.get("id")
             got = self.q.get(tid) if isinstance(tid, str) else None  # still claimed now?
-            if got is not None and got[0] == "claimed" and \
+            if isinstance(tid, str) and got is not None and got[0] == "claimed" and \
                     self.q.policy.eligible(self.tier, int(got[1].get("tier", 0))):
                 out.append(tid)
         out.sort()
