@@ -1,4 +1,4 @@
-"""Runtime experiments of issue 6 (SPEC §13, after RASER §4): real worker processes over a
+"""Runtime experiments (SPEC §13, after RASER §4): real worker processes over a
 real :class:`bursarcore.runtime.TaskQueue` in a temporary directory.
 
 1. ``makespan``: work stealing (every worker claims from the shared queue until it is
@@ -391,8 +391,8 @@ def run_throughput(n_tasks: int, workers: int, lock: str, workdir: str, *, durab
 
 
 def claim_cost_vs_backlog(sizes: Sequence[int], workdir: str, reps: int = 50) -> list[dict[str, Any]]:
-    """Single process: claim + complete latency with ``n`` tasks pending (``_pick`` lists
-    the whole pending directory under the lock on every claim)."""
+    """Single process: claim + complete latency with ``n`` tasks pending (a claim lists
+    the shard directories when its lists run out or tasks were added)."""
     out = []
     for n in sizes:
         root = os.path.join(workdir, f"backlog-{n}")
