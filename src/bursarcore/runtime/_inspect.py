@@ -7,6 +7,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from . import _files
+from ._config import check_task_id
 from ._files import Record, read_json
 from ._shards import STATES, parse_name, parse_pending, shard_of
 
@@ -53,8 +54,6 @@ class Inspection:
 
     def get(self, task_id: str) -> tuple[str, Record] | None:
         """``(state, record)`` of a task, or ``None`` if unknown."""
-        from .queue import check_task_id
-
         check_task_id(task_id)
         for s in ("claimed", "done", "failed"):
             try:
