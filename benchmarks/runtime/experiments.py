@@ -1,4 +1,4 @@
-"""Runtime experiments of issue 6 (SPEC §13, after RASER §4): real worker processes over a
+"""Runtime experiments (SPEC §13, after RASER §4): real worker processes over a
 real :class:`bursarcore.runtime.TaskQueue` in a temporary directory.
 
 1. ``makespan``: work stealing (every worker claims from the shared queue until it is
@@ -361,12 +361,8 @@ def run_throughput(n_tasks: int, workers: int, lock: str, workdir: str, *, durab
     counts = q.counts()
     if counts != {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}:
         problems.append(f"counts {counts} after {len(claimed)} distinct claims")
-    done_dir = os.path.join(root, "done")
-    for name in os.listdir(done_dir):
-        if name.startswith("."):
-            continue
-        with open(os.path.join(done_dir, name)) as f:
-            rec = json.load(f)
+    for tid, _ in q.results():
+        rec = q.get(tid)[1]
         events = [h["event"] for h in rec["history"]]
         if rec["attempts"] != 1 or events.count("claim") != 1 or events.count("done") != 1:
             problems.append(f"{rec['id']}: attempts {rec['attempts']}, history {events}")
@@ -395,8 +391,8 @@ def run_throughput(n_tasks: int, workers: int, lock: str, workdir: str, *, durab
 
 
 def claim_cost_vs_backlog(sizes: Sequence[int], workdir: str, reps: int = 50) -> list[dict[str, Any]]:
-    """Single process: claim + complete latency with ``n`` tasks pending (``_pick`` lists
-    the whole pending directory under the lock on every claim)."""
+    """Single process: claim + complete latency with ``n`` tasks pending (a claim lists
+    the shard directories when its lists run out or tasks were added)."""
     out = []
     for n in sizes:
         root = os.path.join(workdir, f"backlog-{n}")

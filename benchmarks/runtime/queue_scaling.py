@@ -1,19 +1,21 @@
 """Claim + complete throughput of :class:`~bursarcore.runtime.TaskQueue` against worker
-processes, this tree's queue and (in the same run, for a ratio) the queue of an earlier
-commit (default ``2ed91be``, one queue-wide lock).
+processes: this tree's queue, and optionally (``--impl new,old --old-rev REV``, in the
+same run, for a ratio) the ``queue.py`` of another revision.
 
 W forked worker processes each open the queue and, from one common instant, loop
 ``claim(0)`` → ``complete(c)`` on no-op tasks until ``claim`` returns ``None`` or the time
 limit passes. Reported per run: claims + completions per second (``ops/s``, from the common
 start to the last worker's end), tasks per second, and the claim wait (the duration of one
-``claim()`` call) p50 / p99 / max. Every run is verified afterwards: no task claimed twice,
+``claim()`` call) p50 / p99 / max, and the p99 of the steady state (each worker's first
+claim, which lists every shard and parses every pending name, and its last, which finds
+the queue empty and scans for stale claims, left out). Every run is verified afterwards: no task claimed twice,
 every ``complete`` accepted, ``counts()`` = done for what was claimed and pending for the
 rest, ``check() == []``.
 
 Usage::
 
     python benchmarks/runtime/queue_scaling.py [--workers 1,16,64,256] [--durable both]
-        [--impl new,old] [--old-rev 2ed91be] [--tasks 4000] [--limit 20] [--dir /tmp]
+        [--impl new[,old] --old-rev REV] [--tasks 4000] [--limit 20] [--dir /var/tmp]
         [--json OUT.json]
 
 Prints one Markdown table row per run (the table of ``benchmarks/RESULTS_runtime.md``).
@@ -40,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def load_impl(name: str, old_rev: str) -> Any:
+def load_impl(name: str, old_rev: str | None) -> Any:
     """The queue module: ``new`` is this tree's; ``old`` is ``queue.py`` of ``old_rev``,
     imported as a sibling module so that its relative imports (``..errors``, ``.locks``,
     ``.tiers``) resolve to this tree's, whose classes it uses are unchanged."""
@@ -107,6 +109,7 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     logs = [json.load(open(o)) for o in outs if os.path.exists(o)]
     claimed = [t for lg in logs for t in lg["claimed"]]
     waits = np.array([w for lg in logs for w in lg["waits"]] or [0.0])
+    steady = np.array([w for lg in logs for w in lg["waits"][1:-1]] or [0.0])
     elapsed = max(lg["end"] for lg in logs)
     problems = []
     if killed or len(logs) != workers:
@@ -126,7 +129,8 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
             "put_s": put_s, "elapsed_s": elapsed, "tasks_per_s": n / elapsed,
             "ops_per_s": 2 * n / elapsed, "wait_ms_p50": 1e3 * float(np.median(waits)),
             "wait_ms_p99": 1e3 * float(np.percentile(waits, 99)),
-            "wait_ms_max": 1e3 * float(waits.max()), "load_1min": load,
+            "wait_ms_max": 1e3 * float(waits.max()),
+            "wait_ms_p99_steady": 1e3 * float(np.percentile(steady, 99)), "load_1min": load,
             "verified": not problems, "problems": problems[:5]}
 
 
@@ -134,7 +138,7 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['impl']} | {r['workers']} | {'yes' if r['durable'] else 'no'} | "
             f"{r['done']}/{r['tasks']} in {r['elapsed_s']:.1f} s | **{r['ops_per_s']:,.0f}** | "
             f"{r['tasks_per_s']:,.0f} | {r['wait_ms_p50']:.2f} / {r['wait_ms_p99']:.1f} / "
-            f"{r['wait_ms_max']:.0f} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
+            f"{r['wait_ms_max']:.0f} | {r['wait_ms_p99_steady']:.1f} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
             f"{r['load_1min']:.1f} |")
 
 
@@ -142,18 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,16,64,256")
     p.add_argument("--durable", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--impl", default="new,old", help="comma list of new, old")
-    p.add_argument("--old-rev", default="2ed91be")
+    p.add_argument("--impl", default="new", help="comma list of new, old")
+    p.add_argument("--old-rev", help="the revision whose queue.py is 'old'")
     p.add_argument("--tasks", type=int, default=4000)
     p.add_argument("--limit", type=float, default=20.0, help="seconds per run (bounded)")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="local-disk work directory")
     p.add_argument("--json", help="also write the results here")
     a = p.parse_args(argv)
+    if "old" in a.impl.split(",") and not a.old_rev:
+        p.error("--impl old needs --old-rev REV")
     mods = {impl: load_impl(impl, a.old_rev) for impl in a.impl.split(",")}
     durables = {"yes": [True], "no": [False], "both": [True, False]}[a.durable]
     workdir = tempfile.mkdtemp(prefix="queue-scaling-", dir=a.dir)
-    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | put_many s | verified | load |")
-    print("|---|--:|---|--:|--:|--:|--:|--:|---|--:|")
+    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | steady p99 ms | put_many s | verified | load |")
+    print("|---|--:|---|--:|--:|--:|--:|--:|--:|---|--:|")
     results = []
     try:
         for durable in durables:

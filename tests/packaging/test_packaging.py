@@ -96,11 +96,11 @@ DISTRIBUTION = {
     "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib", "tqdm": "tqdm",
     "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
     "token_bucket": "token-bucket", "pytest": "pytest", "cffi": "cffi",
-    "prometheus_client": "prometheus-client",
+    "prometheus_client": "prometheus-client", "msgpack": "msgpack",
 }
 
 #: which extra a module of src/bursarcore belongs to (first match); the rest is the core
-OWNER = [("service/", "service"), ("client.py", "service"), ("sim/kernels.py", "numba"),
+OWNER = [("service/", "service"), ("client/", "service"), ("sim/kernels.py", "numba"),
          ("sim/", "sim"), ("adapters/parsl.py", "parsl"), ("bench.py", "bench"),
          ("_cffi_build.py", "cffi")]
 

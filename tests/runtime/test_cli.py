@@ -154,7 +154,8 @@ def test_batch_script_execs_the_wrapper_around_the_tier_worker():
     assert "export PYTHONPATH='/src dir'${PYTHONPATH:+:$PYTHONPATH}\n" in text
     [line] = [ln for ln in text.splitlines() if not ln.startswith(("#", "export"))]
     assert line.startswith("exec /opt/py/bin/python -c ")
-    assert "--max-restarts 5 --requeue admin --stop-file /shared/q/cancelled -- " \
+    assert "--max-restarts 5 --requeue admin --stop-file /shared/q/cancelled --queue /shared/q " \
+           "--resubmit /shared/q/slurm/tier1.json --max-resubmits 3 -- " \
            "/opt/py/bin/python -m " \
            "bursarcore.runtime.worker --queue /shared/q --tier 1 --grace 15 --runner bwrap " \
            '--walltime-end "$(( $(date +%s) + 600 ))"' in line
@@ -576,3 +577,46 @@ def test_submit_tasks_that_are_not_text(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "TASKS: is not UTF-8 text" in err and "Traceback" not in err
     assert not (tmp_path / "q").exists()
+
+
+# ---------------------------------------------------------------------- site policy
+def test_submit_writes_the_resubmission_spec_of_each_tier(tmp_path):
+    f = write_tasks(tmp_path / "t.jsonl", [{"id": "a"}])
+    slurm = FakeSlurm()
+    q = tmp_path / "q"
+    assert run_cli("submit", f, "--queue", str(q), "--workers", "2,1", "--tiers", "mem=1G,2G",
+                   "--max-resubmits", "5", slurm=slurm)[0] == 0
+    for tier, job in ((0, "101"), (1, "102")):
+        spec = json.loads((q / "slurm" / f"tier{tier}.json").read_text())
+        assert spec["script"] == (q / "slurm" / f"{job}.sh").read_text()
+        assert spec["sbatch"] == slurm.commands[tier]
+        assert f"--resubmit {q}/slurm/tier{tier}.json --max-resubmits 5" in spec["script"]
+
+
+def test_status_and_cancel_see_requeues_and_resubmissions(tmp_path):
+    from bursarcore.runtime.slurm import record_jobs
+    from bursarcore.runtime.wrapper import record_event
+
+    q = _queue_with_work(tmp_path)
+    record_jobs(q, [{"job_id": "101", "tier": 0, "workers": 6, "mem": None}])
+    record_event(q, {"event": "requeue", "task": "101_1"})
+    record_event(q, {"event": "requeue-refused", "task": "101_2",
+                     "reason": "Requested operation is presently disabled"})
+    record_event(q, {"event": "resubmit", "task": "101_2", "job_id": "300", "count": 1})
+    record_event(q, {"event": "requeue-refused", "task": "101_3", "reason": "denied"})
+    record_event(q, {"event": "resubmit-limit", "task": "101_3"})
+    slurm = FakeSlurm({"jobs": [{"job_id": 300, "array_job_id": 300, "array_task_id": 2,
+                                 "job_state": "RUNNING"}]})
+    st = json.loads(run_cli("status", "--queue", q, "--json", slurm=slurm)[1])
+    assert st["requeues"] == {"requeued": 1, "refused": 2, "resubmitted": 1,
+                              "resubmit_failed": 0, "resubmit_limit": 1, "last_refusal": "denied"}
+    a101, a300 = st["arrays"]
+    assert a300["job_id"] == "300" and a300["tier"] == 0 and a300["live"] is True
+    assert a300["resubmitted_from"] == "101_2"
+    assert st["stranded"] == [1]  # tier 0 is served by the resubmitted job (101 is gone)
+    text = run_cli("status", "--queue", q, slurm=slurm)[1]
+    assert "requeues: 1 by the wrappers, 2 refused by Slurm; resubmissions: 1, 1 at the limit" in text
+    assert "last refusal: denied" in text and "resubmitted for 101_2" in text
+    slurm = FakeSlurm()
+    assert run_cli("cancel", "--queue", q, slurm=slurm)[0] == 0
+    assert slurm.commands == [["scancel", "101", "300"]]

@@ -4,6 +4,9 @@ clock, against a plain model of the rules, and checks after every step that each
 in one state, that a result is accepted exactly once, that claims are exclusive and stale
 ones reclaimed, and that tiers and failure counts follow the policy.
 
+Processes also die at chosen points (after a record is rewritten, before it is moved) and
+the queue is reopened: the next stale scan finishes the move and nothing is counted twice.
+
 Also: handles keep no file descriptor open between calls, and ``put_many`` never holds a
 lock that a claim needs for the duration of the batch.
 """
@@ -20,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from bursarcore.runtime import QueueConfig, TaskQueue
+from bursarcore.runtime import _files
 from bursarcore.runtime import queue as queue_mod
 
 from bursarcore.clock import ManualClock
@@ -64,8 +68,13 @@ class _Model:
         return taken
 
 
+class _Crash(Exception):
+    """A process dying at a chosen system call."""
+
+
 class QueueMachine(RuleBasedStateMachine):
     lock = "fcntl"
+    durable = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -73,8 +82,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.clk = ManualClock(1_000_000.0)
         self.clock = self.clk.now
         cfg = QueueConfig(stale_after=STALE, scan_every=SCAN_EVERY, max_failures=MAX_FAILURES,
-                          tiers=TIERS, promote_after=1, durable=False, lock_shards=3)
-        root = os.path.join(self.dir, "q")
+                          tiers=TIERS, promote_after=1, durable=self.durable, lock_shards=3)
+        root = self.root = os.path.join(self.dir, "q")
         TaskQueue.create(root, cfg, lock=self.lock, clock=self.clock, worker="creator").close()
         self.handles = [TaskQueue(root, clock=self.clock, worker=f"h{k}", sleep=lambda s: None)
                         for k in range(3)]
@@ -167,7 +176,69 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(h=st.integers(0, 2))
     def reclaim(self, h):
-        assert self.handles[h].reclaim_stale() == self.model.scan(h, self.clock())
+        assert sorted(self.handles[h].reclaim_stale()) == self.model.scan(h, self.clock())
+
+    # ------------------------------------------------------------------ crashes
+    def _reopen(self, h):
+        """The process of handle ``h`` died: a new process opens the queue afresh."""
+        self.handles[h] = TaskQueue(self.root, clock=self.clock, worker=f"h{h}",
+                                    sleep=lambda s: None)
+        self.model.last_scan.pop(h, None)
+
+    def _crash_on_next_rename(self):
+        real = os.rename
+
+        def rename(a, b):
+            os.rename = real
+            raise _Crash(f"died before rename {a} -> {b}")
+
+        os.rename = rename
+        return real
+
+    @precondition(lambda self: any(t["state"] == "claimed" for t in self.model.tasks.values()))
+    @rule(k=st.integers(0, 10**6), h=st.integers(0, 2),
+          op=st.sampled_from(["complete", "fail", "release"]))
+    def crash_mid_change(self, k, h, op):
+        """The holder dies after rewriting its record and before moving it; the queue is
+        reopened and its next stale scan finishes the move, counting nothing twice."""
+        current = [c for c in self.claims if self._current(c)]
+        c = current[k % len(current)]
+        real = self._crash_on_next_rename()
+        try:
+            with pytest.raises(_Crash):
+                {"complete": lambda: self.handles[h].complete(c, {"by": c.token}),
+                 "fail": lambda: self.handles[h].fail(c, "died"),
+                 "release": lambda: self.handles[h].release(c, "died")}[op]()
+        finally:
+            os.rename = real
+        self._reopen(h)
+        t = self.model.tasks[c.task_id]
+        if op == "complete":
+            t.update(state="done", token=None)
+            self.accepted[c.task_id] = self.accepted.get(c.task_id, 0) + 1
+        elif op == "fail":
+            self.model.fail(t)
+        else:
+            t.update(state="pending", token=None)
+        assert sorted(self.handles[h].reclaim_stale()) == self.model.scan(h, self.clock())
+        assert self.handles[h].complete(c, {"by": "again"}) is False  # never accepted twice
+
+    @rule(h=st.integers(0, 2), worker_tier=st.integers(0, TIERS - 1))
+    def crash_mid_claim(self, h, worker_tier):
+        """A claimer dies after rewriting the pending record and before moving it: the
+        task stays pending (its record counts the attempt) and the next claim takes it."""
+        m, now = self.model, self.clock()
+        want = m.best(worker_tier)
+        if want is None or now - m.last_scan.get(h, float("-inf")) >= SCAN_EVERY:
+            return  # this claim would scan first (and might move other tasks): not here
+        real = self._crash_on_next_rename()
+        try:
+            with pytest.raises(_Crash):
+                self.handles[h].claim(worker_tier)
+        finally:
+            os.rename = real
+        self._reopen(h)
+        m.tasks[want]["attempts"] += 1
 
     @rule(h=st.integers(0, 2))
     def requeue(self, h):
@@ -203,12 +274,18 @@ class QueueMachineFileLock(QueueMachine):
     lock = "file"
 
 
+class QueueMachineDurable(QueueMachine):
+    durable = True
+
+
 _settings = settings(max_examples=60, stateful_step_count=35, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 TestQueueTransitions = QueueMachine.TestCase
 TestQueueTransitions.settings = _settings
 TestQueueTransitionsFileLock = QueueMachineFileLock.TestCase
 TestQueueTransitionsFileLock.settings = settings(_settings, max_examples=15)
+TestQueueTransitionsDurable = QueueMachineDurable.TestCase
+TestQueueTransitionsDurable.settings = settings(_settings, max_examples=10)
 
 
 # ---------------------------------------------------------------------- descriptors
@@ -274,15 +351,15 @@ def test_put_many_does_not_block_claims(qdir, clock, monkeypatch):
     q = TaskQueue.create(qdir, QueueConfig(durable=True), clock=clock, worker="submitter")
     peer = TaskQueue(qdir, clock=clock, worker="peer", lock_timeout=2.0)
     seen = []
-    real = queue_mod._temp_file
+    real = _files.temp_file
 
     def temp_file(path, text, **kw):
-        if "/pending/" in path and len(seen) == 0 and path.endswith(".t0300.json"):
+        if "/shards/" in path and len(seen) == 0 and path.endswith(".t0300.json"):
             c = peer.claim()
             seen.append((c.task_id, peer.complete(c, "early")))
         return real(path, text, **kw)
 
-    monkeypatch.setattr(queue_mod, "_temp_file", temp_file)
+    monkeypatch.setattr(_files, "temp_file", temp_file)
     assert q.put_many([(f"t{i:04d}", i) for i in range(600)]) == 600
     assert seen == [("t0000", True)]
     assert q.counts() == {"pending": 599, "claimed": 0, "done": 1, "failed": 0}

@@ -1,8 +1,8 @@
 """TaskQueue with a manual clock: claims, heartbeats, stale reclaim, retries, tiers,
 exactly-once completion, crash consistency, and the lock-file fallback (SPEC §13).
 
-Every test ends with ``q.check() == []``: each task in exactly one state directory and
-every record agreeing with where it is.
+Every test ends with ``q.check() == []``: each task in exactly one state, in its own shard
+directory, and every record agreeing with its file name.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from bursarcore.runtime import (
     TaskQueue,
     TierPolicy,
 )
+from bursarcore.runtime import _shards
 from bursarcore.runtime import queue as queue_mod
 
 
@@ -209,7 +210,7 @@ def test_claim_scans_at_most_once_per_call(qdir, clock, monkeypatch):
     w = peer(q, clock, "w1")
     scans = []
     real = w._scan_claimed
-    monkeypatch.setattr(w, "_scan_claimed", lambda now: scans.append(now) or real(now))
+    monkeypatch.setattr(w, "_scan_claimed", lambda now, *a: scans.append(now) or real(now, *a))
     assert w.claim(0) is None  # first claim: periodic scan due; nothing eligible: not again
     assert len(scans) == 1
     clock.advance(11)
@@ -359,8 +360,8 @@ def _reference_pick(q, worker_tier):
     """The choice rule, written plainly (the code before names were cached): the smallest
     (w - t, failures, seq) among eligible, well-formed pending names; first listed on ties."""
     best = best_key = None
-    for name in os.listdir(q._dirs["pending"]):
-        p = queue_mod._parse_pending(name)
+    for name in q._pending_names():
+        p = _shards.parse_pending(name)
         if p is None or not q.policy.eligible(worker_tier, p[0]):
             continue
         key = q.policy.preference(worker_tier, p[0], p[1], p[2])
@@ -375,8 +376,8 @@ def test_claim_parses_each_pending_name_once(qdir, clock, monkeypatch):
     q = make(qdir, clock, durable=False)
     q.put_many([(f"t{i:04d}", None) for i in range(500)])
     parsed = []
-    real = queue_mod._parse_pending
-    monkeypatch.setattr(queue_mod, "_parse_pending", lambda name: parsed.append(name) or real(name))
+    real = _shards.parse_pending
+    monkeypatch.setattr(_shards, "parse_pending", lambda name: parsed.append(name) or real(name))
     assert q.claim().task_id == "t0000"
     assert len(parsed) == 500
     for k in range(1, 21):
@@ -387,7 +388,7 @@ def test_claim_parses_each_pending_name_once(qdir, clock, monkeypatch):
     q.put("late", None)  # (put_many parses the names itself, to find known ids)
     parsed.clear()
     c = q.claim()
-    assert c.task_id == "t0021" and parsed == ["0.0.000000000500.late.json"]  # only the new name
+    assert c.task_id == "t0021" and parsed == ["p.0.0.000000000500.late.json"]  # only the new name
     q.release(c, "x")  # t0021 back under its old name: still known
     assert q.claim().task_id == "t0021" and len(parsed) == 1
     assert q.check() == []
@@ -401,10 +402,10 @@ def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
     rng = random.Random(5)
     q = make(qdir, clock, tiers=3, promote_after=1, max_failures=12, durable=False)
     other = peer(q, clock, "w1")
-    pend = qdir / "pending"
-    (pend / ".0.0.000000000000.hidden.json.abc.tmp").write_text("{}")  # a temp file
+    pend = qdir / "shards" / "0"
+    (pend / ".p.0.0.000000000000.hidden.json.abc.tmp").write_text("{}")  # a temp file
     (pend / "README").write_text("")
-    (pend / "0.0.x.bad.json").write_text("{}")  # not a record name: never chosen
+    (pend / "p.0.0.x.bad.json").write_text("{}")  # not a record name: never chosen
     held = []
     n = 0
     for step in range(600):
@@ -427,7 +428,7 @@ def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
             [lambda: who.complete(c), lambda: who.fail(c, "x"), lambda: who.release(c)][rng.randrange(3)]()
         if step == 300:  # force the cache to drop names it no longer sees
             for keys in q._pick_keys.values():
-                keys.update({f"gone{i}": (0, 0, i) for i in range(3000)})
+                keys.update({f"gone{i}": (0, 0, i, 0) for i in range(3000)})
     for w in range(3):
         assert q._pick(w) == _reference_pick(q, w)
     assert all(len(k) < 3000 for k in q._pick_keys.values())
@@ -462,8 +463,9 @@ def test_crash_between_rewrite_and_move_complete(qdir, clock, monkeypatch):
     with pytest.raises(Crash):
         q.complete(c, "result")
     undo()
-    assert q.get("t")[0] == "claimed"  # record says done, file still in claimed/
-    assert q.check() == ["claimed/t.json: record says done/t"]  # until the next scan
+    assert q.get("t")[0] == "claimed"  # record says done, file still named claimed
+    k = q._shard("t")
+    assert q.check() == [f"shards/{k}/c.t.json: record says done/t"]  # until the next scan
     assert q.reclaim_stale() == []  # finishing the move is not a stale reclaim
     state, rec = q.get("t")
     assert state == "done" and rec["result"] == "result" and rec["failures"] == 0
@@ -502,34 +504,54 @@ def test_check_reports_a_task_in_two_states(qdir, clock):
     q = make(qdir, clock)
     q.put("t", None)
     c = q.claim()
-    shutil.copy(qdir / "claimed" / "t.json", qdir / "done" / "t.json")
+    sdir = qdir / "shards" / q._shard("t")
+    shutil.copy(sdir / "c.t.json", sdir / "d.t.json")
     problems = q.check()
     assert any("t: in ['claimed', 'done']" in p for p in problems)
-    assert any(p.startswith("done/t.json: record says claimed") for p in problems)
+    assert any(p.startswith(f"shards/{q._shard('t')}/d.t.json: record says claimed") for p in problems)
     del c
+
+
+def test_check_reports_a_record_outside_its_shard(qdir, clock):
+    q = make(qdir, clock, lock_shards=4)
+    q.put("t", None)
+    k = int(q._shard("t"))
+    [name] = os.listdir(qdir / "shards" / str(k))
+    os.rename(qdir / "shards" / str(k) / name, qdir / "shards" / str((k + 1) % 4) / name)
+    assert q.check() == [f"shards/{(k + 1) % 4}/{name}: not in its shard ({k})"]
+
+
+def test_older_formats_are_refused(qdir, clock):
+    for fmt, what in ((1, "one queue-wide lock"), (2, "shared by all shards")):
+        qdir.mkdir(exist_ok=True)
+        (qdir / "queue.json").write_text(json.dumps({**QueueConfig().to_json(), "format": fmt}))
+        with pytest.raises(QueueError, match=f"format {fmt}.*{what}"):
+            TaskQueue(qdir, clock=clock)
 
 
 def test_damaged_records_are_quarantined_not_fatal(qdir, clock, caplog):
     q = make(qdir, clock, stale_after=5, scan_every=1)
     q.put_many([("a", 1), ("b", 2), ("c", 3)])
-    [name_a] = [n for n in os.listdir(qdir / "pending") if ".a." in n]
-    (qdir / "pending" / name_a).write_text("{not json")
+    sd = lambda t: qdir / "shards" / q._shard(t)  # noqa: E731
+    [name_a] = [n for n in os.listdir(sd("a")) if ".a." in n]
+    (sd("a") / name_a).write_text("{not json")
     c = q.claim()
     assert c.task_id == "b" and "unreadable record" in caplog.text
-    (qdir / "claimed" / "b.json").write_text("")
+    (sd("b") / "c.b.json").write_text("")
     clock.advance(2)
     assert q.claim().task_id == "c"  # the scan moved b aside and carried on
-    assert sorted(os.listdir(qdir / "corrupt")) == sorted([name_a, "b.json"])
+    assert sorted(os.listdir(qdir / "corrupt")) == sorted([name_a, "c.b.json"])
     assert q.check() == []
 
 
 # ---------------------------------------------------------------------- durability
 def _record_fs_ops(monkeypatch, qdir):
-    """Record renames and directory fsyncs as (op, directory name) events."""
+    """Record renames and directory fsyncs as (op, directory name) events; shard k's
+    directory is named ``s<k>``."""
     import stat as stat_mod
 
-    names = {os.stat(qdir).st_ino: "root"}
-    names.update({os.stat(qdir / s).st_ino: s for s in queue_mod.STATES})
+    names = {os.stat(qdir).st_ino: "root", os.stat(qdir / "ids").st_ino: "ids"}
+    names.update({os.stat(qdir / "shards" / k).st_ino: f"s{k}" for k in os.listdir(qdir / "shards")})
     events = []
     real_fsync, real_rename, real_replace = os.fsync, os.rename, os.replace
     where = lambda p: names.get(os.stat(os.path.dirname(os.path.abspath(p))).st_ino, "?")  # noqa: E731
@@ -538,6 +560,8 @@ def _record_fs_ops(monkeypatch, qdir):
         st = os.fstat(fd)
         if stat_mod.S_ISDIR(st.st_mode):
             events.append(("dirsync", names.get(st.st_ino, "?")))
+        else:
+            events.append(("filesync",))
         return real_fsync(fd)
 
     def rename(a, b):
@@ -556,41 +580,56 @@ def _record_fs_ops(monkeypatch, qdir):
 
 def _synced_after_last_change(events, directory):
     """Was ``directory`` fsynced after the last move or write that touched it?"""
-    last = max((i for i, e in enumerate(events) if e[0] != "dirsync" and directory in e[1:]), default=-1)
+    last = max((i for i, e in enumerate(events) if e[0] in ("move", "write") and directory in e[1:]),
+               default=-1)
     return any(e == ("dirsync", directory) for e in events[last + 1:])
 
 
 def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
-    """RESULTS_runtime.md §4.4: with durable=True every create or move that changes a task's
-    state is followed by an fsync of the directories it changed before the call returns."""
-    q = make(qdir, clock, max_failures=2)
+    """With durable=True every create or move that changes a task's state is followed by
+    an fsync of the directory it changed before the call returns. A state change is a
+    rename inside the task's shard directory, so it costs one file fsync (the rewritten
+    record) and one directory fsync, and touches no other directory."""
+    q = make(qdir, clock, max_failures=2, lock_shards=8)
     events = _record_fs_ops(monkeypatch, qdir)
+    sa, sb = f"s{q._shard('a')}", f"s{q._shard('b')}"
 
-    def check(*dirs):
+    def check(*dirs, syncs=None):
         for d in dirs:
             assert _synced_after_last_change(events, d), (d, events)
+        moved = {x for e in events if e[0] in ("move", "write") for x in e[1:]}
+        assert moved <= set(dirs), (moved, dirs)
+        if syncs is not None:
+            assert [e[0] for e in events if e[0] != "move" and e[0] != "write"] == syncs, events
         events.clear()
 
     q.put_many([("a", 1), ("b", 2)])
-    check("pending", "root")  # the records, and seq
+    check(sa, sb, "root", "ids")  # the records, their markers, and seq
     c = q.claim()
-    check("pending", "claimed")
+    check(sa, syncs=["filesync", "dirsync"])
     assert q.fail(c, "x") == "retry"
-    check("claimed", "pending")
+    check(sa, syncs=["filesync", "dirsync"])
     c = q.claim()
-    assert c.task_id == "b" and q.complete(c) is True
-    check("pending", "claimed", "done")
+    assert c.task_id == "b"
+    events.clear()
+    assert q.complete(c) is True
+    check(sb, syncs=["filesync", "dirsync"])
     c = q.claim()
-    assert c.task_id == "a" and q.release(c) is True
-    check("claimed", "pending")
+    assert c.task_id == "a"
+    events.clear()
+    assert q.heartbeat(c) is True
+    check(sa, syncs=["filesync", "dirsync"])
+    assert q.release(c) is True
+    check(sa, syncs=["filesync", "dirsync"])
     assert q.fail(q.claim(), "y") == "failed"
-    check("pending", "claimed", "failed")
+    check(sa)
     assert q.requeue_failed() == ["a"]
-    check("failed", "pending")
+    check(sa, syncs=["filesync", "dirsync"])
     q.claim()
+    events.clear()
     clock.advance(q.config.stale_after + 1)
     assert q.reclaim_stale() == ["a"]
-    check("claimed", "pending")
+    check(sa, syncs=["filesync", "dirsync"])
 
 
 def test_not_durable_never_fsyncs(qdir, clock, monkeypatch):

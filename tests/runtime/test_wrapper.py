@@ -310,7 +310,7 @@ def test_missing_worker_command_is_a_usage_error(rig):
 def test_backoff_doubles_and_is_capped(tmp_path):
     calls: list[list[str]] = []
     w = Wrapper([sys.executable, "-c", "raise SystemExit(3)"], max_restarts=3, backoff=0.01,
-                env={}, run_command=lambda a: calls.append(a) or 0, log=lambda m: None)
+                env={}, run_command=lambda a, i=None: (calls.append(a), (0, ""))[1], log=lambda m: None)
     assert w.run() == 3
     assert w.pauses == [0.01, 0.02, 0.04]
     assert calls == []
@@ -320,7 +320,7 @@ def test_backoff_doubles_and_is_capped(tmp_path):
 def test_requeue_through_the_command_seam():
     calls: list[list[str]] = []
     w = Wrapper([sys.executable, "-c", "raise SystemExit(99)"], env=dict(ARRAY_ENV),
-                run_command=lambda a: calls.append(a) or 0, log=lambda m: None)
+                run_command=lambda a, i=None: (calls.append(a), (0, ""))[1], log=lambda m: None)
     assert w.run() == 99
     assert calls == [["scontrol", "requeue", "77_5"]]
 
@@ -372,3 +372,115 @@ def test_a_worker_that_cannot_start_is_exit_127(tmp_path):
     w = Wrapper([str(tmp_path / "no-such-worker")], env={}, log=lines.append)
     assert w.run() == 127
     assert any("cannot start the worker" in ln for ln in lines)
+
+
+# ---------------------------------------------------------------- site policy: resubmission
+REFUSED = "scontrol: error: Requested operation is presently disabled for job 77_5"
+
+
+class Commands:
+    """The command seam with recorded outputs: ``answers`` maps a program to its
+    ``(exit code, output)``; every call and its stdin is kept."""
+
+    def __init__(self, **answers: tuple[int, str]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[list[str], str | None]] = []
+
+    def __call__(self, argv: list[str], input: str | None = None) -> tuple[int, str]:
+        self.calls.append((list(argv), input))
+        return self.answers.get(argv[0], (0, ""))
+
+
+def _resubmit_rig(tmp_path, cmds, **env):
+    from bursarcore.runtime.slurm import ArraySpec, write_resubmit_spec
+
+    q = tmp_path / "q"
+    spec = ArraySpec(queue=str(q), tier=1, workers=4, max_running=2, mem="8G")
+    path = write_resubmit_spec(spec)
+    logs: list[str] = []
+    w = Wrapper([sys.executable, "-c", "raise SystemExit(99)"], env={**ARRAY_ENV, **env},
+                run_command=cmds, log=logs.append, resubmit=path, queue=str(q))
+    return w, logs, q
+
+
+def test_refused_requeue_resubmits_the_lost_task_with_its_index(tmp_path):
+    from bursarcore.runtime.wrapper import load_events
+
+    cmds = Commands(scontrol=(1, REFUSED), sbatch=(0, "4242\n"))
+    w, logs, q = _resubmit_rig(tmp_path, cmds)
+    assert w.run() == 99
+    (req, _), (sub, script) = cmds.calls
+    assert req == ["scontrol", "requeue", "77_5"]
+    assert sub[0] == "sbatch" and "--array=5" in sub and "--array=0-3%2" not in sub
+    assert sub[-1] == "--export=ALL,BURSAR_RESUBMITS=1" and "--mem=8G" in sub
+    assert script.startswith("#!/bin/bash") and "--tier 1" in script
+    text = "\n".join(logs)
+    assert "presently disabled" in text and "resubmitted as job 4242_5" in text
+    assert "resubmission 1 of 3" in text
+    events = load_events(str(q))
+    assert [e["event"] for e in events] == ["requeue-refused", "resubmit"]
+    assert events[0]["reason"] == REFUSED and events[1]["job_id"] == "4242"
+    assert events[1]["task"] == "77_5" and events[1]["new_task"] == "4242_5"
+
+
+def test_resubmissions_are_bounded(tmp_path):
+    from bursarcore.runtime.wrapper import load_events
+
+    cmds = Commands(scontrol=(1, REFUSED), sbatch=(0, "4243\n"))
+    w, logs, q = _resubmit_rig(tmp_path, cmds, BURSAR_RESUBMITS="2")
+    assert w.run() == 99
+    assert cmds.calls[-1][0][-1] == "--export=ALL,BURSAR_RESUBMITS=3"  # the third, the last
+    cmds = Commands(scontrol=(1, REFUSED), sbatch=(0, "4244\n"))
+    w, logs, q = _resubmit_rig(tmp_path, cmds, BURSAR_RESUBMITS="3")
+    assert w.run() == 99
+    assert [c[0][0] for c in cmds.calls] == ["scontrol"]  # no fourth sbatch
+    assert any("resubmission limit reached (3 of 3)" in m for m in logs)
+    assert [e["event"] for e in load_events(str(q))][-2:] == ["requeue-refused", "resubmit-limit"]
+
+
+def test_failed_resubmission_is_logged_and_recorded(tmp_path):
+    from bursarcore.runtime.wrapper import load_events
+
+    cmds = Commands(scontrol=(1, REFUSED),
+                    sbatch=(1, "sbatch: error: QOSMaxSubmitJobPerUserLimit"))
+    w, logs, q = _resubmit_rig(tmp_path, cmds)
+    assert w.run() == 99
+    assert any("resubmission failed" in m and "QOSMaxSubmitJobPerUserLimit" in m for m in logs)
+    assert [e["event"] for e in load_events(str(q))] == ["requeue-refused", "resubmit-failed"]
+
+
+def test_accepted_requeue_does_not_resubmit(tmp_path):
+    from bursarcore.runtime.wrapper import load_events
+
+    cmds = Commands()
+    w, logs, q = _resubmit_rig(tmp_path, cmds)
+    assert w.run() == 99
+    assert [c[0][0] for c in cmds.calls] == ["scontrol"]
+    assert [e["event"] for e in load_events(str(q))] == ["requeue"]
+
+
+def test_no_resubmission_without_a_spec_or_when_cancelled(tmp_path):
+    cmds = Commands(scontrol=(1, REFUSED))
+    w = Wrapper([sys.executable, "-c", "raise SystemExit(99)"], env=dict(ARRAY_ENV),
+                run_command=cmds, log=lambda m: None)
+    assert w.run() == 99 and [c[0][0] for c in cmds.calls] == ["scontrol"]
+    stop = tmp_path / "cancelled"
+    stop.write_text("{}")
+    cmds = Commands(scontrol=(1, REFUSED))
+    w, logs, q = _resubmit_rig(tmp_path, cmds)
+    w.stop_file = str(stop)
+    assert w.run() == 0 and cmds.calls == []
+
+
+def test_resubmit_argv_for_a_plain_job():
+    from bursarcore.runtime.wrapper import resubmit_argv
+
+    argv = resubmit_argv(["sbatch", "--parsable", "--array=0-9%3", "--export=NONE", "--mem=2G"],
+                         None, 2)
+    assert argv == ["sbatch", "--parsable", "--mem=2G", "--export=ALL,BURSAR_RESUBMITS=2"]
+
+
+def test_bad_max_resubmits_names_the_field():
+    with pytest.raises(InvalidArgument) as e:
+        Wrapper(["x"], max_resubmits=-1)
+    assert e.value.field == "max_resubmits"

@@ -37,6 +37,25 @@ SCOPED = [
 # endpoints that name an object inside the campaign
 BY_ID = [e for e in SCOPED if "{l}" in e[1] or "{i}" in e[1] or "{s}" in e[1]]
 
+# the columnar batches name their campaigns in the body ({c}: the campaign)
+COLUMNAR = [
+    ("/v1/batch/intents", {"campaigns": ["{c}"], "max_units": [1, 1], "duration": 60}),
+    ("/v1/batch/consume", {"campaigns": ["{c}"], "dims": ["fs"], "amount": [0.1, 0.1]}),
+]
+
+
+def _columnar(http: httpx.Client, token: str | None, path: str, body: dict, c: str, *,
+              binary: bool = False) -> httpx.Response:
+    import msgpack
+
+    doc = {**body, "campaigns": [x.format(c=c) for x in body["campaigns"]]}
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    if binary:
+        return http.post(path, content=msgpack.packb(doc),
+                         headers={**headers, "content-type": "application/msgpack"})
+    return http.post(path, json=doc, headers=headers)
+
+
 OPERATOR_ONLY = [
     ("GET", "/v1/state", None),
     ("GET", "/v1/journal", None),
@@ -185,3 +204,33 @@ def test_listing_and_events_show_only_own_campaign(world, server):
     assert journal["records"] and all(r["campaign"] == "alpha" for r in journal["records"])
     ops = http.get("/v1/events", headers={"Authorization": f"Bearer {tok['operator']}"}).json()
     assert any(e["campaign"] == "beta" for e in ops["events"])
+
+
+def test_columnar_batches_follow_the_access_rule(world):
+    """A campaign token batches for its own campaign only: another's, or one that does
+    not exist, answers the same 404 and changes nothing; the operator batches for any
+    (and mixes them); no or a wrong token is 401."""
+    pytest.importorskip("msgpack")
+    http, tok, ids = world
+    wrong = tok["alpha"][:-4] + ("AAAA" if not tok["alpha"].endswith("AAAA") else "BBBB")
+    before = _snapshot(http, tok["beta"], "beta")
+    for path, body in COLUMNAR:
+        for binary in (False, True):
+            theirs = _columnar(http, tok["alpha"], path, body, "beta", binary=binary)
+            missing = _columnar(http, tok["alpha"], path, body, "nosuch", binary=binary)
+            both = _columnar(http, tok["alpha"], path, {**body, "campaigns": ["alpha", "beta"],
+                                                        "campaign": [0, 1]}, "", binary=binary)
+            assert theirs.status_code == missing.status_code == both.status_code == 404
+            assert theirs.content == missing.content == both.content
+            for token in (None, wrong):
+                r = _columnar(http, token, path, body, "alpha", binary=binary)
+                assert r.status_code == 401 and r.headers.get("www-authenticate") == "Bearer"
+    assert _snapshot(http, tok["beta"], "beta") == before
+    for path, body in COLUMNAR:
+        for who, c in (("alpha", "alpha"), ("operator", "beta")):
+            r = _columnar(http, tok[who], path, body, c, binary=True)
+            assert r.status_code == 200, (who, path, r.text)
+            assert r.headers["content-type"].startswith("application/msgpack")
+        r = _columnar(http, tok["operator"], path, {**body, "campaigns": ["alpha", "beta"],
+                                                    "campaign": [0, 1]}, "")
+        assert r.status_code == 200 and len(r.json()["seq"]) == 2, r.text

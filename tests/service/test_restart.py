@@ -1,6 +1,8 @@
 """Durability: SIGKILL the server under load, restart it on the same SQLite journal, and
 check that every acknowledged decision (an HTTP 2xx the client received) is still there,
-and that a quiet restart reproduces leases, balances and the pending queue exactly."""
+and that a quiet restart reproduces leases, balances and the pending queue exactly. The
+load mixes single decisions with columnar batches (``/v1/batch/...``, both forms), whose
+every row is an acknowledged decision."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from bursarcore.broker import ENGINES
 from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
+COLUMNAR_ACKS: list[int] = []     # seqs acknowledged through the columnar batches
 
 
 def _load(url: str, token: str, campaign: str, seed: int, acked: list, stop: threading.Event):
@@ -42,9 +45,31 @@ def _load(url: str, token: str, campaign: str, seed: int, acked: list, stop: thr
                     d = c.renew(lid, 60)
                     acked.append(("renew", campaign, d.seq, d.intent_id, d.outcome, lid,
                                   d.lease.expiry if d.lease else None))
-                else:
+                elif r < 0.9:
                     x = c.consume(campaign, "fs", 0.01)
                     acked.append(("consume", campaign, x.seq, None, x.allowed, None, 0))
+                elif r < 0.97:
+                    # a columnar batch (binary or JSON): each row is its own acknowledged
+                    # decision, its journal record named by the answer's seq column
+                    k = rng.randint(1, 6)
+                    cols = c.admit_columns(campaign, [rng.randint(1, 2) for _ in range(k)],
+                                           3600.0, binary=rng.random() < 0.5)
+                    for j in range(k):
+                        granted = int(cols["outcome"][j]) == 0
+                        lid = int(cols["lease"][j]) if granted else None
+                        COLUMNAR_ACKS.append(int(cols["seq"][j]))
+                        acked.append(("acquire", campaign, int(cols["seq"][j]),
+                                      int(cols["intent"][j]),
+                                      cols["outcomes"][int(cols["outcome"][j])], lid,
+                                      int(cols["granted"][j])))
+                        if granted:
+                            mine.append(lid)
+                else:
+                    cols = c.consume_columns(campaign, "fs", [0.01, 0.02], binary=True)
+                    for j in range(2):
+                        COLUMNAR_ACKS.append(int(cols["seq"][j]))
+                        acked.append(("consume", campaign, int(cols["seq"][j]), None,
+                                      float(cols["allowed"][j]), None, 0))
             except ServiceError:
                 return                      # the server is gone
 
@@ -155,6 +180,7 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
         except BaseException as e:   # noqa: BLE001 - reported below
             results[b] = e
 
+    COLUMNAR_ACKS.clear()
     t0 = time.monotonic()
     threads = [threading.Thread(target=run, args=(b, i + 1)) for i, b in enumerate(BACKENDS)]
     for t in threads:
@@ -168,6 +194,9 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
             if isinstance(acked, BaseException):
                 raise acked
             assert len(acked) >= 3 * KILLS_PER_BACKEND * 2 // len(BACKENDS), (b, len(acked))
+        assert COLUMNAR_ACKS, "no decision was acknowledged through a columnar batch"
+        for b in BACKENDS:
+            acked = results[b]
             _verify(servers[b], acked)
     finally:
         for s in servers.values():

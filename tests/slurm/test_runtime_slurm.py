@@ -136,13 +136,7 @@ def _faultable(q: TaskQueue, job: str, min_age: float) -> list[tuple[str, str]]:
     """(task id, ``<job>_<idx>``) of claims of our array held for at least ``min_age`` s."""
     out = []
     now = time.time()
-    for name in os.listdir(os.path.join(q.root, "claimed")):
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        try:
-            rec = json.loads(open(os.path.join(q.root, "claimed", name)).read())
-        except (OSError, ValueError):
-            continue
+    for rec in q.claims():
         c = rec.get("claim") or {}
         worker = str(c.get("worker", ""))          # host:pid:<job>_<idx> (default id)
         task = worker.rsplit(":", 1)[-1]

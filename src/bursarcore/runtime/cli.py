@@ -38,7 +38,9 @@ from ..errors import BursarError, InvalidArgument
 from .plugins import available_plugins, plugin_name
 from .queue import STATES, QueueConfig, TaskQueue, check_task_id
 from .slurm import (ArraySpec, SlurmArrays, array_record, batch_script, load_jobs,
-                    parse_signal, parse_tiers, record_jobs, sbatch_argv, stop_file)
+                    parse_signal, parse_tiers, record_jobs, sbatch_argv, stop_file,
+                    write_resubmit_spec)
+from .wrapper import load_events
 
 __all__ = ["main", "build_parser", "read_tasks", "queue_status", "format_status"]
 
@@ -169,6 +171,7 @@ def _specs(args: argparse.Namespace, queue: str) -> list[ArraySpec]:
                       agent_grace=args.agent_grace, checkpoint_margin=args.checkpoint_margin,
                       partition=args.partition,
                       cpus_per_task=args.cpus_per_task, max_restarts=args.max_restarts,
+                      max_resubmits=args.max_resubmits,
                       requeue=args.requeue, worker_options=tuple(opts), worker_cmd=worker_cmd,
                       sbatch_options=tuple(shlex.split(args.sbatch_options or "")))
             for t in range(len(mems))]
@@ -199,6 +202,7 @@ def _submit(args: argparse.Namespace, slurm: SlurmArrays, out: TextIO) -> int:
         record_jobs(queue, [array_record(s, job)])
         with open(os.path.join(queue, "slurm", f"{job}.sh"), "w") as f:
             f.write(batch_script(s))
+        write_resubmit_spec(s)
         print(f"tier {s.tier}: array {job} ({s.workers} workers"
               + (f", at most {s.max_running} at once" if s.max_running else "")
               + (f", --mem={s.mem}" if s.mem else "") + ")", file=out)
@@ -219,6 +223,15 @@ def queue_status(queue: str, slurm: SlurmArrays | None) -> dict[str, Any]:
     table = {s: {str(t): by_tier[s].get(t, 0) for t in range(tiers)} for s in STATES}
     totals = {s: sum(by_tier[s].values()) for s in STATES}
     arrays = [dict(a) for a in load_jobs(queue)]
+    events = load_events(queue)
+    known = {str(a["job_id"]) for a in arrays}
+    for e in events:  # jobs the wrappers resubmitted count as arrays of their tier
+        if e.get("event") == "resubmit" and str(e.get("job_id")) not in known:
+            known.add(str(e["job_id"]))
+            tier = next((a["tier"] for a in arrays
+                         if str(e.get("task", "")).split("_")[0] == str(a["job_id"])), None)
+            arrays.append({"job_id": str(e["job_id"]), "tier": tier,
+                           "resubmitted_from": e.get("task")})
     slurm_error = None
     if arrays and slurm is not None:
         try:
@@ -241,10 +254,24 @@ def queue_status(queue: str, slurm: SlurmArrays | None) -> dict[str, Any]:
         if table["pending"][str(t)] + table["claimed"][str(t)] and not served(t)]
     return {"queue": queue, "tiers": tiers, "counts": totals, "by_tier": table,
             "arrays": [{k: a.get(k) for k in ("job_id", "tier", "workers", "mem", "states",
-                                               "restarts", "live")} for a in arrays],
+                                               "restarts", "live", "resubmitted_from")}
+                       for a in arrays],
+            "requeues": _requeue_summary(events),
             "slurm_error": slurm_error,
             "finished": totals["pending"] + totals["claimed"] == 0,
             "stranded": stranded}
+
+
+def _requeue_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the wrappers recorded: requeues done, requeues refused, resubmissions (and
+    their failures and limits), with the last refusal's reason."""
+    n = {k: sum(e.get("event") == k for e in events)
+         for k in ("requeue", "requeue-refused", "resubmit", "resubmit-failed", "resubmit-limit")}
+    refused = [e for e in events if e.get("event") == "requeue-refused"]
+    return {"requeued": n["requeue"], "refused": n["requeue-refused"],
+            "resubmitted": n["resubmit"], "resubmit_failed": n["resubmit-failed"],
+            "resubmit_limit": n["resubmit-limit"],
+            "last_refusal": refused[-1].get("reason") if refused else None}
 
 
 def format_status(st: dict[str, Any]) -> str:
@@ -261,9 +288,19 @@ def format_status(st: dict[str, Any]) -> str:
             states = ", ".join(f"{k} {v}" for k, v in sorted((a.get("states") or {}).items())) \
                 if a.get("states") else "not listed by Slurm"
             lines.append(f"  {a['job_id']:>8}  tier {a['tier']}  {states}"
-                         + (f"  (requeued {a['restarts']}x)" if a.get("restarts") else ""))
+                         + (f"  (requeued {a['restarts']}x)" if a.get("restarts") else "")
+                         + (f"  (resubmitted for {a['resubmitted_from']})"
+                            if a.get("resubmitted_from") else ""))
     else:
         lines.append("arrays: none recorded in jobs.json")
+    rq = st.get("requeues") or {}
+    if any(v for k, v in rq.items() if k != "last_refusal"):
+        lines.append(f"requeues: {rq['requeued']} by the wrappers, {rq['refused']} refused by "
+                     f"Slurm; resubmissions: {rq['resubmitted']}"
+                     + (f", {rq['resubmit_failed']} failed" if rq["resubmit_failed"] else "")
+                     + (f", {rq['resubmit_limit']} at the limit" if rq["resubmit_limit"] else ""))
+        if rq.get("last_refusal"):
+            lines.append(f"  last refusal: {rq['last_refusal']}")
     if st.get("slurm_error"):
         lines.append(f"slurm: unavailable: {st['slurm_error']}")
     for t in st.get("stranded", []):
@@ -301,6 +338,8 @@ def _cancel(args: argparse.Namespace, slurm: SlurmArrays, out: TextIO) -> int:
     queue = os.path.abspath(args.queue)
     TaskQueue(queue)  # a clear error if this is not a queue
     ids = [str(a["job_id"]) for a in load_jobs(queue)]
+    ids += [str(e["job_id"]) for e in load_events(queue)
+            if e.get("event") == "resubmit" and str(e.get("job_id")) not in ids]
     if not ids:
         print(f"queue {queue}: no arrays recorded in jobs.json; nothing to cancel", file=out)
         return 0
@@ -375,6 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 120; --time must be longer)")
     s.add_argument("--max-restarts", type=int, default=3, metavar="K",
                    help="wrapper relaunches after worker crashes (default 3)")
+    s.add_argument("--max-resubmits", type=int, default=3, metavar="N",
+                   help="where scontrol requeue is refused (site policy), the wrapper "
+                        "submits a lost task again itself, at most N times in a row "
+                        "(default 3; 0: never)")
     s.add_argument("--requeue", choices=["self", "admin"], default="self",
                    help="self: the wrapper runs scontrol requeue (default); admin: the "
                         "site has RequeueExit=99")

@@ -2,18 +2,21 @@
 database, no service, no queue-wide lock.
 
 SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``; in short
-(format 2)::
+(format 3)::
 
     <root>/queue.json            settings every worker obeys (written once, at create)
     <root>/seq                   next submission number (changed under the lock .locks/seq)
-    <root>/pending.gen           grows by one byte whenever a task enters pending/ (a hint)
+    <root>/pending.gen           grows by one byte whenever a task enters pending (a hint)
     <root>/.locks/<k>            shard lock k, k = crc32(task id) % lock_shards (fcntl), or
     <root>/.locks/<k>.excl       the same lock in the lock-file protocol (lock = "file")
     <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
-    <root>/pending/<tier>.<failures>.<seq>.<id>.json
-    <root>/claimed/<id>.json     record with claim {worker, token, heartbeat, ...}
-    <root>/done/<id>.json        record with result
-    <root>/failed/<id>.json      record with reason
+    <root>/shards/<k>/p.<tier>.<failures>.<seq>.<id>.json   pending
+    <root>/shards/<k>/c.<id>.json   record with claim {worker, token, heartbeat, ...}
+    <root>/shards/<k>/d.<id>.json   record with result
+    <root>/shards/<k>/f.<id>.json   record with reason
+
+A task lives in the directory of its shard, and its state is the first letter of its file
+name (:mod:`._shards`), so every state change is a rename inside one directory.
 
 Every change of one task happens while holding *that task's shard lock*, for the few
 system calls of the change only; no operation holds a lock for more than one task at a
@@ -23,38 +26,34 @@ between calls (an fcntl section opens its lock file, locks it, and closes it).
 
 Guarantees (checked by ``tests/runtime``):
 
-* Every task is in exactly one of ``pending/ claimed/ done/ failed/`` at every instant:
-  each state change is one ``rename`` of the task's file, made under its shard lock, and
-  every writer of a task holds that lock.
+* Every task is in exactly one of the states ``pending claimed done failed`` at every
+  instant: each state change is one ``rename`` of the task's file inside its shard
+  directory, made under its shard lock, and every writer of a task holds that lock.
 * A claim is held by one worker at a time. A worker's heartbeat, completion, failure or
-  release is accepted only while its claim token is the one in ``claimed/<id>.json``; once a
+  release is accepted only while its claim token is the one in its claimed record; once a
   peer has reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``.
-* A result reaches ``done/`` exactly once: only the current claim may complete, and the
-  move out of ``claimed/`` ends that claim.
+* A result reaches ``done`` exactly once: only the current claim may complete, and the
+  move out of ``claimed`` ends that claim.
 * A claim whose heartbeat is older than ``stale_after`` (default 180 s) is reclaimed by any
   peer, and (by default) counts as a failure: a worker killed for memory routes its task
-  up a tier. A task that failed ``max_failures`` times goes to ``failed/`` with the reason.
+  up a tier. A task that failed ``max_failures`` times goes to ``failed`` with the reason.
 * Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
   moves it, and a record's ``state`` says where it is going; a worker that dies between
   the two leaves a record that the next stale scan moves on without counting anything
   twice. A worker that dies inside a section drops its fcntl lock with it (a lock file is
   broken after ``lock_stale_after``). With ``durable=True`` (default) the record is fsynced
-  before it is published and the changed directories after (outside the lock, before the
-  call returns), so a transition that returned survives power loss.
+  before it is published and its shard directory after the move (outside the lock, before
+  the call returns), so a transition that returned survives power loss: both renames of a
+  change are in that one directory, so one directory fsync covers them.
 
-Claiming without a global lock: a handle lists ``pending/`` and keeps the eligible names
-sorted by preference (per worker tier); it re-lists when ``pending.gen`` changed (a task
-was added) or its list ran out. It tries the names in order: a name already gone is
-skipped with one ``stat``; a name whose shard lock is busy is passed over (one
-non-blocking attempt). A claimer that met a busy lock is in a crowd: it then picks at
-random among its best 8 remaining names, and after 4 busy ones it waits, asleep, for the
-best of those, so concurrent claimers spread over the shards instead of chasing one name
-or queueing behind one lock. The preference order is exact for one claimer and
-approximate (by the few names in flight) between concurrent claimers.
+Claiming without a global lock: see :mod:`._shards` (exact preference order for a lone
+claimer; in a crowd, each claimer starts from its own home shard within the best names of
+the best class).
 
-Format 1 queues (one queue-wide ``.lock``) are refused with :class:`QueueError`: finish them
-with the version that made them, since workers of both kinds on one queue would not
-exclude each other.
+Queues of earlier formats are refused with :class:`QueueError`: format 1 (one queue-wide
+``.lock``) and format 2 (state directories shared by all shards). Finish them with the
+version that made them, since workers of two kinds on one queue would not see each
+other's tasks.
 
 Time comes only from ``clock`` (float seconds, wall time shared by all hosts), so tests
 drive it by hand. Heartbeat and stale decisions compare clock readings of different hosts:
@@ -63,22 +62,24 @@ keep clocks within a small fraction of ``stale_after``.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import random
-import re
-import socket
 import time
 import uuid
-import zlib
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict
+from typing import Any, Callable, Iterable
 
-from ..errors import BursarError, InvalidArgument
+from ..errors import InvalidArgument
+from . import _files
+from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_task_id,
+                      default_worker_id)
+from ._files import Record, read_json
+from ._inspect import Inspection
+from ._shards import (SHARDS_DIR, STATES, ShardPicking, parse_name, parse_pending, pending_name,
+                      shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
-from .tiers import TierPolicy
 
 __all__ = [
     "QueueConfig",
@@ -92,187 +93,25 @@ __all__ = [
 
 log = logging.getLogger("bursarcore.runtime.queue")
 
-STATES = ("pending", "claimed", "done", "failed")
-FORMAT = 2
 HISTORY_LIMIT = 50
-MAX_SHARDS = 4096
 _GEN_RESET = 1 << 20  # pending.gen is truncated once it reaches 1 MiB
-_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,199}$")
 _UNSET: Any = object()
-Record = dict[str, Any]
-"""A task record as stored on disk (see the module docstring and docs/runtime.md)."""
 
 
-class QueueError(BursarError):
-    """The queue directory is unusable (missing, corrupt, or settings disagree)."""
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
-class NotAQueue(QueueError):
-    """``root`` has no ``queue.json``: create the queue first."""
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    """Settings shared by every worker of a queue; stored in ``queue.json``.
-
-    ``stale_after``: seconds without a heartbeat after which a peer reclaims a claim.
-    ``max_failures``: a task that failed this many times goes to ``failed/``.
-    ``tiers``, ``promote_after``, ``steal_down``: see :mod:`bursarcore.runtime.tiers`.
-    ``stale_is_failure``: a stale reclaim counts as a failure (the worker probably died
-    with the task, e.g. out of memory). ``scan_every``: a worker that claims also scans
-    ``claimed/`` for stale claims at least this often, and whenever it finds nothing it may
-    claim. ``lock``: ``"fcntl"`` or ``"file"``, decided at create time for every worker.
-    ``lock_stale_after``: a lock file older than this is broken (file protocol only).
-    ``durable``: fsync each record before the rename that publishes it, and the directories
-    a create or move changed after it, so a transition survives power loss.
-    ``lock_shards``: number of shard locks; tasks of different shards never wait for each
-    other (more shards, fewer collisions; each is one small file, created on first use).
-    """
-
-    stale_after: float = 180.0
-    max_failures: int = 3
-    tiers: int = 1
-    promote_after: int = 1
-    steal_down: bool = True
-    stale_is_failure: bool = True
-    scan_every: float = 30.0
-    lock: str = "fcntl"
-    lock_stale_after: float = 60.0
-    durable: bool = True
-    lock_shards: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("stale_after", "scan_every", "lock_stale_after"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise InvalidArgument(name, "must be a positive number of seconds", v)
-        if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < 1:
-            raise InvalidArgument("max_failures", "must be an integer >= 1", self.max_failures)
-        if self.lock not in ("fcntl", "file"):
-            raise InvalidArgument("lock", "must be 'fcntl' or 'file'", self.lock)
-        n = self.lock_shards
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
-            raise InvalidArgument("lock_shards", f"must be an integer in [1, {MAX_SHARDS}]", n)
-        TierPolicy(self.tiers, self.promote_after, self.steal_down)  # validates them
-
-    @property
-    def policy(self) -> TierPolicy:
-        return TierPolicy(self.tiers, self.promote_after, self.steal_down)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "QueueConfig":
-        if data.get("format") == 1:
-            raise QueueError(
-                "queue.json format 1: this queue was made by an earlier bursarcore with one "
-                "queue-wide lock (.lock), which this version (format 2, per-task shard locks) "
-                "does not take; finish it with the version that made it, or create a new queue")
-        if data.get("format") != FORMAT:
-            raise QueueError(f"queue.json format {data.get('format')!r}, expected {FORMAT}")
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class Claim:
-    """A worker's hold on one task; pass it back to heartbeat/complete/fail/release."""
-
-    task_id: str
-    token: str
-    worker: str
-    worker_tier: int
-    tier: int
-    payload: Any
-    failures: int
-    attempts: int
-    resume: Any
-    claimed_at: float
-    lost: bool = field(default=False)
-
-
-def default_worker_id() -> str:
-    """``host:pid``, plus the Slurm array task (``JOB_TASK``) or job id when inside one."""
-    wid = f"{socket.gethostname()}:{os.getpid()}"
-    aj, at = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if aj and at:
-        return f"{wid}:{aj}_{at}"
-    job = os.environ.get("SLURM_JOB_ID")
-    return f"{wid}:{job}" if job else wid
-
-
-def check_task_id(task_id: Any) -> str:
-    if not isinstance(task_id, str) or not _ID.match(task_id):
-        raise InvalidArgument("task_id", "must match [A-Za-z0-9_][A-Za-z0-9_-]{0,199}", task_id)
-    return task_id
-
-
-def _pending_name(tier: int, failures: int, seq: int, task_id: str) -> str:
-    return f"{tier}.{failures}.{seq:012d}.{task_id}.json"
-
-
-def _parse_pending(name: str) -> tuple[int, int, int, str] | None:
-    if name.startswith(".") or not name.endswith(".json"):
-        return None
-    parts = name[:-5].split(".")
-    if len(parts) != 4:
-        return None
-    try:
-        return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
-    except ValueError:
-        return None
-
-
-_NOT_ELIGIBLE = (float("inf"),)
-"""Preference key of a pending name a worker may not claim: above every real key."""
-
-
-class _PickKeys(dict[str, tuple[float, ...]]):
-    """Pending file name -> preference key for one worker tier, parsed on first lookup."""
-
-    def __init__(self, policy: TierPolicy, worker_tier: int) -> None:
-        super().__init__()
-        self.policy = policy
-        self.worker_tier = worker_tier
-
-    def __missing__(self, name: str) -> tuple[float, ...]:
-        p = _parse_pending(name)
-        pol, w = self.policy, self.worker_tier
-        if p is None or not pol.eligible(w, p[0]):
-            key: tuple[float, ...] = _NOT_ELIGIBLE
-        else:
-            key = pol.preference(w, p[0], p[1], p[2])
-        self[name] = key
-        return key
-
-
-def _entries(directory: str) -> list[str]:
-    try:
-        return [n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")]
-    except FileNotFoundError:
-        return []
-
-
-_GONE, _BUSY = "gone", "busy"
-"""Outcomes of one claim attempt on a pending name other than a :class:`Claim`."""
-_SPREAD = 8
-"""A claimer in a crowd picks at random among this many of its best remaining names."""
-_MAX_PASSED = 4
-"""Busy names a claim passes over before it waits for the best of them. Waiting sleeps;
-trying ever more names keeps a crowd of claimers runnable, and on a machine with far fewer
-cores than workers the kernel then preempts the holders of the directory locks that every
-rename needs (measured: 256 workers on 2 cores, renames of 0.5 s without this bound)."""
-
-
-class TaskQueue:
+class TaskQueue(ShardPicking, Inspection):
     """Open the queue at ``root`` (created by :meth:`create`).
 
     ``clock``: float seconds, shared meaning across hosts (default :func:`time.time`).
     ``worker``: this process's worker id in claims and history (default
-    :func:`default_worker_id`). ``lock_timeout``: real seconds to wait for a shard lock
-    before :class:`~bursarcore.runtime.locks.LockTimeout`. ``sleep``: the lock-file poll
-    pause. A handle holds no open file between calls; :meth:`close` (or ``with``) ends it.
+    :func:`default_worker_id`); it also picks the handle's home shard. ``lock_timeout``:
+    real seconds to wait for a shard lock before
+    :class:`~bursarcore.runtime.locks.LockTimeout`. ``sleep``: the lock-file poll pause.
+    A handle holds no open file between calls; :meth:`close` (or ``with``) ends it.
     """
 
     def __init__(
@@ -297,7 +136,8 @@ class TaskQueue:
             raise QueueError(f"{cfg_path}: {exc}") from None
         self.config = QueueConfig.from_json(data)
         self.policy = self.config.policy
-        self._dirs = {s: os.path.join(self.root, s) for s in STATES}
+        n = self.config.lock_shards
+        self._shard_dirs = [shard_dir(self.root, k) for k in range(n)]
         self._ids = os.path.join(self.root, "ids")
         self._gen = os.path.join(self.root, "pending.gen")
         locks_dir = os.path.join(self.root, ".locks")
@@ -316,11 +156,12 @@ class TaskQueue:
                                 stale_after=self.config.lock_stale_after, timeout=lock_timeout,
                                 sleep=sleep, owner=self.worker)
         self._last_scan = float("-inf")
-        # worker tier -> pending file name -> preference key (see _candidates)
-        self._pick_keys: dict[int, _PickKeys] = {}
-        # worker tier -> [pending.gen stamp, eligible names sorted best-last]
-        self._cands: dict[int, list[Any]] = {}
-        self._rng = random.Random()  # spreads a crowd of claimers (see _take_best)
+        self._home = shard_of(self.worker, n)
+        self._crowd = 0
+        self._claimed_seen = None
+        self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
+        self._cands = {}  # worker tier -> [pending.gen stamp, eligible names, best last]
+        self._rng = random.Random()
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -366,13 +207,16 @@ class TaskQueue:
             if not ok:
                 raise LockUnsupported(f"{root}: fcntl locks not supported ({why})")
         config = QueueConfig(**{**asdict(config), "lock": lock})
-        for d in (*STATES, "ids", ".locks"):
+        if existing is not None and existing != config:
+            raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
+        for d in ("ids", ".locks", SHARDS_DIR):
             os.makedirs(os.path.join(root, d), exist_ok=True)
-        if existing is not None:
-            if existing != config:
-                raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
-        else:
-            _write_json(cfg_path, config.to_json(), durable=config.durable)
+        for k in range(config.lock_shards):
+            os.makedirs(shard_dir(root, k), exist_ok=True)
+        if existing is None:
+            if config.durable:
+                _files.fsync_dir(os.path.join(root, SHARDS_DIR))
+            _files.write_json(cfg_path, config.to_json(), durable=config.durable)
         return cls(root, **kwargs)
 
     def close(self) -> None:
@@ -389,24 +233,29 @@ class TaskQueue:
         self.close()
 
     # ------------------------------------------------------------------ plumbing
-    def _path(self, state: str, name: str) -> str:
-        return os.path.join(self._dirs[state], name)
+    def _sdir(self, task_id: str) -> str:
+        """The shard directory of ``task_id``."""
+        return self._shard_dirs[shard_of(task_id, len(self._shard_dirs))]
+
+    def _spath(self, state: str, task_id: str) -> str:
+        """Path of ``task_id`` in ``claimed``, ``done`` or ``failed``."""
+        return os.path.join(self._sdir(task_id), state_name(state, task_id))
 
     def _shard(self, task_id: str) -> str:
         """Name of the lock of ``task_id``'s shard; every change of that task holds it."""
-        return str(zlib.crc32(task_id.encode()) % self.config.lock_shards)
+        return str(shard_of(task_id, len(self._shard_dirs)))
 
-    def _write(self, path: str, record: Record, *, sync_dir: bool = True) -> None:
-        """Atomically (re)write ``record`` at ``path``. ``sync_dir=False`` when a
-        :meth:`_move` of ``path`` follows at once and syncs its directory anyway."""
-        _write_json(path, record, durable=self.config.durable, sync_dir=sync_dir)
+    def _write(self, path: str, record: Record) -> None:
+        """Atomically rewrite ``record`` at ``path``; the :meth:`_move` that follows at once
+        syncs the directory."""
+        _files.write_json(path, record, durable=self.config.durable, sync_dir=False)
 
     def _move(self, src: str, dst: str, synced: set[str]) -> None:
-        """``rename(src, dst)``; adds both directories to ``synced``, which the caller
-        fsyncs (:meth:`_sync`) after leaving the shard lock and before returning."""
+        """``rename(src, dst)`` inside one shard directory; adds it to ``synced``, which
+        the caller fsyncs (:meth:`_sync`) after leaving the shard lock and before
+        returning."""
         os.rename(src, dst)
         synced.add(os.path.dirname(dst))
-        synced.add(os.path.dirname(src))
 
     def _sync(self, dirs: Iterable[str]) -> None:
         """fsync ``dirs`` if durable: the moves made in them survive power loss. Done
@@ -414,10 +263,10 @@ class TaskQueue:
         power loss keeps, and the call has not returned yet."""
         if self.config.durable:
             for d in sorted(dirs):
-                _fsync_dir(d)
+                _files.fsync_dir(d)
 
     def _bump(self) -> None:
-        """Tell claimers that a task entered ``pending/`` (they re-list): one appended byte,
+        """Tell claimers that a task entered pending (they re-list): one appended byte,
         so the size changes with every addition whatever the timestamp granularity."""
         fd = os.open(self._gen, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -432,38 +281,23 @@ class TaskQueue:
         del h[:-HISTORY_LIMIT]
 
     def _to_pending(self, src: str, rec: Record, synced: set[str]) -> None:
-        """Rewrite ``src`` as a pending record, then move it to its pending name."""
-        rec["state"] = "pending"
-        rec["claim"] = None
-        rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
-        self._write(src, rec, sync_dir=False)
-        self._move(src, self._path("pending", _pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"])),
-                   synced)
+        """Under the shard lock: rewrite ``src`` as a pending record, then move it to its
+        pending name."""
+        dst = self._pending_path(rec)
+        self._write(src, rec)
+        self._move(src, dst, synced)
         self._bump()
 
     def _route_failure(self, src: str, rec: Record, now: float, reason: str, synced: set[str]) -> str:
-        """After ``failures`` was incremented: retry (pending) or give up (failed)."""
-        if rec["failures"] >= self.config.max_failures:
-            rec.update(state="failed", claim=None, reason=reason, failed_at=now)
-            self._write(src, rec, sync_dir=False)
-            self._move(src, self._path("failed", rec["id"] + ".json"), synced)
+        """Under the shard lock, after ``failures`` was incremented: retry (pending) or
+        give up (failed)."""
+        dst = self._failure_path(rec, now, reason)
+        self._write(src, rec)
+        self._move(src, dst, synced)
+        if rec["state"] == "failed":
             return "failed"
-        self._to_pending(src, rec, synced)
+        self._bump()
         return "retry"
-
-    def _own(self, claim: Claim) -> tuple[str, Record] | None:
-        """The claimed record if ``claim`` still holds it (under its shard lock)."""
-        path = self._path("claimed", claim.task_id + ".json")
-        try:
-            rec = _read_json(path)
-        except FileNotFoundError:
-            claim.lost = True
-            return None
-        c = rec.get("claim")
-        if rec.get("state") != "claimed" or not c or c.get("token") != claim.token:
-            claim.lost = True
-            return None
-        return path, rec
 
     def _next_seq(self, n: int) -> int:
         """Reserve ``n`` submission numbers (under the ``seq`` lock, held for this only)."""
@@ -474,7 +308,7 @@ class TaskQueue:
                     first = int(f.read().strip() or 0)
             except FileNotFoundError:
                 first = 0
-            _write_text(path, f"{first + n}\n", durable=self.config.durable)
+            _files.write_text(path, f"{first + n}\n", durable=self.config.durable)
         return first
 
     # ------------------------------------------------------------------ submit
@@ -491,10 +325,10 @@ class TaskQueue:
 
         Each task is written (and fsynced) to a temp file first; then, under its shard
         lock only, its ``ids/<id>`` marker is created with ``O_EXCL`` (which decides
-        uniqueness) and the record is renamed into ``pending/``. So claims go on during a
-        long submission, and claimers see its first tasks before it ends. A marker without
-        a task (a submitter died between the two steps) is found under the same lock and
-        the task is put after all.
+        uniqueness) and the record is renamed into its shard as pending. So claims go on
+        during a long submission, and claimers see its first tasks before it ends. A
+        marker without a task (a submitter died between the two steps) is found under the
+        same lock and the task is put after all.
         """
         items = []
         for t in tasks:
@@ -506,75 +340,57 @@ class TaskQueue:
             self.policy.check_tier(tier)
             json.dumps(payload)  # fail before any state changes
             items.append((task_id, payload, tier))
-        # the first of each id, in order (a later duplicate in the batch is dropped)
-        seen: set[str] = set()
-        unique = []
+        first: dict[str, tuple[str, Any, int]] = {}
         for it in items:
-            if it[0] not in seen:
-                seen.add(it[0])
-                unique.append(it)
-        items = unique
+            first.setdefault(it[0], it)  # the first of each id; a later duplicate is dropped
+        items = list(first.values())
         if not items:
             return 0
         now = self.clock()
         seq = self._next_seq(len(items))
         durable = self.config.durable
-        pending_ids: set[str] | None = None  # one listing, taken on the first known id
+        synced: set[str] = set()
         added = 0
         for k, (task_id, payload, tier) in enumerate(items):
             marker = os.path.join(self._ids, task_id)
-            name = _pending_name(tier, 0, seq + k, task_id)
-            dst = self._path("pending", name)
+            dst = os.path.join(self._sdir(task_id), pending_name(tier, 0, seq + k, task_id))
             rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
                    "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
                    "state": "pending", "submitted_at": now, "claim": None, "resume": None,
                    "history": []}
-            text = json.dumps(rec, separators=(",", ":"))
+            text = _files.dumps(rec)
             tmp = None
             if not os.path.lexists(marker):  # the common case: write before taking the lock
-                tmp = _temp_file(dst, text, durable=durable)
+                tmp = _files.temp_file(dst, text, durable=durable)
             try:
                 with self._lock.hold(self._shard(task_id)):
                     try:
                         os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
                     except FileExistsError:
-                        if pending_ids is None:
-                            pending_ids = self._pending_ids()
-                        if self._known_locked(task_id, pending_ids):
+                        if self._known_locked(task_id):
                             continue
                         log.warning("queue %s: id %s has a marker but no task (a submitter "
                                     "died); putting it", self.root, task_id)
                     if tmp is None:
-                        tmp = _temp_file(dst, text, durable=durable)
+                        tmp = _files.temp_file(dst, text, durable=durable)
                     os.replace(tmp, dst)
                     tmp = None
             finally:
                 if tmp is not None:
-                    _unlink(tmp)
+                    _files.unlink(tmp)
+            synced.add(os.path.dirname(dst))
             added += 1
             if added % 256 == 0:
                 self._bump()  # let claimers start on the batch's head
         if added:
-            self._sync((self._ids, self._dirs["pending"]))
+            self._sync({self._ids, *synced})
             self._bump()
         return added
 
-    def _pending_ids(self) -> set[str]:
-        return {p[3] for p in map(_parse_pending, _entries(self._dirs["pending"])) if p}
-
-    def _known_locked(self, task_id: str, pending_ids: set[str]) -> bool:
-        """Is ``task_id`` in some state? Called under its shard lock, so it cannot move.
-
-        ``pending_ids`` may be older than the lock: a hit there is still proof (a task
-        never vanishes, and it is in none of the other states now), a miss is re-checked
-        with a fresh listing (rare: only a marker left by a dead submitter misses)."""
-        for s in ("claimed", "done", "failed"):
-            if os.path.lexists(self._path(s, task_id + ".json")):
-                return True
-        if task_id in pending_ids:
-            return True
-        pending_ids |= self._pending_ids()
-        return task_id in pending_ids
+    def _known_locked(self, task_id: str) -> bool:
+        """Is ``task_id`` in some state? Called under its shard lock, so it cannot move."""
+        return any(p is not None and p[1] == task_id
+                   for p in map(parse_name, _files.listdir(self._sdir(task_id))))
 
     # ------------------------------------------------------------------ work
     def claim(self, worker_tier: int = 0) -> Claim | None:
@@ -584,9 +400,9 @@ class TaskQueue:
         passed since this object last scanned, so a dead worker's task returns to pending
         within ``stale_after + scan_every`` while any worker keeps claiming; and, if that did
         not happen in this call, whenever no pending task is eligible, so a worker never
-        returns ``None`` (and exits) while a stale claim it could take back sits in
-        ``claimed/``. The scan reads every claimed record (at most as many as workers)
-        without a lock, and takes a task's shard lock only to move it.
+        returns ``None`` (and exits) while a stale claim it could take back is held. The
+        scan reads every claimed record (at most as many as workers) without a lock, and
+        takes a task's shard lock only to move it.
         """
         self.policy.check_tier(worker_tier, "worker_tier")
         now = self.clock()
@@ -594,118 +410,111 @@ class TaskQueue:
         if scanned:
             self._scan_claimed(now)
         while True:
-            got = self._take_best(worker_tier, now)
+            self._claimed_seen = None
+            got: Claim | None = self._take_best(worker_tier, now)
             if got is not None or scanned:
                 return got
             scanned = True
-            self._scan_claimed(now)
+            # the fresh listing that found nothing also listed the claims: scan those
+            self._scan_claimed(now, self._claimed_seen)
 
-    def _candidates(self, worker_tier: int, refresh: bool = False) -> list[str]:
-        """Eligible pending names for ``worker_tier``, best last (so ``pop()`` is next).
+    def _change(self, task_id: str, src: str, edit: Callable[[Record], str | None], *,
+                wait: bool = True, prepare: bool = True) -> tuple[Record, str] | str:
+        """Rewrite the record at ``src`` with ``edit`` and move it to the path ``edit``
+        returns (``src`` itself: rewrite in place), under the task's shard lock. Returns
+        ``(record, destination)``, or ``"gone"`` (no file at ``src``), ``"raced"`` (the
+        file went away while this call prepared its change: a peer was changing it at the
+        same time), ``"busy"`` (the lock was held and ``wait=False``) or ``"lost"``
+        (``edit`` returned ``None``: the
+        record is not the caller's to change; a final verdict, since claim tokens are
+        never reused).
 
-        Re-lists ``pending/`` when ``pending.gen`` changed since the last listing (a task
-        was added), when the list ran out, or on ``refresh``; otherwise the list from the
-        last listing, from which names already taken are dropped as they are met. Each
-        name is parsed once per object and worker tier (:class:`_PickKeys`); keys of names
-        no longer listed are dropped once they outnumber the listing.
-        """
+        The new record is prepared first, outside the lock: read, edited, written to a
+        temp file and (if durable) fsynced. Under the lock the source is read again; if its
+        bytes changed meanwhile, it is edited again from what it says now. So the lock is
+        held for one read, a comparison and the renames, never for an fsync. That suits
+        changes by a claim's holder, which no peer contends for. ``prepare=False`` (claims,
+        which peers do contend for) does it all under the lock instead: a peer that finds
+        the lock busy moves on to another shard, and no fsync is spent on a name that a
+        peer takes meanwhile."""
+        lock = self._shard(task_id)
+        durable = self.config.durable
+        raw = b""
+        if prepare:
+            try:
+                raw = _read_bytes(src)
+            except FileNotFoundError:
+                return "gone"
+        tmp = dst = None
+        rec: Record | None = None
         try:
-            st = os.stat(self._gen)
-            stamp: Any = (st.st_size, st.st_mtime_ns, st.st_ino)
-        except FileNotFoundError:
-            stamp = None
-        ent = self._cands.get(worker_tier)
-        if ent is not None and ent[1] and ent[0] == stamp and not refresh:
-            return ent[1]
+            rec = json.loads(raw) if prepare else None
+        except ValueError:
+            pass  # judged again under the lock
         try:
-            names = os.listdir(self._dirs["pending"])
-        except FileNotFoundError:
-            names = []
-        keys = self._pick_keys.get(worker_tier)
-        if keys is None or len(keys) > 2 * len(names) + 1024:
-            keys = self._pick_keys[worker_tier] = _PickKeys(self.policy, worker_tier)
-        # ties (only between names that are not records) go to the first listed, as min()
-        order = sorted(names, key=keys.__getitem__)
-        cands = [n for n in reversed(order) if keys[n] is not _NOT_ELIGIBLE]
-        self._cands[worker_tier] = [stamp, cands]
-        return cands
-
-    def _pick(self, worker_tier: int) -> tuple[str, str] | None:
-        """``(name, task_id)`` of the pending file this tier would try first (the smallest
-        :meth:`TierPolicy.preference <bursarcore.runtime.tiers.TierPolicy.preference>`
-        key among eligible names still present), or ``None``. Takes nothing."""
-        for refresh in (False, True):
-            cands = self._candidates(worker_tier, refresh)
-            while cands:
-                name = cands[-1]
-                if os.path.lexists(self._path("pending", name)):
-                    return name, name[:-5].split(".")[3]
-                cands.pop()
-        return None
-
-    def _take_best(self, worker_tier: int, now: float) -> Claim | None:
-        """Try eligible names best first (see the module docstring): ``None`` only after
-        a fresh listing offered nothing that could be taken.
-
-        Alone, a claimer takes names in exact preference order. Once it meets a busy shard
-        lock (a peer is mid-change there, most often taking that very name) it is in a
-        crowd: it then tries a random one of the best :data:`_SPREAD` remaining names, so
-        that the crowd does not chase one name, and after :data:`_MAX_PASSED` busy ones it
-        waits, asleep, for the best of those."""
-        for refresh in (False, True):
-            cands = self._candidates(worker_tier, refresh)
-            crowd = False
-            while cands:
-                busy: list[str] = []
-                while cands and len(busy) < _MAX_PASSED:
-                    k = -1 - self._rng.randrange(min(_SPREAD, len(cands))) if crowd else -1
-                    name = cands.pop(k)
-                    got = self._try_claim(name, worker_tier, now, wait=False)
-                    if isinstance(got, Claim):
-                        self._restore(cands, busy, worker_tier)
-                        return got
-                    if got == _BUSY:
-                        busy.append(name)
-                        crowd = True
-                busy.sort(key=self._pick_keys[worker_tier].__getitem__)
-                for k, name in enumerate(busy):
-                    got = self._try_claim(name, worker_tier, now, wait=True)
-                    if isinstance(got, Claim):
-                        self._restore(cands, busy[k + 1:], worker_tier)
-                        return got
-        return None
-
-    def _restore(self, cands: list[str], names: list[str], worker_tier: int) -> None:
-        """Put names passed over (busy, not taken) back among ``cands``, best last."""
-        if names:
-            cands.extend(names)
-            cands.sort(key=self._pick_keys[worker_tier].__getitem__, reverse=True)
+            if rec is not None:
+                dst = edit(rec)
+                if dst is None:
+                    return "lost"
+                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+            with self._lock.hold(lock, wait=wait) as held:
+                if not held:
+                    return "busy"
+                try:
+                    now_raw = _read_bytes(src)
+                except FileNotFoundError:
+                    return "raced" if prepare else "gone"
+                if now_raw != raw or rec is None:
+                    if tmp is not None:
+                        _files.unlink(tmp)
+                        tmp = None
+                    try:
+                        rec = json.loads(now_raw)
+                    except ValueError as exc:  # only outside damage: every write is atomic
+                        self._quarantine(src, exc)
+                        return "gone"
+                    dst = edit(rec)
+                    if dst is None:
+                        return "lost"
+                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                assert tmp is not None and dst is not None
+                os.replace(tmp, src)
+                tmp = None
+                if dst != src:
+                    os.rename(src, dst)
+        finally:
+            if tmp is not None:
+                _files.unlink(tmp)
+        assert rec is not None and dst is not None
+        self._sync((os.path.dirname(src),))
+        if parse_pending(os.path.basename(dst)) is not None:
+            self._bump()
+        return rec, dst
 
     def _try_claim(self, name: str, worker_tier: int, now: float, *, wait: bool) -> Claim | str:
-        src = self._path("pending", name)
+        """One attempt on pending file ``name``: a :class:`Claim`, ``"gone"`` (a peer
+        took it since the listing) or ``"busy"`` (its shard lock was held;
+        ``wait=False``)."""
+        task_id = name[2:-5].split(".")[3]
+        sdir = self._sdir(task_id)
+        src = os.path.join(sdir, name)
         if not os.path.lexists(src):
-            return _GONE  # taken by a peer since the listing: no lock needed to know
-        task_id = name[:-5].split(".")[3]
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(task_id), wait=wait) as held:
-            if not held:
-                return _BUSY
-            try:
-                rec = _read_json(src)
-            except FileNotFoundError:
-                return _GONE
-            except ValueError as exc:  # only outside damage: every write is atomic
-                self._quarantine(src, exc)
-                return _GONE
-            token = uuid.uuid4().hex
+            return "gone"  # no lock needed to know
+        token = uuid.uuid4().hex
+        dst = os.path.join(sdir, state_name("claimed", task_id))
+
+        def edit(rec: Record) -> str:
             rec["attempts"] = rec.get("attempts", 0) + 1
             rec["state"] = "claimed"
             rec["claim"] = {"worker": self.worker, "token": token, "worker_tier": worker_tier,
                             "claimed_at": now, "heartbeat": now}
             self._history(rec, now, "claim", worker_tier=worker_tier)
-            self._write(src, rec, sync_dir=False)
-            self._move(src, self._path("claimed", task_id + ".json"), synced)
-        self._sync(synced)
+            return dst
+
+        got = self._change(task_id, src, edit, wait=wait, prepare=False)
+        if isinstance(got, str):
+            return got
+        rec = got[0]
         return Claim(task_id, token, self.worker, worker_tier, rec["tier"], rec["payload"],
                      rec["failures"], rec["attempts"], rec.get("resume"), now)
 
@@ -715,123 +524,154 @@ class TaskQueue:
         os.rename(path, os.path.join(aside, os.path.basename(path)))
         log.error("queue %s: unreadable record %s (%s); moved to corrupt/", self.root, path, exc)
 
+    def _change_own(self, claim: Claim, edit: Callable[[Record], str]) -> tuple[Record, str] | None:
+        """:meth:`_change` of ``claim``'s record, if ``claim`` still holds it; ``None``
+        (and ``claim.lost`` set) if it does not."""
+        token = claim.token
+
+        def own_edit(rec: Record) -> str | None:
+            c = rec.get("claim")
+            if rec.get("state") != "claimed" or not c or c.get("token") != token:
+                return None
+            return edit(rec)
+
+        got = self._change(claim.task_id, self._spath("claimed", claim.task_id), own_edit)
+        if isinstance(got, str):
+            claim.lost = True
+            return None
+        return got
+
+    def _pending_path(self, rec: Record) -> str:
+        """Set ``rec`` up as pending; returns its pending path."""
+        rec["state"] = "pending"
+        rec["claim"] = None
+        rec["tier"] = self.policy.tier_of(rec["base_tier"], rec["failures"])
+        return os.path.join(self._sdir(rec["id"]),
+                            pending_name(rec["tier"], rec["failures"], rec["seq"], rec["id"]))
+
     def heartbeat(self, claim: Claim, *, resume: Any = _UNSET) -> bool:
         """Refresh the claim's heartbeat (and optionally its ``resume`` data, e.g. the path
         of the newest checkpoint). ``False`` means the claim was lost: stop the task."""
         if resume is not _UNSET:
             json.dumps(resume)
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
-            rec["claim"]["heartbeat"] = self.clock()
+        now = self.clock()
+        path = self._spath("claimed", claim.task_id)
+
+        def edit(rec: Record) -> str:
+            rec["claim"]["heartbeat"] = now
             if resume is not _UNSET:
-                rec["resume"] = claim.resume = resume
-            self._write(path, rec, sync_dir=False)
-        self._sync((self._dirs["claimed"],))
+                rec["resume"] = resume
+            return path
+
+        if self._change_own(claim, edit) is None:
+            return False
+        if resume is not _UNSET:
+            claim.resume = resume
         return True
 
     def complete(self, claim: Claim, result: Any = None) -> bool:
-        """Record the result in ``done/``; ``False`` (and nothing written) if the claim was lost."""
+        """Record the result (state ``done``); ``False`` (and nothing written) if the claim
+        was lost."""
         json.dumps(result)
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
-            now = self.clock()
+        now = self.clock()
+        dst = self._spath("done", claim.task_id)
+
+        def edit(rec: Record) -> str:
             rec.update(state="done", result=result, completed_at=now, completed_by=self.worker)
             self._history(rec, now, "done")
-            self._write(path, rec, sync_dir=False)
-            self._move(path, self._path("done", claim.task_id + ".json"), synced)
-        self._sync(synced)
-        return True
+            return dst
+
+        return self._change_own(claim, edit) is not None
 
     def fail(self, claim: Claim, reason: str) -> str:
         """Count a failure: ``"retry"`` (back to pending, maybe a tier up), ``"failed"``
-        (``max_failures`` reached; in ``failed/`` with ``reason``) or ``"lost"``."""
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return "lost"
-            path, rec = own
-            now = self.clock()
+        (``max_failures`` reached; state ``failed`` with ``reason``) or ``"lost"``."""
+        now = self.clock()
+
+        def edit(rec: Record) -> str:
             rec["failures"] += 1
             self._history(rec, now, "fail", reason=str(reason))
-            out = self._route_failure(path, rec, now, str(reason), synced)
-        self._sync(synced)
-        return out
+            return self._failure_path(rec, now, str(reason))
+
+        got = self._change_own(claim, edit)
+        if got is None:
+            return "lost"
+        return "failed" if got[0]["state"] == "failed" else "retry"
+
+    def _failure_path(self, rec: Record, now: float, reason: str) -> str:
+        """After ``failures`` was incremented: set ``rec`` up to retry (pending) or give up
+        (failed); returns its path."""
+        if rec["failures"] >= self.config.max_failures:
+            rec.update(state="failed", claim=None, reason=reason, failed_at=now)
+            return self._spath("failed", rec["id"])
+        return self._pending_path(rec)
 
     def release(self, claim: Claim, reason: str = "released", *, resume: Any = _UNSET) -> bool:
         """Give the task back without counting a failure (preemption, walltime, shutdown);
         ``resume`` is kept for the next claimer. ``False`` if the claim was lost."""
         if resume is not _UNSET:
             json.dumps(resume)
-        synced: set[str] = set()
-        with self._lock.hold(self._shard(claim.task_id)):
-            own = self._own(claim)
-            if own is None:
-                return False
-            path, rec = own
+        now = self.clock()
+
+        def edit(rec: Record) -> str:
             if resume is not _UNSET:
                 rec["resume"] = resume
-            self._history(rec, self.clock(), "release", reason=str(reason))
-            self._to_pending(path, rec, synced)
-        self._sync(synced)
-        return True
+            self._history(rec, now, "release", reason=str(reason))
+            return self._pending_path(rec)
+
+        return self._change_own(claim, edit) is not None
 
     # ------------------------------------------------------------------ recovery
     def reclaim_stale(self) -> list[str]:
         """Move claims whose heartbeat is older than ``stale_after`` back to pending (or to
-        ``failed/``), and finish moves that a crashed worker left half done. Returns the
+        ``failed``), and finish moves that a crashed worker left half done. Returns the
         ids of the stale claims taken."""
         return self._scan_claimed(self.clock())
 
-    def _scan_claimed(self, now: float) -> list[str]:
-        """Read every record in ``claimed/`` without a lock; for one that is stale, half
-        moved or unreadable, take its shard lock, read it again and act on what it says
-        then (a heartbeat may have come in between)."""
+    def _claimed_paths(self) -> list[str]:
+        return [os.path.join(d, n) for d in self._shard_dirs for n in _files.listdir(d)
+                if n.startswith("c.") and n.endswith(".json")]
+
+    def _scan_claimed(self, now: float, paths: list[str] | None = None) -> list[str]:
+        """Read every claimed record (of ``paths``, if a listing just taken gave them)
+        without a lock; for one that is stale, half moved or unreadable, take its shard
+        lock, read it again and act on what it says then (a heartbeat may have come in
+        between)."""
         self._last_scan = now
         taken: list[str] = []
         synced: set[str] = set()
-        for name in _entries(self._dirs["claimed"]):
-            path = self._path("claimed", name)
+        for path in self._claimed_paths() if paths is None else paths:
             try:
-                rec = _read_json(path)
+                rec = read_json(path)
             except FileNotFoundError:
                 continue
             except ValueError:
                 rec = None
             if rec is not None and not self._needs_action(rec, now):
                 continue
-            with self._lock.hold(self._shard(name[:-5])):
-                self._act_on_claimed(path, name, now, taken, synced)
+            with self._lock.hold(self._shard(os.path.basename(path)[2:-5])):
+                self._act_on_claimed(path, now, taken, synced)
         self._sync(synced)
         return taken
 
     def _needs_action(self, rec: Record, now: float) -> bool:
         if rec.get("state") != "claimed" or not rec.get("claim"):
             return True
-        return now - rec["claim"].get("heartbeat", float("-inf")) > self.config.stale_after
+        return bool(now - rec["claim"].get("heartbeat", float("-inf")) > self.config.stale_after)
 
-    def _act_on_claimed(self, path: str, name: str, now: float, taken: list[str],
-                        synced: set[str]) -> None:
+    def _act_on_claimed(self, path: str, now: float, taken: list[str], synced: set[str]) -> None:
         """One claimed record, under its shard lock (see :meth:`_scan_claimed`)."""
         try:
-            rec = _read_json(path)
+            rec = read_json(path)
         except FileNotFoundError:
             return
         except ValueError as exc:
             self._quarantine(path, exc)
             return
+        task_id = os.path.basename(path)[2:-5]
         state = rec.get("state")
-        if state == "done":  # completer died between rewrite and rename
-            self._move(path, self._path("done", name), synced)
-        elif state == "failed":
-            self._move(path, self._path("failed", name), synced)
+        if state in ("done", "failed"):  # the writer died between rewrite and rename
+            self._move(path, self._spath(state, task_id), synced)
         elif state == "pending" or not rec.get("claim"):
             self._to_pending(path, rec, synced)
         elif self._needs_action(rec, now):
@@ -850,16 +690,19 @@ class TaskQueue:
     def requeue_failed(self, task_ids: Iterable[str] | None = None) -> list[str]:
         """Move failed tasks (all, or ``task_ids``) back to pending with their failure count
         reset; each keeps the tier it had reached as its new base tier."""
-        names = [f"{check_task_id(t)}.json" for t in task_ids] if task_ids is not None \
-            else _entries(self._dirs["failed"])
+        if task_ids is not None:
+            ids = [check_task_id(t) for t in task_ids]
+        else:
+            ids = sorted(p[1] for d in self._shard_dirs for p in map(parse_name, _files.listdir(d))
+                         if p is not None and p[0] == "failed")
         moved = []
         synced: set[str] = set()
         now = self.clock()
-        for name in names:
-            path = self._path("failed", name)
-            with self._lock.hold(self._shard(name[:-5])):
+        for task_id in ids:
+            path = self._spath("failed", task_id)
+            with self._lock.hold(self._shard(task_id)):
                 try:
-                    rec = _read_json(path)
+                    rec = read_json(path)
                 except FileNotFoundError:
                     continue
                 rec["base_tier"] = rec.get("tier", rec["base_tier"])
@@ -871,169 +714,3 @@ class TaskQueue:
             moved.append(rec["id"])
         self._sync(synced)
         return moved
-
-    # ------------------------------------------------------------------ inspection
-    def counts(self) -> dict[str, int]:
-        """Number of tasks per state (directory listings only; no lock, no reads)."""
-        return {s: len(_entries(d)) for s, d in self._dirs.items()}
-
-    def counts_by_tier(self) -> dict[str, dict[int, int]]:
-        """Tasks per state and tier. Pending comes from file names; the other states read
-        every record, so this costs one read per task."""
-        out: dict[str, dict[int, int]] = {s: {} for s in STATES}
-        for name in _entries(self._dirs["pending"]):
-            p = _parse_pending(name)
-            if p:
-                out["pending"][p[0]] = out["pending"].get(p[0], 0) + 1
-        for s in ("claimed", "done", "failed"):
-            for name in _entries(self._dirs[s]):
-                try:
-                    t = _read_json(self._path(s, name)).get("tier", 0)
-                except (OSError, ValueError):
-                    continue
-                out[s][t] = out[s].get(t, 0) + 1
-        return out
-
-    def get(self, task_id: str) -> tuple[str, Record] | None:
-        """``(state, record)`` of a task, or ``None`` if unknown."""
-        check_task_id(task_id)
-        for s in ("claimed", "done", "failed"):
-            try:
-                return s, _read_json(self._path(s, task_id + ".json"))
-            except FileNotFoundError:
-                pass
-        for name in _entries(self._dirs["pending"]):
-            p = _parse_pending(name)
-            if p and p[3] == task_id:
-                try:
-                    return "pending", _read_json(self._path("pending", name))
-                except FileNotFoundError:
-                    return self.get(task_id)  # moved while we looked
-        return None
-
-    def results(self) -> Iterator[tuple[str, Any]]:
-        """``(task_id, result)`` for every task in ``done/``."""
-        for name in sorted(_entries(self._dirs["done"])):
-            yield name[:-5], _read_json(self._path("done", name)).get("result")
-
-    def check(self) -> list[str]:
-        """Invariant check: each task id in exactly one state, records agree with their
-        directory. Returns problems; empty means consistent. A record a crashed worker
-        left half-moved in ``claimed/`` is reported until the next stale scan
-        (:meth:`reclaim_stale`) finishes the move.
-
-        One pass over the directories without locks finds suspects (an id seen in two
-        listings, a record that disagrees or cannot be read); each suspect is then judged
-        again under its shard lock, where it cannot move, so a task merely in flight
-        between two listings is not reported while peers keep working."""
-        problems: list[str] = []
-        where: dict[str, list[str]] = {}
-        suspects: set[str] = set()
-        for s in STATES:
-            for name in _entries(self._dirs[s]):
-                if s == "pending":
-                    p = _parse_pending(name)
-                    if p is None:
-                        problems.append(f"pending/{name}: bad name")
-                        continue
-                    task_id = p[3]
-                else:
-                    task_id = name[:-5]
-                where.setdefault(task_id, []).append(s)
-                if self._record_problem(s, name, task_id) is not None:
-                    suspects.add(task_id)
-        suspects.update(t for t, w in where.items() if len(w) > 1)
-        for task_id in sorted(suspects):
-            with self._lock.hold(self._shard(task_id)):
-                places = [(s, task_id + ".json") for s in ("claimed", "done", "failed")
-                          if os.path.lexists(self._path(s, task_id + ".json"))]
-                places += [("pending", n) for n in _entries(self._dirs["pending"])
-                           if (_parse_pending(n) or (0, 0, 0, None))[3] == task_id]
-                places.sort(key=lambda sn: STATES.index(sn[0]))
-                for s, name in places:
-                    why = self._record_problem(s, name, task_id)
-                    if why is not None:
-                        problems.append(why)
-                if len(places) > 1:
-                    problems.append(f"{task_id}: in {[s for s, _ in places]}")
-        return problems
-
-    def _record_problem(self, state: str, name: str, task_id: str) -> str | None:
-        try:
-            rec = _read_json(self._path(state, name))
-        except (OSError, ValueError) as exc:
-            return f"{state}/{name}: {exc}"
-        # a claim that died between rewriting a pending file and moving it leaves state
-        # "claimed" in pending/: an ordinary pending task, so not a problem
-        ok = rec.get("state") == state or (state == "pending" and rec.get("state") == "claimed")
-        if not ok or rec.get("id") != task_id:
-            return f"{state}/{name}: record says {rec.get('state')}/{rec.get('id')}"
-        return None
-
-
-def _read_json(path: str) -> Record:
-    with open(path, "rb") as f:
-        rec: Record = json.loads(f.read())
-    return rec
-
-
-def _temp_file(path: str, text: str, *, durable: bool) -> str:
-    """Write ``text`` to a new hidden temp file beside ``path`` (fsynced if ``durable``);
-    returns its name. Hidden names are ignored by every reader of the queue."""
-    d, base = os.path.split(path)
-    tmp = os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
-    with open(tmp, "xb") as f:
-        f.write(text.encode())
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    return tmp
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _write_text(path: str, text: str, *, durable: bool, sync_dir: bool = True) -> None:
-    """Atomic replace: write a hidden temp file beside ``path``, then rename over it.
-
-    ``durable``: fsync the file before the rename and (with ``sync_dir``) its directory
-    after it, so the new content survives power loss once this returns.
-    """
-    tmp = _temp_file(path, text, durable=durable)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-    if durable and sync_dir:
-        _fsync_dir(os.path.dirname(path))
-
-
-def _write_json(path: str, obj: Any, *, durable: bool, sync_dir: bool = True) -> None:
-    _write_text(path, json.dumps(obj, separators=(",", ":")), durable=durable, sync_dir=sync_dir)
-
-
-_DIR_FSYNC_UNSUPPORTED = frozenset(
-    e for e in (getattr(errno, n, None) for n in ("EINVAL", "EOPNOTSUPP", "ENOTSUP", "EBADF"))
-    if e is not None
-)
-
-
-def _fsync_dir(directory: str) -> None:
-    """fsync a directory, making the creates, renames and deletes in it durable.
-
-    A filesystem that cannot fsync a directory (``EINVAL`` and kin: some FUSE and network
-    mounts, which persist metadata on their own terms) is skipped silently.
-    """
-    fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in _DIR_FSYNC_UNSUPPORTED:
-            raise
-    finally:
-        os.close(fd)

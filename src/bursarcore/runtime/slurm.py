@@ -46,7 +46,8 @@ from .wrapper import BOOTSTRAP, STOP_SIGNALS, bootstrap
 __all__ = ["ArraySpec", "SlurmArrays", "CommandError", "parse_tiers", "parse_time",
            "batch_script", "parse_signal", "sbatch_argv", "worker_argv", "array_record", "count_task_string",
            "load_jobs", "record_jobs",
-           "WORKER_MODULE", "WORKER_CHECKPOINT_MARGIN", "stop_file"]
+           "WORKER_MODULE", "WORKER_CHECKPOINT_MARGIN", "stop_file", "resubmit_spec_path",
+           "write_resubmit_spec"]
 
 WORKER_MODULE = "bursarcore.runtime.worker"
 WORKER_CHECKPOINT_MARGIN = 120.0
@@ -145,6 +146,8 @@ class ArraySpec:
     rest for the checkpoint). ``checkpoint_margin``: the worker's ``--checkpoint-margin``
     (None: its default, :data:`WORKER_CHECKPOINT_MARGIN`); the time limit must exceed it,
     or every run would checkpoint at once and requeue forever.
+    ``max_resubmits``: how often a wrapper may submit a lost task again when ``scontrol
+    requeue`` is refused (see :mod:`~bursarcore.runtime.wrapper`).
     ``worker_options``: extra worker arguments (``--runner``, ``--image`` ...).
     ``worker_cmd``: the worker program (default ``python -m bursarcore.runtime.worker``);
     the queue, tier, grace and walltime arguments are appended to it. ``python``: the
@@ -164,6 +167,7 @@ class ArraySpec:
     partition: str | None = None
     cpus_per_task: int | None = None
     max_restarts: int = 3
+    max_resubmits: int = 3
     requeue: str = "self"
     worker_options: tuple[str, ...] = ()
     worker_cmd: tuple[str, ...] | None = None
@@ -176,7 +180,8 @@ class ArraySpec:
         if not os.path.isabs(self.queue):
             raise InvalidArgument("queue", "must be an absolute path (batch jobs run elsewhere)",
                                   self.queue)
-        for name, lo in (("tier", 0), ("workers", 1), ("grace", 1), ("max_restarts", 0)):
+        for name, lo in (("tier", 0), ("workers", 1), ("grace", 1), ("max_restarts", 0),
+                         ("max_resubmits", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgument(name, f"must be an integer >= {lo}", v)
@@ -260,7 +265,9 @@ def batch_script(spec: ArraySpec) -> str:
     """The batch script: set ``PYTHONPATH`` and ``exec`` the wrapper around the worker."""
     # python -c BOOTSTRAP: catch SIGTERM before the imports (see wrapper.BOOTSTRAP)
     wrapper = [spec.python, "-c", bootstrap(spec.signal), "--max-restarts", str(spec.max_restarts),
-               "--requeue", spec.requeue, "--stop-file", stop_file(spec.queue)]
+               "--requeue", spec.requeue, "--stop-file", stop_file(spec.queue),
+               "--queue", spec.queue, "--resubmit", resubmit_spec_path(spec.queue, spec.tier),
+               "--max-resubmits", str(spec.max_resubmits)]
     if spec.signal != "TERM":
         wrapper += ["--stop-signal", spec.signal]
     wrapper.append("--")
@@ -281,6 +288,23 @@ def batch_script(spec: ArraySpec) -> str:
                      "${PYTHONPATH:+:$PYTHONPATH}")
     lines.append(f"exec {line}")
     return "\n".join(lines) + "\n"
+
+
+def resubmit_spec_path(queue: str, tier: int) -> str:
+    """``<queue>/slurm/tier<T>.json``: the tier's ``sbatch`` command and batch script, with
+    which a wrapper submits a lost task again when ``scontrol requeue`` is refused."""
+    return os.path.join(queue, "slurm", f"tier{tier}.json")
+
+
+def write_resubmit_spec(spec: "ArraySpec") -> str:
+    """Write :func:`resubmit_spec_path` for ``spec`` (atomic replace); returns its path."""
+    path = resubmit_spec_path(spec.queue, spec.tier)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"sbatch": sbatch_argv(spec), "script": batch_script(spec)}, f, indent=1)
+    os.replace(tmp, path)
+    return path
 
 
 def stop_file(queue: str) -> str:

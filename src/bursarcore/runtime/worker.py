@@ -193,15 +193,14 @@ class Worker:
     def _awaited_peer_claims(self) -> list[str]:
         """Ids of tasks claimed by peers that this worker's tier could run later (tiers
         only go up, so those of a tier this worker may run)."""
-        d = os.path.join(self.q.root, "claimed")
         out = []
-        for name in sorted(os.listdir(d)):
-            if name.startswith(".") or not name.endswith(".json"):
-                continue
-            got = self.q.get(name[:-5])
-            if got is not None and got[0] == "claimed" and \
+        for rec in self.q.claims():
+            tid = rec.get("id")
+            got = self.q.get(tid) if isinstance(tid, str) else None  # still claimed now?
+            if isinstance(tid, str) and got is not None and got[0] == "claimed" and \
                     self.q.policy.eligible(self.tier, int(got[1].get("tier", 0))):
-                out.append(name[:-5])
+                out.append(tid)
+        out.sort()
         return out
 
     def _idle(self) -> None:

@@ -26,6 +26,18 @@ a crash):
   slurm.conf has ``RequeueExit=99``. If a SIGTERM came and the worker crashed instead of
   exiting 99, the task is requeued all the same (its work is not finished) and the
   wrapper exits 99.
+* **Requeue refused → resubmit.** Where ``scontrol requeue`` fails (the site does not
+  let users requeue, or ``PreemptMode=CANCEL`` already ended the job), the wrapper, given
+  ``--resubmit SPEC`` (``bursar-run submit`` writes ``<queue>/slurm/tier<T>.json``: the
+  tier's ``sbatch`` command and batch script), submits the lost task again itself: the
+  same batch script as a one-task array of the same index (``--array=<task>``), so the
+  new run has the same ``SLURM_ARRAY_TASK_ID``. Resubmissions are bounded: each one
+  carries its number in ``BURSAR_RESUBMITS``, and at ``--max-resubmits`` (default 3) the
+  wrapper gives up and says so. Each outcome — requeued, requeue refused (with
+  ``scontrol``'s message), resubmitted (with the new job id), resubmission failed or
+  limit reached — is logged, and with ``--queue DIR`` also recorded as one file in
+  ``<queue>/slurm/events/``, which ``bursar-run status`` counts and ``bursar-run cancel``
+  reads to cancel resubmitted jobs too.
 * **Exit 0 → exit 0**: the queue has nothing left for this tier.
 * **Cancel.** A plain ``scancel`` also sends SIGTERM, and Slurm 22.05 accepts
   ``scontrol requeue`` of a job being cancelled (it shows ``COMPLETING`` either way), so a
@@ -40,6 +52,7 @@ Every decision is logged as one line on stderr (the array task's ``--output`` fi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -49,7 +62,8 @@ import time
 from typing import Callable, Sequence
 
 __all__ = ["Wrapper", "main", "slurm_task_id", "REQUEUE_EXIT", "MAX_BACKOFF", "BOOTSTRAP",
-           "STOP_SIGNALS", "bootstrap"]
+           "STOP_SIGNALS", "bootstrap", "resubmit_argv", "record_event", "load_events",
+           "RESUBMITS_ENV"]
 
 REQUEUE_EXIT = 99
 """The exit code of a worker that checkpointed and released its task (and of the wrapper
@@ -57,6 +71,9 @@ when the array task is to be requeued)."""
 MAX_BACKOFF = 30.0
 """Upper bound, in seconds, on the pause before a crashed worker is relaunched."""
 
+
+RESUBMITS_ENV = "BURSAR_RESUBMITS"
+"""Environment variable of a resubmitted run: how many resubmissions led to it."""
 
 STOP_SIGNALS = ("TERM", "USR1", "USR2")
 """Signals a batch job may be warned with (``--signal=B:<SIG>@<s>``); each means SIGTERM."""
@@ -89,8 +106,56 @@ def slurm_task_id(env: "os._Environ[str] | dict[str, str]") -> str | None:
     return env.get("SLURM_JOB_ID") or None
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
 def _shell_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+def resubmit_argv(sbatch: Sequence[str], task_index: str | None, count: int) -> list[str]:
+    """The ``sbatch`` command that submits one lost task again: the tier's command with
+    its ``--array`` narrowed to ``task_index`` (dropped for a plain job) and
+    ``--export=ALL,BURSAR_RESUBMITS=<count>`` added."""
+    argv = [a for a in sbatch if not a.startswith(("--array=", "--export="))]
+    if task_index is not None:
+        argv.insert(1, f"--array={task_index}")
+    return argv + [f"--export=ALL,{RESUBMITS_ENV}={count}"]
+
+
+def _events_dir(queue: str) -> str:
+    return os.path.join(queue, "slurm", "events")
+
+
+def record_event(queue: str, event: dict[str, object]) -> None:
+    """Write ``event`` as one new file in ``<queue>/slurm/events/`` (temp file + rename:
+    wrappers of many array tasks record at once without sharing a file)."""
+    d = _events_dir(queue)
+    os.makedirs(d, exist_ok=True)
+    name = f"{time.time_ns():020d}-{os.getpid()}-{event.get('event')}.json"
+    tmp = os.path.join(d, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(event, f, sort_keys=True)
+    os.replace(tmp, os.path.join(d, name))
+
+
+def load_events(queue: str) -> list[dict[str, object]]:
+    """The recorded requeue and resubmission events of ``queue``, oldest first (an
+    unreadable file is skipped)."""
+    d = _events_dir(queue)
+    try:
+        names = sorted(n for n in os.listdir(d) if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        try:
+            with open(os.path.join(d, n)) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 class Wrapper:
@@ -102,14 +167,22 @@ class Wrapper:
     ``env``: the worker's environment (default: ours). ``run_command``: how ``scontrol``
     is run (returns its exit code; a seam for tests). ``log``: where log lines go (default:
     stderr). ``stop_file``: when this file exists, never requeue (the campaign was
-    cancelled); exit 0 instead. The pauses taken before relaunches are kept in ``pauses``.
+    cancelled); exit 0 instead. ``resubmit``: the tier's submission spec (JSON with
+    ``sbatch`` and ``script``), to submit the task again when ``scontrol requeue`` is
+    refused, at most ``max_resubmits`` times in a row (counted in ``BURSAR_RESUBMITS``).
+    ``queue``: where events are recorded (``<queue>/slurm/events/``). The pauses taken
+    before relaunches are kept in ``pauses``.
+
+    ``run_command(argv, input)`` returns ``(exit code, output)``.
     """
 
     def __init__(self, argv: Sequence[str], *, max_restarts: int = 3, backoff: float = 1.0,
                  requeue: str = "self", env: dict[str, str] | None = None,
-                 run_command: Callable[[list[str]], int] | None = None,
+                 run_command: Callable[[list[str], str | None], tuple[int, str]] | None = None,
                  log: Callable[[str], None] | None = None,
-                 stop_file: str | None = None, stop_signal: str = "TERM") -> None:
+                 stop_file: str | None = None, stop_signal: str = "TERM",
+                 resubmit: str | None = None, max_resubmits: int = 3,
+                 queue: str | None = None) -> None:
         from ..errors import InvalidArgument
 
         if not argv:
@@ -121,6 +194,9 @@ class Wrapper:
             raise InvalidArgument("backoff", "must be a number of seconds in [0, 3600]", backoff)
         if requeue not in ("self", "admin"):
             raise InvalidArgument("requeue", "must be 'self' or 'admin'", requeue)
+        if isinstance(max_resubmits, bool) or not isinstance(max_resubmits, int) \
+                or max_resubmits < 0:
+            raise InvalidArgument("max_resubmits", "must be an integer >= 0", max_resubmits)
         if stop_signal not in STOP_SIGNALS:
             raise InvalidArgument("stop_signal", f"must be one of {', '.join(STOP_SIGNALS)}",
                                   stop_signal)
@@ -131,7 +207,14 @@ class Wrapper:
         self.backoff = float(backoff)
         self.requeue_mode = requeue
         self.stop_file = stop_file
+        self.resubmit = resubmit
+        self.max_resubmits = max_resubmits
+        self.queue = queue
         self.env = dict(os.environ if env is None else env)
+        try:
+            self.resubmits = max(0, int(self.env.get(RESUBMITS_ENV, "0")))
+        except ValueError:
+            self.resubmits = 0
         self.task = slurm_task_id(self.env)
         self._run_command = run_command or self._default_run
         self._log = log or self._default_log
@@ -148,16 +231,16 @@ class Wrapper:
         print(f"bursar-wrapper {self.task or '-'} {stamp}: {msg}", file=sys.stderr, flush=True)
 
     @staticmethod
-    def _default_run(argv: list[str]) -> int:
+    def _default_run(argv: list[str], input: str | None = None) -> tuple[int, str]:
         try:
-            cp = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            cp = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             print(f"bursar-wrapper: {shlex.join(argv)}: {exc}", file=sys.stderr, flush=True)
-            return 127
+            return 127, str(exc)
         for stream in (cp.stdout, cp.stderr):
             if stream.strip():
                 print(stream.rstrip(), file=sys.stderr, flush=True)
-        return cp.returncode
+        return cp.returncode, (cp.stdout + cp.stderr).strip()
 
     def _signal_log(self, msg: str) -> None:
         # inside a signal handler: a print() could re-enter the buffered stderr the main
@@ -253,12 +336,61 @@ class Wrapper:
                       "exiting 99")
             return REQUEUE_EXIT
         argv = ["scontrol", "requeue", self.task]
-        rc = self._run_command(argv)
+        rc, out = self._run_command(argv, None)
         if rc == 0:
             self._log(f"{why}: requeued {self.task} ({shlex.join(argv)}); exiting 99")
-        else:
-            self._log(f"{why}: {shlex.join(argv)} failed (exit {rc}); exiting 99 without "
+            self._event("requeue", why=why)
+            return REQUEUE_EXIT
+        reason = _one_line(out) or f"exit {rc}"
+        said = f"exit {rc}" + (f": {_one_line(out)}" if _one_line(out) else "")
+        self._event("requeue-refused", why=why, reason=reason, rc=rc)
+        if self.resubmit is None:
+            self._log(f"{why}: {shlex.join(argv)} failed ({said}); exiting 99 without "
                       "requeue — resubmit to finish the queue")
+            return REQUEUE_EXIT
+        self._log(f"{why}: {shlex.join(argv)} failed ({said}): the site refuses the "
+                  "requeue; resubmitting the task")
+        return self._resubmit(reason)
+
+    def _event(self, event: str, **fields: object) -> None:
+        if self.queue is None:
+            return
+        try:
+            record_event(self.queue, {"event": event, "task": self.task, "at": time.time(),
+                                      "resubmits": self.resubmits, **fields})
+        except OSError as exc:
+            self._log(f"cannot record the {event} event in {self.queue}: {exc}")
+
+    def _resubmit(self, reason: str) -> int:
+        """Submit the lost task again (bounded); always exits 99."""
+        if self.resubmits >= self.max_resubmits:
+            self._log(f"resubmission limit reached ({self.resubmits} of {self.max_resubmits}); "
+                      "not resubmitting — submit again to finish the queue")
+            self._event("resubmit-limit", reason=reason, max_resubmits=self.max_resubmits)
+            return REQUEUE_EXIT
+        assert self.resubmit is not None
+        try:
+            with open(self.resubmit) as f:
+                spec = json.load(f)
+            sbatch, script = list(spec["sbatch"]), str(spec["script"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._log(f"cannot resubmit: {self.resubmit}: {exc}")
+            self._event("resubmit-failed", reason=f"{self.resubmit}: {exc}")
+            return REQUEUE_EXIT
+        index = self.env.get("SLURM_ARRAY_TASK_ID") or None
+        count = self.resubmits + 1
+        argv = resubmit_argv(sbatch, index, count)
+        rc, out = self._run_command(argv, script)
+        job = out.strip().splitlines()[-1].split(";")[0].strip() if out.strip() else ""
+        if rc != 0 or not job.isdigit():
+            why = _one_line(out) or f"exit {rc}"
+            self._log(f"resubmission failed ({shlex.join(argv)}: {why}); exiting 99")
+            self._event("resubmit-failed", reason=why, rc=rc)
+            return REQUEUE_EXIT
+        new = f"{job}_{index}" if index is not None else job
+        self._log(f"resubmitted as job {new} (resubmission {count} of {self.max_resubmits}, "
+                  f"because: {reason}); exiting 99")
+        self._event("resubmit", job_id=job, new_task=new, count=count, reason=reason)
         return REQUEUE_EXIT
 
 
@@ -280,6 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "SIGTERM and forwarded to the worker as it came (default TERM)")
     p.add_argument("--stop-file", metavar="PATH",
                    help="never requeue while this file exists (bursar-run cancel creates it)")
+    p.add_argument("--resubmit", metavar="SPEC",
+                   help="when scontrol requeue is refused, submit the task again with this "
+                        "tier's sbatch command and script (JSON; bursar-run submit writes "
+                        "<queue>/slurm/tier<T>.json)")
+    p.add_argument("--max-resubmits", type=int, default=3, metavar="N",
+                   help="resubmissions of one lost task in a row (default 3)")
+    p.add_argument("--queue", metavar="DIR",
+                   help="record requeues and resubmissions in DIR/slurm/events/")
     p.add_argument("worker", nargs=argparse.REMAINDER,
                    help="-- then the worker command and its arguments")
     return p
@@ -297,7 +437,8 @@ def main(argv: Sequence[str] | None = None, *, early: Sequence[int] = ()) -> int
     try:
         w = Wrapper(worker, max_restarts=args.max_restarts, backoff=args.backoff,
                     requeue=args.requeue, stop_file=args.stop_file,
-                    stop_signal=args.stop_signal)
+                    stop_signal=args.stop_signal, resubmit=args.resubmit,
+                    max_resubmits=args.max_resubmits, queue=args.queue)
     except InvalidArgument as exc:
         print(f"bursar-wrapper: error: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from .. import __version__
 from ..admission import Intent
 from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
 from ..journal import records as J
+from . import batch
 from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
 from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
@@ -51,7 +52,8 @@ log = logging.getLogger("bursarcore.service")
 class ServiceSettings:
     """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
     authentications per second per client address, ``max_body`` bytes per request body,
-    ``batch_unit`` batch items per extra request of rate cost, ``commit_timeout`` the
+    ``batch_unit`` batch items per extra request of rate cost, ``max_batch_items`` items
+    and ``max_batch_body`` bytes per columnar batch (``/v1/batch/...``), ``commit_timeout`` the
     longest wait for a journal commit before a request answers 503; ``metrics_campaigns``
     campaigns shown by name in ``/metrics`` (the rest summed as ``other``) and
     ``metrics_require_token`` whether ``/metrics`` needs the operator token."""
@@ -59,12 +61,15 @@ class ServiceSettings:
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
+                 max_batch_items: int = 100_000, max_batch_body: int = 64 << 20,
                  max_longpoll: float = 60.0, commit_timeout: float | None = 30.0,
                  metrics_campaigns: int = 20, metrics_require_token: bool = True) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
+        self.max_batch_items = max(1, int(max_batch_items))
+        self.max_batch_body = int(max_batch_body)
         self.max_longpoll = float(max_longpoll)
         self.commit_timeout = None if commit_timeout is None else float(commit_timeout)
         self.metrics_campaigns = int(metrics_campaigns)
@@ -73,27 +78,32 @@ class ServiceSettings:
 
 # ---------------------------------------------------------------------------- ASGI layer
 class _Limits:
-    """Pure ASGI middleware: request bodies over ``max_body`` bytes answer 413 before the
-    app reads them (by Content-Length, or by counting a chunked body); every response gets
+    """Pure ASGI middleware: request bodies over ``max_body`` bytes (``batch_body`` under
+    ``/v1/batch/``, the columnar batches) answer 413 before the app reads them (by
+    Content-Length, or by counting a chunked body); every response gets
     ``X-Bursar-Time`` (broker time) and ``Cache-Control: no-store``; an exception no
     handler took answers 500 with a JSON body."""
 
-    def __init__(self, app: Any, max_body: int, clock: Callable[[], float]) -> None:
+    def __init__(self, app: Any, max_body: int, clock: Callable[[], float], *,
+                 batch_body: int | None = None) -> None:
         self.app, self.max_body, self.clock = app, max_body, clock
+        self.batch_body = max_body if batch_body is None else batch_body
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.batch_body if scope.get("path", "").startswith("/v1/batch/") \
+            else self.max_body
         headers = dict(scope.get("headers") or [])
         cl = headers.get(b"content-length")
         if cl is not None:
             try:
-                too_big = int(cl) > self.max_body
+                too_big = int(cl) > limit
             except ValueError:
                 too_big = True
             if too_big:
-                await self._reject(send)
+                await self._reject(send, limit)
                 return
         else:
             # no length given (chunked): buffer up to the limit, then replay
@@ -105,8 +115,8 @@ class _Limits:
                     break
                 body = msg.get("body", b"")
                 size += len(body)
-                if size > self.max_body:
-                    await self._reject(send)
+                if size > limit:
+                    await self._reject(send, limit)
                     return
                 chunks.append(body)
                 more = msg.get("more_body", False)
@@ -146,8 +156,8 @@ class _Limits:
                 raise                     # mid-response: the server drops the connection
             await self._send_json(send, 500, {"detail": "internal error; this request failed"})
 
-    async def _reject(self, send: Callable) -> None:
-        await self._send_json(send, 413, {"detail": f"request body over {self.max_body} bytes"},
+    async def _reject(self, send: Callable, limit: int) -> None:
+        await self._send_json(send, 413, {"detail": f"request body over {limit} bytes"},
                               close=True)
 
     async def _send_json(self, send: Callable, status: int, doc: dict, *,
@@ -236,7 +246,8 @@ def create_app(service: BrokerService, tokens: TokenStore,
     app.state.service = service
     app.state.tokens = tokens
     app.state.limiter = limiter
-    app.add_middleware(_Limits, max_body=st.max_body, clock=broker.clock.now)
+    app.add_middleware(_Limits, max_body=st.max_body, clock=broker.clock.now,
+                       batch_body=st.max_batch_body)
     metrics = ServiceMetrics(service, campaigns=st.metrics_campaigns)
     app.state.metrics = metrics
     app.add_middleware(RouteTimer, observe=metrics.observe_request)   # outermost: times all
@@ -579,6 +590,10 @@ def create_app(service: BrokerService, tokens: TokenStore,
             return broker.release(lease_id)
 
         return M.decision_out(await service.call(run))
+
+    # columnar batches (batch.py): intents and consumptions as columns, JSON or MessagePack
+    batch.install(app, service, principal, charge, max_items=st.max_batch_items,
+                  common=_SCOPED)
 
     # ------------------------------------------------------------------ flow dimensions
     @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,

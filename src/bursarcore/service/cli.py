@@ -108,6 +108,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="longest wait of an events long-poll, seconds (60)")
     arg("--max-body", type=int, default=1 << 20,
         help="largest request body in bytes (default 1 MiB)")
+    arg("--max-batch-items", type=_positive, default=100_000, metavar="N",
+        help="items at most in one columnar batch, /v1/batch/... (100000)")
+    arg("--max-batch-body", type=_positive, default=64 << 20, metavar="BYTES",
+        help="largest body of a columnar batch, /v1/batch/..., in bytes (64 MiB)")
     arg("--keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
         help="close a keep-alive connection idle this long after a response (5)")
     arg("--request-timeout", type=_seconds, default=10.0, metavar="SECONDS",
@@ -154,6 +158,7 @@ def _bounded(kind: type, lo: float, hi: float, what: str) -> Any:
 _port = _bounded(int, 0, 65535, "a port number")
 _seconds = _bounded(float, 0, 86400, "a number of seconds")
 _count = _bounded(int, 0, float("inf"), "a whole number")
+_positive = _bounded(int, 1, 1 << 40, "a whole number")
 
 
 def _paths(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -232,6 +237,8 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("no operator token: mint one with 'bursar serve --mint-operator'")
     metrics = file_cfg.metrics if file_cfg is not None else MetricsConfig()
     settings = ServiceSettings(rate=args.rate, burst=args.burst, max_body=args.max_body,
+                               max_batch_items=args.max_batch_items,
+                               max_batch_body=args.max_batch_body,
                                auth_fail_rate=args.auth_fail_rate,
                                auth_fail_burst=max(1.0, 2 * args.auth_fail_rate),
                                max_longpoll=args.max_longpoll,
