@@ -406,9 +406,9 @@ def heap_pop(st: Any) -> None:
 
 
 def next_expiry(st: Any) -> int:
-    """Time of the earliest scheduled expiry (stale entries included), or -1."""
-    x = _ctx(st)
-    return int(x.e.heap_t[0]) if x.e.scal[3] > 0 else -1
+    """Time of the earliest scheduled expiry, or -1 (stale entries at the heap's top are
+    dropped first)."""
+    return int(lib.bce_next_expiry(_ctx(st).e))
 
 
 def advance(st: Any, t: int, out: Any) -> int:

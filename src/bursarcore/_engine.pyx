@@ -235,6 +235,7 @@ cdef extern from "engine.h" nogil:
                     int64_t dur, int64_t pm)
     void k_heap_push(Eng* e, int64_t t, int64_t lid)
     void k_heap_pop(Eng* e)
+    int64_t k_next_expiry(Eng* e)
     bint k_reusable(const Eng* e)
     int64_t k_row_ahead(const Eng* e, int64_t a)
     int64_t k_row(const Eng* e, int64_t lid)
@@ -725,9 +726,10 @@ def heap_pop(st):
 
 
 def next_expiry(st):
-    """Time of the earliest scheduled expiry (stale entries included), or -1."""
+    """Time of the earliest scheduled expiry, or -1 (stale entries at the heap's top are
+    dropped first); see :func:`bursarcore.reference.engine.next_expiry`."""
     cdef _Ctx x = _ctx(st)
-    return x.e.heap_t[0] if x.e.scal[3] > 0 else -1
+    return k_next_expiry(&x.e)
 
 
 def advance(st, int64_t t, out):

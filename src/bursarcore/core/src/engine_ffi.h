@@ -53,6 +53,7 @@ static int bce_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_t max
                      bce_wide *price);
 static void bce_heap_push(bc_eng *e, int64_t t, int64_t lid);
 static void bce_heap_pop(bc_eng *e);
+static int64_t bce_next_expiry(bc_eng *e);
 static int64_t bce_advance(bc_eng *e, int64_t t, int64_t *out, int64_t outlen, int *err);
 static int bce_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
                      int64_t dur, int64_t max_spend, int64_t t, int64_t intent, int64_t *out);
@@ -168,6 +169,7 @@ static int bce_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_t max
 
 static void bce_heap_push(bc_eng *e, int64_t t, int64_t lid) { k_heap_push(e, t, lid); }
 static void bce_heap_pop(bc_eng *e) { k_heap_pop(e); }
+static int64_t bce_next_expiry(bc_eng *e) { return k_next_expiry(e); }
 
 static int64_t bce_advance(bc_eng *e, int64_t t, int64_t *out, int64_t outlen, int *err)
 {
