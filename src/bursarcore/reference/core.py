@@ -464,9 +464,10 @@ class BrokerCore:
         refills); for capacity, until the next scheduled expiry."""
         if reason == TOKENS:
             h = c.hold[d]
-            need = excess(h.H, nmin, h.s) * dur - h.T
-            if self._instant or h.s - h.H <= 0 or need <= 0:
-                return None
+            cost = excess(h.H, nmin, h.s) * dur
+            need = cost - h.T
+            if self._instant or h.s - h.H <= 0 or need <= 0 or cost > h.B:
+                return None     # nothing refills, or the bucket can never hold the cost
             return -(-need // (h.s - h.H)) / NS
         if reason == CAPACITY:
             ends = [x.end for x in self._leases.live()
