@@ -314,6 +314,31 @@ def test_lease_row_reuse() -> None:
         b.lease(0)
 
 
+def test_journal_replays_in_the_compiled_broker() -> None:
+    """SPEC §9: the reference writes the broker's records, so ``Broker.replay`` of its
+    journal re-executes every input and gets the same records back, byte for byte."""
+    j = MemoryJournal()
+    b = ReferenceBroker(Pool(gpu=16), clock=ManualClock(0.0), journal=j)
+    b.register("g", Envelope(credits=100, guaranteed={"gpu": 8}))
+    b.register("o", Envelope(credits=math.inf, service_class="opportunistic",
+                             sustained={"gpu": 16}, burst={"gpu": math.inf}))
+    o = b.acquire(Intent("o", units={"gpu": (4, 16)}, duration=600))
+    g = b.acquire(Intent("g", units={"gpu": 8}, duration=300))
+    assert (o.units, g.path) == (16, "reclaim")
+    p = b.acquire(Intent("g", units={"gpu": 8}, duration=60))
+    assert p.outcome == "pending" and p.seq >= 0
+    b.clock.advance(61)
+    b.renew(g.lease.id, 100)
+    b.cancel(p.intent_id)
+    b.clock.advance(400)
+    b.release(o.lease.id)
+    b.poll()
+    assert "Granted 8 gpu as lease 1 on the reclaim path" in b.explain(g.seq)
+    again = Broker.replay(j, resume=False)
+    assert again.state()["campaigns"]["g"]["credits_left"] == b.state()["campaigns"]["g"][
+        "credits_left"]
+
+
 # ---------------------------------------------------------------------------------------
 # where the compiled broker breaks the specification (strict xfails: each names the rule)
 # ---------------------------------------------------------------------------------------
@@ -427,11 +452,19 @@ class CompiledAgainstReference(RuleBasedStateMachine):
         price = {"fs": 0.5} if flow and data.draw(st.booleans(), "flow priced") else None
         max_pending = data.draw(st.sampled_from([None, 1, 3, 1024]), "max_pending")
         reuse = data.draw(st.sampled_from([None, 0, 2, 1024]), "reuse_after")
-        kw = dict(price=price, max_pending=max_pending, reuse_after=reuse, ttl=300.0)
+        enforcement = data.draw(st.sampled_from(["prepaid", "prepaid", "instant"]))
+        half_life = data.draw(st.sampled_from([600.0, 5.0]), "half_life")
+        kw = dict(price=price, max_pending=max_pending, reuse_after=reuse, ttl=300.0,
+                  enforcement=enforcement, half_life=half_life)
         self.jc, self.jr = MemoryJournal(), MemoryJournal()
         self.c = Broker(pool(), clock=ManualClock(0.0), journal=self.jc, **kw)  # type: ignore[arg-type]
         self.r = ReferenceBroker(pool(), clock=ManualClock(0.0), journal=self.jr, **kw)  # type: ignore[arg-type]
         self.flow = flow
+        self.seen_c: list[object] = []
+        self.seen_r: list[object] = []
+        if data.draw(st.booleans(), "subscribe"):
+            self.c.subscribe(self.seen_c.append)
+            self.r.subscribe(self.seen_r.append)
         self.camps: list[str] = []
         left_g = list(caps)
         for i in range(data.draw(st.integers(1, 5), "campaigns")):
@@ -454,7 +487,7 @@ class CompiledAgainstReference(RuleBasedStateMachine):
             self.camps.append(name)
         self.lease_ids: list[int] = []
         self.intent_ids: list[int] = []
-        self.events: list[object] = []
+        self.new_nodes = 0
 
     def _same(self, a: object, b: object) -> None:
         assert a == b, f"compiled {a!r}\n  reference {b!r}"
@@ -542,6 +575,25 @@ class CompiledAgainstReference(RuleBasedStateMachine):
         amount = data.draw(st.sampled_from([0.0, 0.5, 1.0, 3.0, 12.0]))
         self._same(self.c.consume(camp, "fs", amount), self.r.consume(camp, "fs", amount))
 
+    @rule(data=st.data())
+    def add_nodes(self, data: st.DataObject) -> None:
+        dim = data.draw(st.sampled_from(self.dims))
+        self.new_nodes += 1
+        nodes = [(f"extra{self.new_nodes}", data.draw(st.integers(1, 6)))]
+        self._same(self.c.add_nodes(dim, nodes), self.r.add_nodes(dim, nodes))
+
+    @rule(data=st.data())
+    def remove_nodes(self, data: st.DataObject) -> None:
+        dim = data.draw(st.sampled_from(self.dims))
+        names = [n for n, _ in self.c.pool.slot_map[dim]]
+        self._same(names, [n for n, _ in self.r.pool.slot_map[dim]])
+        if not names:
+            return
+        node = data.draw(st.sampled_from(names))
+        grace = data.draw(st.sampled_from([0.0, 5.0, 60.0]))
+        self._same(self.c.remove_nodes(dim, [node], grace),
+                   self.r.remove_nodes(dim, [node], grace))
+
     @rule()
     def poll(self) -> None:
         self._same(self.c.poll(), self.r.poll())
@@ -555,6 +607,7 @@ class CompiledAgainstReference(RuleBasedStateMachine):
             self._same(self.c.supply(camp), self.r.supply(camp))
         self._same(self.c.pending(), self.r.pending())
         self._same(self.c._queued_events(), self.r._events)
+        self._same(self.seen_c, self.seen_r)
         a, b = _rows(self.jc), _rows(self.jr)
         for i, (x, y) in enumerate(zip(a, b)):
             if x != y:
