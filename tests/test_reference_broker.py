@@ -447,7 +447,7 @@ class CompiledAgainstReference(RuleBasedStateMachine):
 
         def pool() -> Pool:
             return Pool(slots_per_node=spn, warm_headroom=dict(zip(names, heads)),
-                        flow={"fs": 10.0} if flow else None, **dict(zip(names, caps)))
+                        flow={"fs": 10.0} if flow else None, **dict(zip(names, caps)))  # type: ignore[arg-type]
 
         price = {"fs": 0.5} if flow and data.draw(st.booleans(), "flow priced") else None
         max_pending = data.draw(st.sampled_from([None, 1, 3, 1024]), "max_pending")
@@ -468,7 +468,10 @@ class CompiledAgainstReference(RuleBasedStateMachine):
         self.camps: list[str] = []
         left_g = list(caps)
         for i in range(data.draw(st.integers(1, 5), "campaigns")):
-            g, s, b, B = {}, {}, {}, {}
+            g: dict[str, float] = {}
+            s: dict[str, float] = {}
+            b: dict[str, float] = {}
+            B: dict[str, float] = {}
             for d, name in enumerate(names):
                 gv = data.draw(st.integers(0, min(left_g[d], 6)))
                 left_g[d] -= gv

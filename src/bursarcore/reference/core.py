@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -15,21 +15,18 @@ from ..admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
 from ..journal.base import Journal
-from .leases import (LIVE, ROW_MASK, Campaign, Dimension, Holding, LeaseRecord, LeaseStore,
-                     inf_or, seconds)
-from .pending import PendingQueue, PendingIntent
-from .rules import (BIG, CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE, HOUR_NS, INVALID, NS,
-                    OK, PATHS, PENDING_LIMIT, PPM, REASONS, RECLAIM, TOKENS, TTL, UNLIMITED,
-                    WARM, ClassTerms, Limits, congestion_multiplier, credit_limit, excess,
-                    lease_cost, token_limit)
 from .journaling import JournalWriter
+from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
+from .pending import PendingIntent, PendingQueue
+from .rules import (CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
+                    REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
+                    congestion_multiplier, credit_limit, excess, lease_cost, token_limit,
+                    wrap)
 
 __all__ = ["BrokerCore"]
 
 REUSE_AFTER = 1024          # SPEC §4.6: rows of ended leases are reused after this many
 MAX_PENDING = 1024          # SPEC §4.4: pending intents per campaign, by default
-_MIN_DUR = round(units.MIN_DURATION * NS)
-_MAX_DUR = MAX_DURATION * NS
 FS_REBASE = 256.0           # SPEC §6: the usage epoch moves when this many half-lives behind
 
 # timers at one instant run in this order (SPEC §4.6, §4.5): revocations, activations,
@@ -577,7 +574,7 @@ class BrokerCore:
         charge = self._charge(c, k, lease_cost(n, dur, price))
         if not c.unlimited:
             c.left -= charge
-        c.escrow += charge
+        c.escrow = wrap(c.escrow + charge)
         self._change_holding(c, d, n, not cls.preemptible, t)
         rec = LeaseRecord(id=self._leases.new_id(), campaign=c.index, dim=d, units=n,
                           firm=not cls.preemptible, cls=k, state="starting", granted_at=t,
@@ -665,9 +662,9 @@ class BrokerCore:
         back = rec.cost * remaining // rec.dur
         if not c.unlimited:
             c.left += back
-        c.escrow -= rec.cost
-        c.refunded += back
-        c.spent += rec.cost - back
+        c.escrow = wrap(c.escrow - rec.cost)
+        c.refunded = wrap(c.refunded + back)
+        c.spent = wrap(c.spent + rec.cost - back)
         self._change_holding(c, rec.dim, -rec.units, rec.firm, t)
         rec.state = state
         self._activation.pop(rec.id, None)

@@ -25,6 +25,12 @@ WARM, RECLAIM, COLD = 0, 1, 2
 PATHS = ("warm", "reclaim", "cold")
 
 
+def wrap(x: int) -> int:
+    """SPEC §2: cumulative counters (credits spent and refunded, an unlimited budget's
+    escrow) are kept modulo 2**64 as signed int64, identically in every backend."""
+    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
 def excess(H: int, n: int, s: int) -> int:
     """SPEC §4.2: of n units added at holding H, those above the sustained rate s.
     Only they are prepaid: excess(n, H) · d tokens."""

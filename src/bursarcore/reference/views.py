@@ -16,7 +16,7 @@ from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
 from .core import _REVOKE, BrokerCore
 from .leases import LIVE, LeaseRecord, inf_or
 from .rules import (CAPACITY, CEILING, COLD, CREDIT, CREDITS, NS, PATHS, PPM, REASONS, RECLAIM,
-                    TOKENS, UNLIMITED, WARM, excess, lease_cost)
+                    TOKENS, UNLIMITED, WARM, excess, lease_cost, wrap)
 
 
 _MIN_DUR = round(units.MIN_DURATION * NS)
@@ -152,8 +152,8 @@ class BrokerViews(BrokerCore):
         rec.excess = ex_new
         if not c.unlimited:
             c.left -= price
-        c.escrow += price
-        rec.cost += price
+        c.escrow = wrap(c.escrow + price)
+        rec.cost = wrap(rec.cost + price)
         rec.dur += ext
         rec.end = new_end
         return Dec("granted", rec.intent, c.name, units=rec.units, lease=self._snapshot(rec),
@@ -375,7 +375,7 @@ class BrokerViews(BrokerCore):
         if cost:
             if not c.unlimited:
                 c.left -= cost
-            c.spent += cost
+            c.spent = wrap(c.spent + cost)
         retry_s = 0.0 if got >= a else (math.inf if wait == _NEVER or reason == CREDITS
                                         else wait / NS)
         seq = self._jw.consume(t, ci, len(self.dims) + fd, a, got, cost, reason,
