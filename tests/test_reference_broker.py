@@ -206,6 +206,30 @@ def test_queue_order_rank_then_deficit() -> None:
     assert first.lease is not None
 
 
+@pytest.mark.parametrize("make", [Broker, ReferenceBroker])
+def test_queue_price_falls_mid_pass(make: Any) -> None:
+    """SPEC §4.5, §7: the pass goes in order a1, b1, a2 (equal rank, deficit and tokens:
+    arrival). At t = 10 the congestion multiplier is 3 (κ = 22 pending / 8 free), so a1's
+    9 credits exceed a's 5.83 left; granting b1 takes b1's 20 units of pending demand out
+    (κ = 2 / 7, multiplier 1), so a2, behind it, now costs 3 and is granted, while a1,
+    which the pass has passed, waits."""
+    b = make(Pool(gpu=10), clock=ManualClock(0.0))
+    b.register("x", Envelope(credits=1e6, sustained={"gpu": 8}))
+    b.register("a", Envelope(credits=10, sustained={"gpu": 2}))
+    b.register("b", Envelope(credits=1e6, sustained={"gpu": 2}))
+    b.acquire(Intent("x", units={"gpu": 8}, duration=10))
+    b.acquire(Intent("a", units={"gpu": 1}, duration=5000))
+    b.acquire(Intent("b", units={"gpu": 1}, duration=5000))
+    a1 = b.acquire(Intent("a", units={"gpu": 1}, duration=3600))
+    b1 = b.acquire(Intent("b", units={"gpu": (1, 20)}, duration=3600))
+    a2 = b.acquire(Intent("a", units={"gpu": 1}, duration=3600))
+    assert [d.outcome for d in (a1, b1, a2)] == ["pending"] * 3
+    b.clock.advance(10)
+    assert [(e.kind, e.intent_id) for e in b.poll()] == [
+        ("expired", None), ("granted", b1.intent_id), ("granted", a2.intent_id)]
+    assert [p["intent_id"] for p in b.pending()] == [a1.intent_id]
+
+
 def test_reclaim_preempts_after_grace() -> None:
     """SPEC §4.1, §4.6: a firm request within its guarantee preempts opportunistic leases,
     starts when their grace ends, and the victim is revoked then."""
