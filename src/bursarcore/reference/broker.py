@@ -13,12 +13,16 @@ The pending queue is decided intent by intent over the whole queue at every pass
 (SPEC §4.5), the plain form of the compiled broker's pass over woken keys. Its journal
 (SPEC §9) writes the compiled broker's records through the same sinks (:mod:`.journaling`).
 Flow dimensions (SPEC §5) use the reference flow model, :mod:`bursarcore.reference.flow`.
-Not here: ``replay`` (rebuild a broker with ``bursarcore.Broker.replay``) and nested
-envelopes (SPEC §14, not built anywhere).
+``replay`` re-executes a journal's inputs (:mod:`.replay`). Not here: nested envelopes
+(SPEC §14, not built anywhere).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..journal.base import Journal
+from .replay import replay as _replay
 from .views import BrokerViews
 
 __all__ = ["ReferenceBroker"]
@@ -33,3 +37,17 @@ class ReferenceBroker(BrokerViews):
     ``Decision`` with a reason, and bad input raises
     :class:`~bursarcore.errors.InvalidArgument` before anything changes.
     """
+
+    @classmethod
+    def replay(cls, journal: Journal, *, backend: str | None = None, clock: Any = None,
+               resume: bool = True) -> "ReferenceBroker":
+        """Rebuild a broker from its journal (SPEC §9, invariant 8): every input record is
+        re-executed at its recorded time, and the records the rebuilt broker writes must
+        equal the journal's, field for field, or
+        :class:`~bursarcore.errors.JournalCorrupt` names the first that differs. With
+        ``resume`` the broker goes on appending to ``journal``. (``backend``: as for the
+        constructor.)"""
+        if backend not in (None, "reference"):
+            from ..errors import InvalidArgument
+            raise InvalidArgument("backend", "must be 'reference' (or None)", backend)
+        return _replay(cls, journal, clock=clock, resume=resume)

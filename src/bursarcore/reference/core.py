@@ -230,7 +230,11 @@ class BrokerCore:
         return [c.name for c in self._camps]
 
     # ------------------------------------------------------------------ time (§2)
+    _t_force: int | None = None       # replay runs each input at its recorded time
+
     def _now(self) -> int:
+        if self._t_force is not None:
+            return self._t_force
         t = units.to_ns(self.clock.now(), "clock")
         if t < self._t:
             raise TimeWentBackwards("clock", f"must not run backwards (last {self._t / NS})",

@@ -108,19 +108,23 @@ class BrokerViews(BrokerCore):
                                          hi=MAX_DURATION, what="a number of seconds"), "duration")
             spend = None if max_spend is None else round(
                 units.real(max_spend, "max_spend", hi=units.MAX_CREDITS) * CREDIT)
-            t = self._now()
-            self._advance(t)
-            _, rec = self._record(lid)
-            if rec is not None and (rec.end or 0) + ext > units.MAX_NS:
-                raise InvalidArgument("duration", "would end the lease past the engine's time "
-                                      f"range ({units.MAX_SECONDS:.6g} s)", duration)
-            before = self._jw.lease_info(rec) if self._jw is not None else None
-            dec = self._renew(rec, ext, spend, t)
-            if self._jw is not None:
-                dec = self._jw.lease_op("renew", lid, before, t, ext, spend, dec)
-            return dec
+            return self._renew_ns(lid, ext, spend)
         finally:
             self._end_op()
+
+    def _renew_ns(self, lid: int, ext: int, spend: int | None) -> Any:
+        """A renewal in engine integers, journaled (the entry point replay uses)."""
+        t = self._now()
+        self._advance(t)
+        _, rec = self._record(lid)
+        if rec is not None and (rec.end or 0) + ext > units.MAX_NS:
+            raise InvalidArgument("duration", "would end the lease past the engine's time "
+                                  f"range ({units.MAX_SECONDS:.6g} s)", ext / NS)
+        before = self._jw.lease_info(rec) if self._jw is not None else None
+        dec = self._renew(rec, ext, spend, t)
+        if self._jw is not None:
+            dec = self._jw.lease_op("renew", lid, before, t, ext, spend, dec)
+        return dec
 
     def _renew(self, rec: LeaseRecord | None, ext: int, spend: int | None, t: int) -> Any:
         Dec = self._Decision
