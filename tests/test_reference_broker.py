@@ -5,6 +5,9 @@ against the compiled broker, operation by operation, on everything a user observ
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import re
+from pathlib import Path
 import math
 from typing import Any
 
@@ -30,6 +33,20 @@ def ref(pool: Pool, **kw: object) -> ReferenceBroker:
 # ---------------------------------------------------------------------------------------
 # (a) rules of the specification, with its worked numbers, on the reference alone
 # ---------------------------------------------------------------------------------------
+def test_spec_examples_on_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``>>>`` example of docs/spec.md, run with ``Broker`` being the reference."""
+    import bursarcore
+    text = (Path(__file__).resolve().parents[1] / "docs" / "spec.md").read_text()
+    blocks = re.findall(r"```pycon\n(.*?)```", text, re.S)
+    assert blocks
+    monkeypatch.setattr(bursarcore, "Broker", ReferenceBroker)
+    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "spec.md", "spec.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test, clear_globs=False)
+    assert isinstance(test.globs["b"], ReferenceBroker)
+    assert runner.failures == 0 and runner.tries > 50
+
+
 def test_isolation_reserve_worked_numbers() -> None:
     """SPEC §4.1: pool 100, g idle with 30 guaranteed: a takes at most 70 firm units, and
     g is still served warm."""
