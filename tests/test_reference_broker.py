@@ -656,6 +656,10 @@ class CompiledAgainstReference(RuleBasedStateMachine):
         for camp in self.camps:
             self._same(self.c.supply(camp), self.r.supply(camp))
         self._same(self.c.pending(), self.r.pending())
+        self._same(self.c.deficits(), self.r.deficits())
+        sc, sr = self.c.state(), self.r.state()
+        self._same(sc.pop("backend") in ("compiled", "reference"), sr.pop("backend") == "reference")
+        self._same(sc, sr)
         self._same(self.c._queued_events(), self.r._events)
         self._same(self.seen_c, self.seen_r)
         a, b = _rows(self.jc), _rows(self.jr)
