@@ -269,6 +269,30 @@ def test_reclaim_preempts_after_grace() -> None:
     assert (lease.state, lease.start, lease.expiry) == ("active", 60.0, 660.0)
 
 
+@pytest.mark.parametrize("make", [Broker, ReferenceBroker])
+def test_victim_order(make: Any) -> None:
+    """SPEC §4.1: victims go by smallest fair-share deficit, then largest lease, then lease
+    id; whole leases are preempted."""
+    b = make(Pool(gpu=20), clock=ManualClock(0.0))
+    b.register("g", Envelope(credits=1e6, guaranteed={"gpu": 12}))
+    for name in ("o1", "o2"):
+        b.register(name, Envelope(credits=1e6, service_class="opportunistic",
+                                  sustained={"gpu": 20}))
+    small = b.acquire(Intent("o1", units={"gpu": 4}, duration=3600)).lease.id
+    big = b.acquire(Intent("o1", units={"gpu": 8}, duration=3600)).lease.id
+    b.clock.advance(100)                   # o1 has used more: the smaller deficit
+    other = b.acquire(Intent("o2", units={"gpu": 8}, duration=3600)).lease.id
+    d = b.acquire(Intent("g", units={"gpu": 8}, duration=600))      # none free
+    assert (d.path, d.units) == ("reclaim", 8)
+    assert [(e.kind, e.lease_id) for e in b.poll()] == [("preempt_notice", big)]
+    d = b.acquire(Intent("g", units={"gpu": 4}, duration=600))
+    assert (d.path, d.units) == ("reclaim", 4)
+    assert [(e.kind, e.lease_id) for e in b.poll()] == [("preempt_notice", small)]
+    d = b.acquire(Intent("g", units={"gpu": 1}, duration=600))      # beyond g's 12
+    assert d.outcome == "pending"
+    assert b.lease(other).state == "active"
+
+
 def test_renew_reprices_and_refuses_atomically() -> None:
     """SPEC §4.6: renew re-runs §4.2 and §4.3 for the extension; a refusal changes nothing."""
     b = ref(Pool(gpu=64))
