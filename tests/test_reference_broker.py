@@ -19,6 +19,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  rule)
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore.broker import Decision, Lease
 from bursarcore.admission.classes import DEFAULT_CLASSES
 from bursarcore.errors import InvalidArgument, UnknownCampaign, UnknownLease
 from bursarcore.journal.memory import MemoryJournal
@@ -460,6 +461,37 @@ def test_compiled_capacity_retry_after_stale_expiry() -> None:
     assert (d.outcome, d.reason, d.retry_after) == ("pending", "capacity", 120.0)
 
 
+def _revoked_before_start(b: Any) -> Any:
+    """A reclaim grant (active at 60 s, when its victim's grace ends) whose pool leaves at
+    10 s: at 60 s it cannot be placed and is revoked (reason capacity)."""
+    b.register("g", Envelope(credits=1e6, guaranteed={"gpu": 8}))
+    b.register("o", Envelope(credits=1e6, service_class="opportunistic",
+                             sustained={"gpu": 16}))
+    b.acquire(Intent("o", units={"gpu": 16}, duration=3600))
+    d = b.acquire(Intent("g", units={"gpu": 8}, duration=600))
+    assert (d.path, d.wait) == ("reclaim", 60.0)
+    b.clock.advance(10)
+    b.remove_nodes("gpu", ["gpu-node0000", "gpu-node0001"], grace=0)
+    b.clock.advance(50)
+    assert [(e.kind, e.time, e.reason) for e in b.poll()][-1] == ("revoked", 60.0, "capacity")
+    return b.lease(d.lease.id)
+
+
+def test_reference_revoke_at_of_unstarted_grant() -> None:
+    lease = _revoked_before_start(ref(Pool(gpu=16)))
+    assert (lease.state, lease.start, lease.revoke_at) == ("revoked", None, 60.0)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SPEC §4.6 and Lease.revoke_at ('when a revoking or revoked lease was revoked'): a "
+    "reclaim grant revoked at its activation because the pool shrank under it is revoked "
+    "at 60 s, but the compiled broker's lease says revoke_at=0.0, the placeholder it was "
+    "granted with"))
+def test_compiled_revoke_at_of_unstarted_grant() -> None:
+    lease = _revoked_before_start(Broker(Pool(gpu=16), clock=ManualClock(0.0)))
+    assert (lease.state, lease.start, lease.revoke_at) == ("revoked", None, 60.0)
+
+
 # ---------------------------------------------------------------------------------------
 # (b) the compiled broker against the reference, operation by operation
 # ---------------------------------------------------------------------------------------
@@ -492,6 +524,18 @@ def _known_divergence(a: Any, b: Any) -> Any:
         # test_compiled_capacity_retry_after_stale_expiry
         return dataclasses.replace(a, retry_after=b.retry_after)
     return a
+
+
+def _unstarted_revoke(x: Any) -> Any:
+    """``x`` with the ``revoke_at`` of a reclaim grant revoked before it started (the
+    divergence of ``test_compiled_revoke_at_of_unstarted_grant``) left out."""
+    if isinstance(x, list):
+        return [_unstarted_revoke(y) for y in x]
+    if isinstance(x, Lease) and x.state == "revoked" and x.start is None:
+        return dataclasses.replace(x, revoke_at=None)
+    if isinstance(x, Decision) and x.lease is not None:
+        return dataclasses.replace(x, lease=_unstarted_revoke(x.lease))
+    return x
 
 
 @settings(max_examples=100, deadline=None, stateful_step_count=30,
@@ -558,6 +602,7 @@ class CompiledAgainstReference(RuleBasedStateMachine):
         self.new_nodes = 0
 
     def _same(self, a: object, b: object) -> None:
+        a, b = _unstarted_revoke(a), _unstarted_revoke(b)
         assert a == b, f"compiled {a!r}\n  reference {b!r}"
 
     def _decisions(self, a: object, b: object) -> None:

@@ -292,6 +292,7 @@ class BrokerCore:
                 return
             if len(self._dim[rec.dim].free) < rec.units:
                 # the pool shrank under a reclaim grant (nodes left): it cannot be placed
+                rec.revoke_at = t
                 self._end(rec, t, "revoked")
                 self._emit("revoked", t, rec.campaign, lease=rec, reason=CAPACITY)
             else:
