@@ -248,6 +248,23 @@ def test_queue_price_falls_mid_pass(make: Any) -> None:
     assert [p["intent_id"] for p in b.pending()] == [a1.intent_id]
 
 
+@pytest.mark.parametrize("make", [Broker, ReferenceBroker])
+def test_queue_order_tokens_before_arrival(make: Any) -> None:
+    """SPEC §4.5: at equal rank and deficit, the campaign with more tokens goes first."""
+    b = make(Pool(gpu=8), clock=ManualClock(0.0))
+    b.register("x", Envelope(credits=1e6, sustained={"gpu": 8}))
+    b.register("poor", Envelope(credits=1e6, sustained={"gpu": 8}, burst={"gpu": 100}))
+    b.register("rich", Envelope(credits=1e6, sustained={"gpu": 8}, burst={"gpu": 1000}))
+    b.acquire(Intent("x", units={"gpu": 8}, duration=10))
+    first = b.acquire(Intent("poor", units={"gpu": 8}, duration=10))
+    second = b.acquire(Intent("rich", units={"gpu": 8}, duration=10))
+    assert (first.outcome, second.outcome) == ("pending", "pending")
+    d = b.deficits()
+    assert d["poor"] == d["rich"]
+    b.clock.advance(10)
+    assert [e.intent_id for e in b.poll() if e.kind == "granted"] == [second.intent_id]
+
+
 def test_reclaim_preempts_after_grace() -> None:
     """SPEC §4.1, §4.6: a firm request within its guarantee preempts opportunistic leases,
     starts when their grace ends, and the victim is revoked then."""
