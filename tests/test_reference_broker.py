@@ -274,6 +274,9 @@ def test_reclaim_preempts_after_grace() -> None:
                              sustained={"gpu": 16}))
     o = b.acquire(Intent("o", units={"gpu": 16}, duration=3600))
     assert o.units == 16
+    q = b.quote("g", [8, 9], [600])         # SPEC §8: the reclaim path, its wait the grace
+    assert (q.path.tolist(), q.wait.tolist(), q.reason.tolist()) == (
+        [["reclaim"], ["reclaim"]], [[60.0], [60.0]], [[""], ["ceiling"]])
     d = b.acquire(Intent("g", units={"gpu": 8}, duration=600))
     assert (d.outcome, d.path, d.wait, d.lease.state) == ("granted", "reclaim", 60.0,
                                                           "starting")
@@ -330,6 +333,19 @@ def test_renew_reprices_and_refuses_atomically() -> None:
     d = b.acquire(Intent("a", units={"gpu": 4}, duration=60))   # within s: no tokens
     r = b.renew(d.lease.id, 60, max_spend=0)
     assert (r.outcome, r.reason, r.cost) == ("refused", "credits", 0.2)
+
+
+def test_renew_prices_the_lease_as_topmost() -> None:
+    """SPEC §4.2, §4.6: a renewal re-prices the remaining segment as the top-most holding:
+    at H = 6 over s = 4, renewing a 2-unit lease prepays excess(4, 2) = 2 units."""
+    b = ref(Pool(gpu=64))
+    b.register("a", Envelope(credits=1e6, sustained={"gpu": 4}, ceiling={"gpu": 64},
+                             burst={"gpu": 10_000}))
+    small = b.acquire(Intent("a", units={"gpu": 2}, duration=100))   # within s: free
+    b.acquire(Intent("a", units={"gpu": 4}, duration=1000))          # 2 above s: 2000
+    assert b.supply("a").dims["gpu"].tokens == 8000.0
+    r = b.renew(small.lease.id, 100)        # 2 · (200 − 0) − 0 · 100 = 400
+    assert r.granted and b.supply("a").dims["gpu"].tokens == 7600.0
 
 
 def test_release_twice_and_unknown_ids() -> None:
