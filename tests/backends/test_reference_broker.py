@@ -37,7 +37,7 @@ def ref(pool: Pool, **kw: object) -> ReferenceBroker:
 def test_spec_examples_on_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ``>>>`` example of docs/spec.md, run with ``Broker`` being the reference."""
     import bursarcore
-    text = (Path(__file__).resolve().parents[1] / "docs" / "spec.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text()
     blocks = re.findall(r"```pycon\n(.*?)```", text, re.S)
     assert blocks
     monkeypatch.setattr(bursarcore, "Broker", ReferenceBroker)
