@@ -4,6 +4,7 @@ It is always importable, whatever the build, and every compiled kernel is tested
 (same operations, same results, bit for bit).
 """
 
+from .broker import ReferenceBroker
 from .buckets import TokenBuckets
 
-__all__ = ["TokenBuckets"]
+__all__ = ["ReferenceBroker", "TokenBuckets"]

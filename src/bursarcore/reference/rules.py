@@ -1,0 +1,124 @@
+"""The admission rules of docs/spec.md as plain functions of named numbers.
+
+Every quantity is an integer in the units of SPEC §2: time in ns, held tokens in unit·ns,
+credits in micro-credits, multipliers in parts per million. Python ints do not overflow,
+so these functions need no 128-bit care.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NS = 1_000_000_000
+HOUR_NS = 3600 * NS
+PPM = 1_000_000
+CREDIT = 1_000_000                  # micro-credits per credit
+UNLIMITED = 1 << 62                 # SPEC §2: the sentinel of credits=inf and burst=inf
+BIG = UNLIMITED                     # "no limit" for a rule that does not bind
+
+# reason codes, in the order and spelling of the journal's reason column (SPEC §4.4)
+REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
+           "unknown_campaign", "cancelled", "pending_limit")
+OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID = range(8)
+CANCELLED, PENDING_LIMIT = 9, 10
+WARM, RECLAIM, COLD = 0, 1, 2
+PATHS = ("warm", "reclaim", "cold")
+
+
+def wrap(x: int) -> int:
+    """SPEC §2: cumulative counters (credits spent and refunded, an unlimited budget's
+    escrow) are kept modulo 2**64 as signed int64, identically in every backend."""
+    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
+def excess(H: int, n: int, s: int) -> int:
+    """SPEC §4.2: of n units added at holding H, those above the sustained rate s.
+    Only they are prepaid: excess(n, H) · d tokens."""
+    return max(0, H + n - s) - max(0, H - s)
+
+
+def lease_cost(n: int, dur: int, price: int) -> int:
+    """SPEC §4.3: n units for dur ns at ``price`` micro-credits per unit-hour, rounded up
+    to a micro-credit."""
+    return -(-(n * dur * price) // HOUR_NS)
+
+
+@dataclass(frozen=True)
+class ClassTerms:
+    """One service class in engine units (SPEC §7)."""
+    name: str
+    rank: int
+    mult: int               # the credit multiplier, ppm
+    priced: bool            # congestion-priced
+    preemptible: bool
+    grace: int              # ns
+    free_when_broke: bool
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most units each rule lets one more lease have (SPEC §4.4), and its price.
+
+    ``capacity`` counts units a reclaim could reach, ``warm`` only the units free now."""
+    ceiling: int
+    capacity: int
+    tokens: int
+    credits: int
+    warm: int
+    price: int              # micro-credits per unit-hour, the class and congestion applied
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.ceiling, self.capacity, self.tokens, self.credits)
+
+    def size(self, nmax: int) -> int:
+        """SPEC §4.4: the largest n <= nmax every rule allows (0 if none)."""
+        return max(0, min(nmax, self.ceiling, self.capacity, self.tokens, self.credits))
+
+    def binding(self, n: int) -> int:
+        """SPEC §4.4: the first rule, in the order ceiling, capacity, tokens, credits,
+        whose limit is what held the size to n."""
+        for code, lim in ((CEILING, self.ceiling), (CAPACITY, self.capacity),
+                          (TOKENS, self.tokens), (CREDITS, self.credits)):
+            if lim <= n:
+                return code
+        return OK
+
+    def first_broken(self, n: int) -> int:
+        """SPEC §8: the first rule, in the same order, that a request of exactly n breaks."""
+        for code, lim in ((CEILING, self.ceiling), (CAPACITY, self.capacity),
+                          (TOKENS, self.tokens), (CREDITS, self.credits)):
+            if lim < n:
+                return code
+        return OK
+
+
+def token_limit(H: int, s: int, T: int, dur: int, instant: bool) -> int:
+    """SPEC §4.2: the most units a grant at holding H may add: the room below s needs no
+    tokens, each unit above it needs ``dur`` unit·ns. Instant mode (experiments only)
+    checks only that T is positive."""
+    room = max(0, s - H)
+    if instant:
+        return BIG if T > 0 else room
+    return room + T // dur
+
+
+def credit_limit(left: int, dur: int, price: int, free_when_broke: bool,
+                 max_spend: int | None) -> int:
+    """SPEC §4.3: the most units whose cost the credits left (and ``max_spend``) cover.
+    A class that runs free when broke is never limited by the budget; an unlimited budget
+    still bounds one lease's cost by the sentinel (SPEC §2)."""
+    if price == 0:
+        return BIG
+    lim = BIG if free_when_broke else min(left, UNLIMITED) * HOUR_NS // (dur * price)
+    if max_spend is not None:
+        lim = min(lim, max_spend * HOUR_NS // (dur * price))
+    return lim
+
+
+def congestion_multiplier(kappa_ppm: int, thresholds: tuple[int, ...],
+                          multipliers: tuple[int, ...]) -> int:
+    """SPEC §7: the multiplier of the first band whose threshold κ is below."""
+    for thr, m in zip(thresholds, multipliers):
+        if kappa_ppm < thr:
+            return m
+    return multipliers[len(thresholds)]
