@@ -13,7 +13,7 @@ import math
 
 from ..admission.state import (ACTIVE, CAPACITY, CEILING, COLD, CREDITS, EXPIRED, FS_REBASE,
                                GEN_MASK, GRANTED, HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED,
-                               REVOKING, ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
+                               REVOKED, REVOKING, ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
 
 # class-table columns
 RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
