@@ -26,6 +26,8 @@ if int(setuptools.__version__.split(".")[0]) < 77:
 CORE = "src/bursarcore/core"
 CORE_SOURCES = sorted(set(glob.glob(f"{CORE}/src/*.c")) - {f"{CORE}/src/unity.c"})
 CORE_INCLUDE = [f"{CORE}/include", f"{CORE}/src"]
+CORE_HEADERS = sorted(glob.glob(f"{CORE}/include/*.h") + glob.glob(f"{CORE}/src/*.h")
+                      + glob.glob(f"{CORE}/src/*.c"))
 # Cython modules that bind the core: each includes what it uses (the whole core as
 # core/src/unity.c, or the inline rules of a header), so the compiler can inline it
 BINDS_CORE = {"_buckets", "_flow", "_engine"}
@@ -53,6 +55,7 @@ extensions = [
         f"bursarcore.{name}",
         [f"src/bursarcore/{name}.pyx"],
         include_dirs=[np.get_include()] + (CORE_INCLUDE if name in BINDS_CORE else []),
+        depends=CORE_HEADERS if name in BINDS_CORE else [],
         extra_compile_args=extra,
         extra_link_args=link,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
@@ -67,7 +70,8 @@ ext_modules = cythonize(
 ) if extensions else []
 if wanted("libbursarcore"):
     ext_modules.append(Extension(LIBRARY, CORE_SOURCES, include_dirs=CORE_INCLUDE,
-                                 extra_compile_args=extra + ["-std=c11"],
+                                 extra_compile_args=extra + ["-std=c11", "-fwrapv",
+                                                             "-ffp-contract=off"],
                                  extra_link_args=link, libraries=["m"]))
 
 

@@ -22,6 +22,9 @@ extensions built in place (``BURSAR_BUILD_ONLY=_engine python setup.py build_ext
   calls plus ``poll()`` a round, the clock moving on every call past a standing pending
   queue of ~60 keys (two rounds of traffic before timing).
 
+``--engine cffi`` runs the new build's broker with ``BURSARCORE_BACKEND=cffi`` (its engine's
+kernels through the cffi binding) on the engine workloads.
+
 Token buckets and flow dimensions (``benchmarks/test_bench_buckets.py``, ``test_bench_flow.py``),
 each on the fastest bucket class a build has (``--buckets cffi`` asks for the cffi binding;
 an old build without it uses its compiled class):
@@ -181,6 +184,9 @@ def main() -> None:
     ap.add_argument("--buckets", default="cython", choices=("cython", "cffi"),
                     help="the new build's bucket class (buckets-* workloads; the old build's "
                          "is its fastest)")
+    ap.add_argument("--engine", default="cython", choices=("cython", "cffi"),
+                    help="the binding the new build's broker calls its engine through "
+                         "(engine workloads; the old build's is its default)")
     ap.add_argument("--pairs", type=int, default=3, help="process pairs, each a new seed")
     ap.add_argument("--rounds", type=int, default=40, help="rounds per process (2 untimed)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -194,10 +200,14 @@ def main() -> None:
         sides = [f"{args.workload}:cython", f"{args.workload}:{args.buckets}"]
     ta, tb, ratio = [], [], []
     for seed in range(args.pairs):
+        env_b = dict(os.environ)
+        if args.engine == "cffi" and not args.workload.startswith(("buckets-", "flow-")):
+            env_b["BURSARCORE_BACKEND"] = "cffi"
         ps = [subprocess.Popen([sys.executable, __file__, "x", "x", "--child", src,
                                 side, str(args.rounds), str(seed)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-              for src, side in zip((args.a, args.b), sides)]
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env=env)
+              for src, side, env in zip((args.a, args.b), sides, (dict(os.environ), env_b))]
         for p in ps:
             if p.stdout.readline().strip() != "ready":
                 raise SystemExit("a child failed to start (see its traceback above)")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from bursarcore import _backend
 from bursarcore.admission.state import MAXV, PPM, EngineState
+from bursarcore.broker import ENGINES
 
 __all__ = ["cmp", "NS", "same_value", "same_state", "run", "durations", "steps", "configs",
            "campaigns", "build"]
 
-cmp = _backend.compiled("_engine")
+# the C core's engine through the binding the backend chose (Cython, or cffi under
+# BURSARCORE_BACKEND=cffi); None on the reference backend
+cmp = ENGINES.get("compiled")
 
 NS = 1_000_000_000
 

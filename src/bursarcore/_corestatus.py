@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import InvalidArgument, TimeWentBackwards
 
-__all__ = ["STATUS", "status_error", "time_error", "watermark_error"]
+__all__ = ["STATUS", "engine_error", "status_error", "time_error", "watermark_error"]
 
 #: status code -> the rule it reports (bursarcore.h)
 STATUS = {
@@ -40,3 +40,29 @@ def time_error(last_ns: int, t_ns: int) -> TimeWentBackwards:
 def watermark_error(wm_ns: int, now: object) -> TimeWentBackwards:
     """``now`` before the newest time any operation on the table used."""
     return TimeWentBackwards("now", f"must be >= the last update {wm_ns / 1e9!r}", now)
+
+
+def engine_error(err: int, what: object = None) -> Exception:
+    """The exception for an error code of the admission engine's kernels (``BC_E_*`` of
+    core/src/engine.h), the same whichever binding called them. These are broken
+    preconditions of the engine (the broker validates its input and grows the state before
+    it asks), not refusals."""
+    if err == -1:
+        return IndexError("lease store full: call EngineState.grow_leases first")
+    if err == -2:
+        return IndexError("slot arena full: call EngineState.grow_leases first")
+    if err == -3:
+        return IndexError(f"too few free slots to place {what}")
+    if err == -4:
+        return IndexError(f"lease {what} would overfill its dimension's free-slot stack")
+    if err == -6:
+        return ZeroDivisionError("integer division or modulo by zero (duration 0)")
+    if err == -7:
+        return IndexError(f"index out of range: {what}")
+    if err == -8:
+        return OverflowError("price_pm does not fit int64 (price x multipliers too large)")
+    if err == -9:
+        return IndexError("heap_pop from an empty expiry heap")
+    if err == -10:
+        return IndexError(f"lease {what} has already ended")
+    return RuntimeError(f"bursarcore: unexpected engine error code {err}")

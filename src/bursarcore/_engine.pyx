@@ -12,17 +12,20 @@ Design
   cost more than the decision, so a :class:`_Ctx` holds raw pointers to all of them. It is
   cached on the state (``st._cctx``) and rebuilt when ``st.version`` moves, which
   ``EngineState`` bumps on every attribute assignment (array growth, ``C``).
-* **C kernels, Python shells.** Every rule is an inline ``nogil`` C function over the
-  pointer struct :c:type:`Eng`; the module-level functions only convert arguments, call
-  them, and turn error codes into the exceptions the reference raises. ``admit_batch``
-  runs its items in one C loop (GIL released for 64 items or more); its columns are read
-  through raw pointers, not memoryviews (a buffer acquisition per column would cost more
-  than a small batch's decisions).
-* **The rules from the C core.** The arithmetic rules of SPEC §4 on one campaign's numbers
-  (excess, sustained room, ceiling room, unmet guarantee, the unmet-guarantee reserve,
-  warm capacity) are the core's ``core/src/rules.h``, written once and inlined into every
-  path here: the decision, the batch pass, grants, renewals, the "never" checks, ``quote``
-  and ``token_wait``.
+* **The kernels are the C core's.** Every rule is one inline function of
+  ``core/src/engine.h`` over the pointer struct ``bc_eng`` (here :c:type:`Eng`), with the
+  arithmetic on one campaign's numbers from ``core/src/rules.h``; this module compiles them
+  into itself so they inline, and its module-level functions only convert arguments, call
+  them, and turn error codes into the exceptions the reference raises. The decision, the
+  batch loop, grants, renewals, the "never" checks, ``quote`` and ``token_wait`` call the
+  same functions: a rule changed there changes every path.
+* **The batch.** ``admit_batch`` runs its items in one C loop (``k_batch``: each item
+  through the same ``k_admit`` as a single admission; GIL released for 64 items or more),
+  reading its columns through raw pointers, not memoryviews (a buffer acquisition per
+  column would cost more than a small batch's decisions). The loop remembers the last
+  price while nothing in the batch can move it and the last cost (``bc_memo``), and
+  prefetches the campaign records of the item six ahead (a 10 k campaign batch's records
+  live in L3) and, for writing, the lease record that the grant twelve on would take.
 * **Integers.** Products that can leave int64 (rate·dt, n·dur·pm, left·HOUR_NS,
   excess·dur, ex·(end − t)) are taken in ``__int128``; every ``//`` is Python's floor
   division, so negative values (outside the broker's domain) still match. A value the
@@ -34,15 +37,6 @@ Design
   bind (``T >= q·dur``, ``X >= q·den``: multiplications) and divides only when they do or
   when a refusal needs its reason; congestion thresholds compare ``num < thr·den``; the
   common cost fits one 64-bit division by a constant. ``decide`` returns every limit exact.
-* **A fused pass for the batch's common item.** Without a journal, ``admit_batch`` runs
-  ``k_batch_fast``: an item that is a full warm grant (its max fits its ceiling, the warm
-  capacity, its tokens and credits, and there is room for its lease) is committed by the
-  same ``k_commit`` as ``k_admit`` uses, after its limits are only compared with the max
-  and its price taken from a cache while congestion cannot move it; any other item goes
-  through ``k_admit``. It prefetches the campaign records of the item six ahead (a 10 k campaign
-  batch's records live in L3) and, for writing, the lease record that the grant twelve on
-  would take (``k_row_ahead``). ``tests/test_batch_fast_diff.py`` puts items at each limit
-  and one off it.
 * **Records, not a line per field.** A campaign's state is one :c:type:`CdRow` per
   dimension (two cache lines) and one :c:type:`CRow` (one line), the rows of ``st.cdrow`` /
   ``st.crow``; a lease is one :c:type:`LRow` (two lines), a row of ``st.lrow``. A grant
@@ -68,7 +62,7 @@ Design
   own methods (``_serve_pending``, ``_slow``, ``_retry_after``, ``_reserve``) where the
   general path would. Its reference is :mod:`bursarcore.reference.fastpath`; the
   decisions, events and state are checked against the general path by
-  ``tests/test_fastpath_diff.py``. The result objects are the broker's frozen, slotted
+  ``tests/backends/test_acquire_paths_agree.py``. The result objects are the broker's frozen, slotted
   dataclasses, filled slot by slot (``_Maker``) instead of through their ``__init__``.
   ``expired`` events are queued as fields (``_ExpiredRun``, in their place in
   ``Broker._events``) and built when ``Broker.poll`` takes them (``FastAcquire.events``):
@@ -81,21 +75,133 @@ cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.math cimport pow as c_pow
 
+from ._corestatus import engine_error
 from .admission import state as _state
 
 cnp.import_array()
 
 cdef extern from *:
-    ctypedef long long i128 "__int128"
-    ctypedef unsigned long long u128 "unsigned __int128"
-    bint __builtin_mul_overflow(i128 a, i128 b, i128* r) noexcept nogil
-    bint mul_over64 "__builtin_mul_overflow"(int64_t a, int64_t b, int64_t* r) noexcept nogil
-    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
-    void prefetch_w "__builtin_prefetch"(const void* p, int rw) noexcept nogil
+    ctypedef long long i128 "bc_i128"
+    ctypedef unsigned long long u128 "bc_u128"
 
-# the admission rules of SPEC §4 that are arithmetic on one campaign's numbers: the C
-# core's, written once (core/src/rules.h)
-cdef extern from "rules.h" nogil:
+# The admission engine: the C core's (core/src/engine.h), every rule once; this module
+# binds it to EngineState's arrays and to Python.
+cdef extern from "engine.h" nogil:
+    const int64_t HOUR "BC_HOUR_NS"
+    const int64_t MAXV "BC_MAXV"
+    const int64_t PPM "BC_PPM"
+    const int64_t I64_MAX "BC_I64_MAX"
+    const int64_t I64_MIN "BC_I64_MIN"
+    const int64_t ROW_MASK "BC_ROW_MASK"      # lease id = row | generation << ROW_BITS
+    const int64_t GEN_MASK "BC_GEN_MASK"
+    const int64_t ROW_BITS "BC_ROW_BITS"
+    const double C_FS_REBASE "BC_FS_REBASE"
+    const int64_t REC_WIDTH "BC_REC_WIDTH"
+
+    # class-table columns
+    enum:
+        RANK "BC_K_RANK"
+        MULT "BC_K_MULT"
+        PRICED "BC_K_PRICED"
+        PREEMPT "BC_K_PREEMPT"
+        GRACE "BC_K_GRACE"
+        FREEBROKE "BC_K_FREEBROKE"
+        NCOL "BC_K_NCOL"
+    # reason codes, outcomes, lease states, paths (checked against admission.state below)
+    enum:
+        R_OK "BC_REASON_NONE"
+        R_CAPACITY "BC_REASON_CAPACITY"
+        R_TOKENS "BC_REASON_TOKENS"
+        R_CREDITS "BC_REASON_CREDITS"
+        R_CEILING "BC_REASON_CEILING"
+    enum:
+        O_GRANTED "BC_GRANTED"
+        O_REFUSED "BC_REFUSED"
+        O_SLOW "BC_DEFERRED"
+    enum:
+        L_STARTING "BC_LEASE_STARTING"
+        L_ACTIVE "BC_LEASE_ACTIVE"
+        L_REVOKING "BC_LEASE_REVOKING"
+        L_RELEASED "BC_LEASE_RELEASED"
+        L_EXPIRED "BC_LEASE_EXPIRED"
+        L_REVOKED "BC_LEASE_REVOKED"
+    enum:
+        P_WARM "BC_P_WARM"
+        P_RECLAIM "BC_P_RECLAIM"
+        P_COLD "BC_P_COLD"
+    # error codes of the kernels (all < 0)
+    enum:
+        E_LEASES "BC_E_LEASES"
+        E_ARENA "BC_E_ARENA"
+        E_SLOTS "BC_E_SLOTS"
+        E_STACK "BC_E_STACK"
+        E_HEAPFULL "BC_E_HEAPFULL"
+        E_ZERODIV "BC_E_ZERODIV"
+        E_INDEX "BC_E_INDEX"
+        E_RANGE "BC_E_RANGE"
+        E_EMPTY "BC_E_EMPTY"
+        E_ENDED "BC_E_ENDED"
+
+    ctypedef struct CdRow "bc_cdrow":
+        int64_t tlast, H, T, s, b, Bcap, acc, tok_debited
+        int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2
+    ctypedef struct CRow "bc_crow":
+        int64_t left, escrow, cred_debited, budget, spent, refunded
+        double fsS, fsG
+    ctypedef struct LRow "bc_lrow":
+        int64_t camp, dim, units, firm, state, lcls, t_end, slot_off
+        int64_t t_grant, t_start, dur, excess, cost, revoke_at, intent, gen
+    ctypedef struct Eng "bc_eng":
+        long long D, K, NT, bins, W, calloc, L, A, HC
+        long long bin_ns
+        int64_t* cap
+        int64_t* headroom
+        int64_t* occ
+        int64_t* prom
+        int64_t* rev
+        int64_t* F
+        int64_t* U
+        int64_t* oppa
+        int64_t* pend
+        int64_t* price
+        int64_t* gsum
+        int64_t* cls
+        int64_t* cong_thr
+        int64_t* cong_mult
+        int64_t* ring
+        int64_t* ring_sum
+        int64_t* scal
+        int32_t* free_slots
+        int64_t* top
+        CdRow* cd
+        CRow* cr
+        int64_t* fs_par
+        long long fs_t
+        double fs_w
+        int fs_ok
+        LRow* lr
+        int64_t* freeq
+        int64_t* lfree
+        int32_t* arena
+        int64_t* arena_top
+        int64_t* heap_t
+        int64_t* heap_id
+    ctypedef struct Dec "bc_dec":
+        int64_t n, reason, path, pm, lim_ceil, lim_cap, lim_tok
+        i128 lim_cred
+        int64_t lim_warm
+    ctypedef struct Memo "bc_memo":
+        pass
+
+    # the arithmetic of SPEC §2 and the rules of §4 on one campaign's numbers (rules.h)
+    int64_t imax "bc_max64"(int64_t a, int64_t b)
+    int64_t imin "bc_min64"(int64_t a, int64_t b)
+    int64_t fdiv64 "bc_fdiv64"(int64_t a, int64_t b)
+    int64_t fmod64 "bc_fmod64"(int64_t a, int64_t b)
+    i128 fdiv128 "bc_fdiv128"(i128 a, i128 b)
+    i128 fdiv_ppm "bc_fdiv_ppm"(i128 a)
+    int64_t wadd "bc_wadd"(int64_t a, i128 b)
+    int64_t _cap "bc_cap_maxv"(i128 x)
     int64_t bc_excess(int64_t H, int64_t n, int64_t s)
     int64_t bc_sustained_room(int64_t H, int64_t s)
     int64_t bc_ceiling_room(int64_t b, int64_t H)
@@ -104,78 +210,75 @@ cdef extern from "rules.h" nogil:
     int64_t bc_warm_firm(int64_t free, int64_t firm_limit)
     int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
     int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
+    i128 k_cost "bc_cost"(int64_t n, int64_t dur, int64_t pm)
+    bint mul_over "k_mul_over"(i128 a, i128 b, i128* r)
+    bint mul_over64 "k_mul_over64"(int64_t a, int64_t b, int64_t* r)
+
+    # the engine's kernels (engine.h)
+    void k_memo_init(Memo* mo)
+    void k_settle(Eng* e, int64_t c, int64_t d, int64_t t)
+    int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
+    int64_t k_free(const Eng* e, int64_t d)
+    double k_fs_weight(Eng* e, int64_t t)
+    void k_hold(Eng* e, int64_t c, int64_t d, int64_t delta, int firm)
+    void k_ring_advance(Eng* e, int64_t t)
+    i128 k_cong_ppm(const Eng* e, int64_t d)
+    int64_t k_cong_mult(const Eng* e, int64_t d)
+    int64_t k_cong_mult_f(const Eng* e, int64_t d, int64_t free)
+    i128 k_price(const Eng* e, int64_t d, int64_t k)
+    i128 k_price_f(const Eng* e, int64_t d, int64_t k, int64_t free)
+    void k_shortfall(Eng* e, int64_t d, int64_t units)
+    i128 k_charge(const Eng* e, int64_t c, const int64_t* kc, i128 price)
+    int k_decide(Eng* e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
+                 int64_t dur, int64_t max_spend, int64_t t, int exact, Dec* o, Memo* mo)
+    int64_t k_never(const Eng* e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                    int64_t dur, int64_t pm)
+    void k_heap_push(Eng* e, int64_t t, int64_t lid)
+    void k_heap_pop(Eng* e)
+    int64_t k_next_expiry(Eng* e)
+    bint k_reusable(const Eng* e)
+    int64_t k_row_ahead(const Eng* e, int64_t a)
+    int64_t k_row(const Eng* e, int64_t lid)
+    int k_room(const Eng* e, int64_t d, int64_t n, int64_t leases, int place)
+    int64_t k_grant(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
+                    int64_t pm, int64_t t, int starting, int64_t intent)
+    int64_t k_commit(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
+                     int64_t pm, int64_t t, int starting, int64_t intent, Memo* mo)
+    int k_activate(Eng* e, int64_t lid, int64_t t)
+    int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state)
+    int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max_spend,
+                i128* price_out)
+    int64_t k_advance(Eng* e, int64_t t, int64_t* out, int64_t outlen, int* err)
+    int k_admit(Eng* e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
+                int64_t dur, int64_t max_spend, int64_t t, int64_t intent, int64_t* out,
+                Memo* mo)
+    int64_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const int64_t* dims,
+                    const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
+                    int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
+                    int64_t j, int64_t m, int* err, int64_t* rec)
+    void k_sum_guarantees(Eng* e, int64_t C)
+    void k_dim_figures(const Eng* e, int64_t d, int64_t* out)
+    i128 k_token_wait(const Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
+    int k_quote_cell(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
+                     int64_t t, i128* charge, int64_t* path, int64_t* reason)
+    int64_t k_decide_keys(Eng* e, const int64_t* keys, int64_t K, int64_t t,
+                          int64_t* out_reason, int* err)
+    int k_preempt(Eng* e, int64_t lid, int64_t t, int64_t grace)
+    int64_t k_batch_plain(Eng* e, const int64_t* camps, const int64_t* ks,
+                          const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
+                          const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
+                          int64_t* orz, int64_t* ol, int64_t j, int64_t m, int* err)
+    int64_t k_batch_rec(Eng* e, const int64_t* camps, const int64_t* ks,
+                        const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
+                        const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
+                        int64_t* orz, int64_t* ol, int64_t j, int64_t m, int* err,
+                        int64_t* rec)
 
 cdef extern from *:
-    """
-    #define BC_HOUR_NS ((int64_t)3600000000000LL)
-    #define BC_MAXV ((int64_t)4611686018427387904LL)
-    #define BC_PPM ((int64_t)1000000LL)
-    #define BC_I64_MAX ((int64_t)0x7FFFFFFFFFFFFFFFLL)
-    #define BC_I64_MIN ((int64_t)(-0x7FFFFFFFFFFFFFFFLL - 1))
-    #define BC_ROW_MASK ((int64_t)0xFFFFFFFFLL)
-    #define BC_GEN_MASK ((int64_t)0x3FFFFFFFLL)
-    """
-    const int64_t HOUR "BC_HOUR_NS"
-    const int64_t MAXV "BC_MAXV"
-    const int64_t PPM "BC_PPM"
-    const int64_t I64_MAX "BC_I64_MAX"
-    const int64_t I64_MIN "BC_I64_MIN"
-    const int64_t ROW_MASK "BC_ROW_MASK"      # lease id = row | generation << ROW_BITS
-    const int64_t GEN_MASK "BC_GEN_MASK"
-
-# class-table columns
-cdef enum:
-    RANK = 0
-    MULT = 1
-    PRICED = 2
-    PREEMPT = 3
-    GRACE = 4
-    FREEBROKE = 5
-    NCOL = 6
-
-# reason codes, outcomes, lease states, paths (checked against admission.state at import)
-cdef enum:
-    R_OK = 0
-    R_CAPACITY = 1
-    R_TOKENS = 2
-    R_CREDITS = 3
-    R_CEILING = 4
-
-cdef enum:
-    O_GRANTED = 0
-    O_REFUSED = 1
-    O_SLOW = 2
-
-cdef enum:
-    L_STARTING = 0
-    L_ACTIVE = 1
-    L_REVOKING = 2
-    L_RELEASED = 3
-    L_EXPIRED = 4
-    L_REVOKED = 5
-
-cdef enum:
-    ROW_BITS = 32
-
-cdef enum:
-    P_WARM = 0
-    P_RECLAIM = 1
-    P_COLD = 2
+    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+    void prefetch_w "__builtin_prefetch"(const void* p, int rw) noexcept nogil
 
 cdef i128 EXACT_DOUBLE = 1LL << 53     # integers a double holds exactly
-
-# error codes of the C kernels (all < 0)
-cdef enum:
-    E_LEASES = -1      # lease store full
-    E_ARENA = -2       # slot arena full
-    E_SLOTS = -3       # too few free slots to place
-    E_STACK = -4       # ending a lease would overfill the free-slot stack
-    E_HEAPFULL = -5    # a push needs st.grow_heap() first (the shell grows and resumes)
-    E_ZERODIV = -6
-    E_INDEX = -7
-    E_RANGE = -8       # a price that does not fit int64
-    E_EMPTY = -9       # heap_pop on an empty heap
-    E_ENDED = -10      # end_lease of a lease that has already ended
 
 assert (_state.OK, _state.CAPACITY, _state.TOKENS, _state.CREDITS, _state.CEILING) == \
     (R_OK, R_CAPACITY, R_TOKENS, R_CREDITS, R_CEILING)
@@ -185,37 +288,18 @@ assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state
 assert (_state.WARM, _state.RECLAIM, _state.COLD) == (P_WARM, P_RECLAIM, P_COLD)
 assert (_state.MAXV, _state.HOUR_NS, _state.PPM) == (MAXV, HOUR, PPM)
 assert (_state.ROW_BITS, _state.ROW_MASK, _state.GEN_MASK) == (ROW_BITS, ROW_MASK, GEN_MASK)
+assert _state.FS_REBASE == C_FS_REBASE
 cdef double FS_REBASE = _state.FS_REBASE
 
 backend = "compiled"
 
 
 # -- the view of a state ---------------------------------------------------------------------
-cdef struct CdRow:
-    # a (campaign, dimension) record: admission.state._CD_FIELDS in order, 128 bytes, the
-    # fields a grant touches in the first line
-    int64_t tlast, H, T, s, b, Bcap, acc, tok_debited
-    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2
-
-
-cdef struct CRow:
-    # a campaign's record: admission.state._C_FIELDS, then fair share (SPEC §6) as float64
-    int64_t left, escrow, cred_debited, budget, spent, refunded
-    double fsS, fsG
-
-
 _CD_ORDER = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited", "g", "Hf",
              "tok_minted", "tok_refunded", "tok_clipped")
 _C_ORDER = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
 _L_ORDER = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off", "t_grant",
             "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
-
-
-cdef struct LRow:
-    # a lease's record: admission.state._L_FIELDS in order, 128 bytes
-    int64_t camp, dim, units, firm, state, lcls, t_end, slot_off
-    int64_t t_grant, t_start, dur, excess, cost, revoke_at, intent, gen
-
 
 # a build whose records differ from admission.state's (a stale build): not importable, so
 # the broker falls back to the reference (bursarcore._backend.compiled)
@@ -225,48 +309,6 @@ if tuple(_state._CD_FIELDS) != _CD_ORDER or tuple(_state._C_FIELDS) != _C_ORDER 
         or sizeof(LRow) != _state.L_WIDTH * 8:
     raise ImportError("bursarcore._engine: its campaign or lease records differ from "
                       "admission.state's (a stale build: rebuild the extension)")
-
-
-cdef struct Eng:
-    # scalars as ``long long``, not int64_t (``long`` here): under strict aliasing a store
-    # through an int64_t* cannot change them, so the compiler keeps them in registers
-    long long D, K, NT, bins, W, calloc, L, A, HC
-    long long bin_ns
-    # pool, per dimension
-    int64_t* cap
-    int64_t* headroom
-    int64_t* occ
-    int64_t* prom
-    int64_t* rev
-    int64_t* F
-    int64_t* U
-    int64_t* oppa
-    int64_t* pend
-    int64_t* price
-    int64_t* gsum
-    int64_t* cls
-    int64_t* cong_thr
-    int64_t* cong_mult
-    int64_t* ring
-    int64_t* ring_sum
-    int64_t* scal
-    int32_t* free_slots
-    int64_t* top
-    # campaigns: one record per (campaign, dimension), one per campaign
-    CdRow* cd
-    CRow* cr
-    int64_t* fs_par
-    long long fs_t         # cache: the last time fs_weight computed, and its weight
-    double fs_w
-    bint fs_ok
-    # leases: one record per row
-    LRow* lr
-    int64_t* freeq            # ring of ended rows (length L) and [head, tail, reuse_after]
-    int64_t* lfree
-    int32_t* arena
-    int64_t* arena_top
-    int64_t* heap_t
-    int64_t* heap_id
 
 
 cdef class _Ctx:
@@ -360,9 +402,7 @@ cdef _Ctx _build(object st):
     # Σ_c g[c, d], for never(); g only changes in add_campaign, which bumps the version
     gsum = np.zeros(D, dtype=np.int64)
     e.gsum = <int64_t*>_data(refs, gsum, "gsum", cnp.NPY_INT64, 1, D, 0)
-    for j in range(D):
-        for i in range(C):
-            e.gsum[j] += e.cd[i * D + j].g
+    k_sum_guarantees(e, C)
     x.refs = refs
     x.version = st.version
     x.owner = <void*>st
@@ -382,66 +422,6 @@ cdef inline _Ctx _ctx(object st):
 
 
 # -- integer helpers -------------------------------------------------------------------------
-cdef inline int64_t fdiv64(int64_t a, int64_t b) noexcept nogil:
-    """Python's a // b (b != 0)."""
-    if b == -1:
-        return -a
-    cdef int64_t q = a // b
-    if (a % b != 0) and ((a < 0) != (b < 0)):
-        q -= 1
-    return q
-
-
-cdef inline int64_t fmod64(int64_t a, int64_t b) noexcept nogil:
-    """Python's a % b (b > 0)."""
-    cdef int64_t r = a % b
-    if r < 0:
-        r += b
-    return r
-
-
-cdef inline i128 fdiv128(i128 a, i128 b) noexcept nogil:
-    """Python's a // b (b != 0), in 64 bits when both fit."""
-    cdef i128 q
-    if I64_MIN < a <= I64_MAX and I64_MIN < b <= I64_MAX:
-        return fdiv64(<int64_t>a, <int64_t>b)
-    if b == -1:
-        return -a
-    q = a // b
-    if a - q * b != 0 and ((a < 0) != (b < 0)):
-        q -= 1
-    return q
-
-
-cdef inline i128 fdiv_ppm(i128 a) noexcept nogil:
-    """a // PPM (a constant divisor: a multiply, not a division, when a fits 64 bits)."""
-    cdef int64_t v, q
-    if I64_MIN < a <= I64_MAX:
-        v = <int64_t>a
-        q = v // PPM
-        if v < 0 and q * PPM != v:
-            q -= 1
-        return q
-    return fdiv128(a, PPM)
-
-
-cdef inline bint mul_over(i128 a, i128 b, i128* r) noexcept nogil:
-    return __builtin_mul_overflow(a, b, r)
-
-
-cdef inline int64_t imax(int64_t a, int64_t b) noexcept nogil:
-    return a if a > b else b
-
-
-cdef inline int64_t imin(int64_t a, int64_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline int64_t wadd(int64_t a, i128 b) noexcept nogil:
-    """a + b wrapped to int64, like numpy's ``+=`` on an int64 array element."""
-    return <int64_t>(<uint64_t>a + <uint64_t>(<int64_t>b))
-
-
 cdef object _pyint(i128 v):
     """An exact Python int from a 128-bit value."""
     if I64_MIN <= v <= I64_MAX:
@@ -452,961 +432,10 @@ cdef object _pyint(i128 v):
     return -r if neg else r
 
 
-cdef inline i128 k_cost(int64_t n, int64_t dur, int64_t pm) noexcept nogil:
-    """ceil(n·dur·pm / HOUR_NS), exact (Python: ``-(-(n*dur*pm) // HOUR_NS)``)."""
-    cdef i128 x = <i128>n * dur
-    cdef u128 p
-    cdef uint64_t p64
-    cdef i128 a, r
-    if x >= 0 and pm >= 0:
-        if (x >> 63) == 0:                      # x·pm < 2**126
-            p = <u128>x * <u128>pm
-            if (p >> 64) == 0:                  # the common case: one 64-bit division
-                p64 = <uint64_t>p
-                return <i128>(p64 // <uint64_t>HOUR + (p64 % <uint64_t>HOUR != 0))
-            return <i128>((p + <u128>(HOUR - 1)) // <u128>HOUR)
-        a = x // HOUR                           # x·pm may exceed 2**127: split x
-        r = x - a * HOUR
-        return a * pm + (r * pm + (HOUR - 1)) // HOUR
-    # a negative factor: the same split with floor division (x = a·HOUR + r, 0 <= r < HOUR),
-    # so no product beyond r·pm (< 2**105) is formed: ceil(x·pm/H) = a·pm + ceil(r·pm/H)
-    a = fdiv128(x, HOUR)
-    r = x - a * HOUR
-    return a * pm - fdiv128(-(r * pm), HOUR)
-
-
-# -- tokens and holdings (SPEC §4.2) ---------------------------------------------------------
-cdef inline void k_settle(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t t) noexcept nogil:
-    cdef Py_ssize_t i = c * e.D + d
-    cdef int64_t tl = e.cd[i].tlast, H, rate, T
-    cdef i128 dt, add, room
-    if tl >= t:
-        return
-    dt = <i128>t - tl
-    e.cd[i].tlast = t
-    H = e.cd[i].H
-    # wadd keeps the low 64 bits of H·dt: the wrapping 64-bit product is those bits
-    e.cd[i].acc = <int64_t>(<uint64_t>e.cd[i].acc + <uint64_t>H * (<uint64_t>t - <uint64_t>tl))
-    rate = e.cd[i].s - H
-    T = e.cd[i].T
-    if rate > 0:
-        room = <i128>e.cd[i].Bcap - T
-        if room == 0:                 # a full bucket (or an unlimited one): nothing to add
-            return
-        add = <i128>rate * dt
-        if room < add:
-            add = room
-        e.cd[i].T = <int64_t>(T + add)
-        e.cd[i].tok_minted = wadd(e.cd[i].tok_minted, add)
-    elif rate < 0 and e.scal[1] != 0:
-        add = -(<i128>rate) * dt
-        if add > T:
-            add = T
-        e.cd[i].T = <int64_t>(T - add)
-        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, add)
-
-
-cdef inline int64_t k_unmet(Eng* e, Py_ssize_t c, Py_ssize_t d) noexcept nogil:
-    cdef Py_ssize_t i = c * e.D + d
-    return bc_unmet(e.cd[i].g, e.cd[i].Hf)
-
-
-cdef inline int64_t k_free(Eng* e, Py_ssize_t d) noexcept nogil:
-    return e.cap[d] - e.occ[d] - imax(0, e.prom[d] - e.rev[d])
-
-
-cdef double k_fs_weight(Eng* e, int64_t t) noexcept nogil:
-    """The reference's fs_weight: 2^((t − E)/half-life), moving the epoch E to t when t is
-    more than FS_REBASE half-lives ahead (rare: every ~43 h at 600 s). Cached per t (a
-    batch's grants share one t), and the cache dropped when the epoch moves."""
-    cdef double x, f
-    cdef Py_ssize_t c
-    if e.fs_ok and e.fs_t == t:
-        return e.fs_w
-    x = <double>(t - e.fs_par[1]) / <double>e.fs_par[0]
-    if x > FS_REBASE:
-        f = c_pow(2.0, -x)
-        for c in range(e.calloc):
-            e.cr[c].fsS = e.cr[c].fsS * f
-            e.cr[c].fsG = e.cr[c].fsG * f
-        e.fs_par[1] = t
-        x = 0.0
-    e.fs_w = c_pow(2.0, x)
-    e.fs_t = t
-    e.fs_ok = True
-    return e.fs_w
-
-
-cdef inline void k_hold(Eng* e, Py_ssize_t c, Py_ssize_t d, int64_t delta, bint firm) noexcept nogil:
-    cdef Py_ssize_t i = c * e.D + d
-    cdef int64_t before
-    cdef double w
-    if d == 0:   # fold the holding so far into c's fair-share usage (caller settled: tlast is now)
-        w = e.fs_w if e.fs_ok and e.fs_t == e.cd[i].tlast else k_fs_weight(e, e.cd[i].tlast)
-        e.cr[c].fsS = e.cr[c].fsS + <double>e.cd[i].H * (w - e.cr[c].fsG)
-        e.cr[c].fsG = w
-    e.cd[i].H += delta
-    if firm:
-        before = k_unmet(e, c, d)
-        e.cd[i].Hf += delta
-        e.F[d] += delta
-        e.U[d] += k_unmet(e, c, d) - before
-
-
-# -- congestion and price (SPEC §7) ----------------------------------------------------------
-cdef inline void k_ring_advance(Eng* e, int64_t t) noexcept nogil:
-    cdef int64_t bn = fdiv64(t, e.bin_ns)
-    cdef int64_t cur = e.scal[0]
-    cdef int64_t steps, j, k
-    cdef Py_ssize_t d
-    if bn <= cur:
-        return
-    steps = <int64_t>(<i128>bn - cur) if <i128>bn - cur < e.bins else e.bins
-    for d in range(e.D):
-        for j in range(1, steps + 1):
-            k = fmod64(cur + j, e.bins)
-            e.ring_sum[d] -= e.ring[d * e.bins + k]
-            e.ring[d * e.bins + k] = 0
-    e.scal[0] = bn
-
-
-cdef inline i128 k_cong_ppm(Eng* e, Py_ssize_t d) noexcept nogil:
-    return fdiv128((<i128>e.ring_sum[d] + e.pend[d]) * PPM, imax(1, k_free(e, d)))
-
-
-cdef inline int64_t k_cong_mult(Eng* e, Py_ssize_t d) noexcept nogil:
-    return k_cong_mult_f(e, d, k_free(e, d))
-
-
-cdef inline int64_t k_cong_mult_f(Eng* e, Py_ssize_t d, int64_t free) noexcept nogil:
-    """The multiplier with k_free(e, d) already known (``free``)."""
-    # κ < thr  <=>  num // den < thr  <=>  num < thr·den  (den >= 1): no division needed
-    cdef i128 dem = <i128>e.ring_sum[d] + e.pend[d]
-    cdef i128 num, den
-    cdef Py_ssize_t i
-    if dem == 0 and (e.NT == 0 or e.cong_thr[0] > 0):
-        return e.cong_mult[0]         # no demand: 0 < thr[0]·den for any den >= 1
-    num = dem * PPM
-    den = imax(1, free)
-    for i in range(e.NT):
-        if num < e.cong_thr[i] * den:
-            return e.cong_mult[i]
-    return e.cong_mult[e.NT]
-
-
-cdef inline i128 k_price(Eng* e, Py_ssize_t d, Py_ssize_t k) noexcept nogil:
-    return k_price_f(e, d, k, k_free(e, d))
-
-
-cdef inline i128 k_price_f(Eng* e, Py_ssize_t d, Py_ssize_t k, int64_t free) noexcept nogil:
-    """The price with k_free(e, d) already known (``free``)."""
-    cdef const int64_t* kc = e.cls + k * NCOL
-    cdef i128 m = kc[MULT]
-    cdef int64_t cm
-    if kc[PRICED] != 0:
-        cm = k_cong_mult_f(e, d, free)
-        if cm != PPM:                     # (x·PPM) // PPM is x: skip the division
-            m = fdiv_ppm(m * cm)
-    if m == PPM:
-        return e.price[d]
-    return fdiv_ppm(<i128>e.price[d] * m)
-
-
-cdef inline void k_shortfall(Eng* e, Py_ssize_t d, int64_t units) noexcept nogil:
-    cdef int64_t k = fmod64(e.scal[0], e.bins)
-    e.ring[d * e.bins + k] += units
-    e.ring_sum[d] += units
-
-
-# -- the decision (SPEC §4.4) ----------------------------------------------------------------
-cdef struct Dec:
-    int64_t n
-    int64_t reason
-    int64_t path
-    int64_t pm
-    int64_t lim_ceil
-    int64_t lim_cap
-    int64_t lim_tok
-    i128 lim_cred
-    int64_t lim_warm
-
-
-cdef inline int k_decide(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
-                         int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                         bint exact, Dec* o) noexcept nogil:
-    """The reference's decide. With ``exact`` false (the admit fast path) the token and
-    credit limits are only computed (by division) when they may bind: ``T // dur >= q`` is
-    ``T >= q·dur`` and ``X // den >= q`` is ``X >= q·den``. n, reason, path, pm and the
-    capacity limits are always exact; lim_tok / lim_cred then hold lower bounds."""
-    cdef Py_ssize_t i = c * e.D + d
-    cdef const int64_t* kc = e.cls + k * NCOL
-    cdef bint firm, tok_lazy = False, cred_lazy = False, capped = False, ok
-    cdef int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left, need, mb
-    cdef i128 pm, den = 0, X = 0, prod
-    k_settle(e, c, d, t)
-    firm = kc[PREEMPT] == 0
-    H = e.cd[i].H
-    s = e.cd[i].s
-    o.lim_ceil = bc_ceiling_room(e.cd[i].b, H)
-    T = e.cd[i].T
-    base = bc_sustained_room(H, s)
-    if e.scal[1] != 0:
-        o.lim_tok = MAXV if T > 0 else base
-    elif dur == 0:
-        return E_ZERODIV
-    elif exact or dur < 0:
-        o.lim_tok = base + fdiv64(T, dur)
-    else:
-        tok_lazy = True
-    free = k_free(e, d)
-    pm = k_price_f(e, d, k, free)
-    if pm > I64_MAX or pm < I64_MIN:
-        return E_RANGE
-    o.pm = <int64_t>pm
-    o.lim_cred = MAXV
-    if pm != 0:
-        den = <i128>dur * pm
-        left = e.cr[c].left
-        if kc[FREEBROKE] == 0:     # (an unlimited budget, left = MAXV, bounds a cost too)
-            if den == 0:
-                return E_ZERODIV
-            X = <i128>left * HOUR
-            cred_lazy = True
-        if max_spend >= 0:
-            if den == 0:
-                return E_ZERODIV
-            # min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise
-            capped = not cred_lazy
-            if capped or <i128>max_spend * HOUR < X:
-                X = <i128>max_spend * HOUR
-            cred_lazy = True
-        if cred_lazy and (exact or den < 0):
-            o.lim_cred = fdiv128(X, den)
-            if capped and o.lim_cred > MAXV:
-                o.lim_cred = MAXV
-            cred_lazy = False
-    if firm:
-        lim_firm = bc_firm_limit(e.cap[d], e.F[d], e.U[d], k_unmet(e, c, d))
-        lim_warm = bc_warm_firm(free, lim_firm)
-        o.lim_cap = imin(bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]), lim_firm)
-    else:
-        lim_warm = bc_warm_opportunistic(free, e.headroom[d])
-        o.lim_cap = lim_warm
-    o.lim_warm = lim_warm
-    m = imin(imin(nmax, o.lim_ceil), o.lim_cap)
-    if tok_lazy:
-        # lim_tok >= m (it does not bind) iff T >= (m − base)·dur; m − base fits int64
-        # (both are below 2**62 in magnitude) and dur > 0 here, so when the product
-        # overflows int64 its sign alone decides
-        mb = m - base
-        if (mb < 0 if mul_over64(mb, dur, &need) else T >= need):
-            o.lim_tok = m
-        else:
-            o.lim_tok = base + fdiv64(T, dur)
-            tok_lazy = False
-    m = imin(m, o.lim_tok)
-    if cred_lazy:
-        if m <= 0:
-            ok = X >= 0
-        else:
-            ok = (not capped or m <= MAXV) and not mul_over(m, den, &prod) and X >= prod
-        if ok:
-            o.lim_cred = m
-        else:
-            o.lim_cred = fdiv128(X, den)
-            if capped and o.lim_cred > MAXV:
-                o.lim_cred = MAXV
-            cred_lazy = False
-    if o.lim_cred < m:
-        m = <int64_t>o.lim_cred
-    n = imax(0, m)
-    o.n = n
-    o.reason = R_OK
-    if n < nmin:
-        if o.lim_ceil <= n:
-            o.reason = R_CEILING
-        elif o.lim_cap <= n:
-            o.reason = R_CAPACITY
-        else:
-            if tok_lazy:
-                o.lim_tok = base + fdiv64(T, dur)
-            if o.lim_tok <= n:
-                o.reason = R_TOKENS
-            else:
-                if cred_lazy:
-                    o.lim_cred = fdiv128(X, den)
-                    if capped and o.lim_cred > MAXV:
-                        o.lim_cred = MAXV
-                if o.lim_cred <= n:
-                    o.reason = R_CREDITS
-    o.path = P_WARM if n <= lim_warm else P_RECLAIM
-    return 0
-
-
-cdef inline i128 k_charge(Eng* e, Py_ssize_t c, const int64_t* kc, i128 price) noexcept nogil:
-    """What a lease priced ``price`` is charged (SPEC §7): a class that runs free when the
-    budget is spent costs nothing when the budget cannot pay it."""
-    if kc[FREEBROKE] != 0 and price > e.cr[c].left:
-        return 0
-    return price
-
-
-cdef inline int64_t k_never(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
-                            int64_t dur, int64_t pm) noexcept nogil:
-    cdef Py_ssize_t i = c * e.D + d
-    cdef const int64_t* kc = e.cls + k * NCOL
-    cdef int64_t left
-    # each rule at its most lenient: nothing held, the pool empty but for the others'
-    # guarantees (a firm lease) or the headroom (an opportunistic one)
-    if nmin > bc_ceiling_room(e.cd[i].b, 0):
-        return R_CEILING
-    if kc[PREEMPT] != 0:
-        if nmin > bc_warm_opportunistic(e.cap[d], e.headroom[d]):
-            return R_CAPACITY
-    elif nmin > bc_firm_limit(e.cap[d], 0, e.gsum[d] - e.cd[i].g, 0):
-        return R_CAPACITY
-    if e.scal[1] == 0 and <i128>bc_excess(0, nmin, e.cd[i].s) * dur > e.cd[i].Bcap:
-        return R_TOKENS
-    left = e.cr[c].left
-    if pm != 0 and left < MAXV and kc[FREEBROKE] == 0 \
-            and k_cost(nmin, dur, pm) > <i128>left + e.cr[c].escrow:
-        return R_CREDITS
-    return R_OK
-
-
-# -- expiry heap (array-based binary heap ordered by (time, lease id)) ----------------------
-cdef inline bint k_before(int64_t at, int64_t aid, int64_t bt, int64_t bid) noexcept nogil:
-    return at < bt or (at == bt and aid < bid)
-
-
-cdef inline void k_heap_push(Eng* e, int64_t t, int64_t lid) noexcept nogil:
-    """Push (t, lid); the caller checked ``scal[3] < HC``. The same moves as the reference's
-    swaps, made by sliding parents down into a hole (the new entry stays in registers)."""
-    cdef Py_ssize_t i = e.scal[3], p
-    cdef int64_t* ht = e.heap_t
-    cdef int64_t* hi = e.heap_id
-    e.scal[3] = i + 1
-    while i > 0:
-        p = (i - 1) // 2
-        if not k_before(t, lid, ht[p], hi[p]):
-            break
-        ht[i] = ht[p]
-        hi[i] = hi[p]
-        i = p
-    ht[i] = t
-    hi[i] = lid
-
-
-cdef inline void k_heap_pop(Eng* e) noexcept nogil:
-    """Pop the top; the caller checked ``scal[3] > 0``. Sift-down with a hole, as above."""
-    cdef Py_ssize_t n = e.scal[3] - 1, i = 0, lo, r, m
-    cdef int64_t* ht = e.heap_t
-    cdef int64_t* hi = e.heap_id
-    cdef int64_t xt = ht[n], xid = hi[n], mt, mid
-    e.scal[3] = n
-    while True:
-        lo = 2 * i + 1
-        if lo >= n:
-            break
-        m = lo
-        mt = ht[lo]
-        mid = hi[lo]
-        r = lo + 1
-        if r < n and k_before(ht[r], hi[r], mt, mid):
-            m = r
-            mt = ht[r]
-            mid = hi[r]
-        if not k_before(mt, mid, xt, xid):
-            break
-        ht[i] = mt
-        hi[i] = mid
-        i = m
-    ht[i] = xt
-    hi[i] = xid
-
-
-# -- leases (SPEC §4.2, §4.3, §4.6) ----------------------------------------------------------
-cdef inline bint k_reusable(Eng* e) noexcept nogil:
-    """Whether the next grant takes an ended row: more than ``reuse_after`` wait."""
-    return e.lfree[2] >= 0 and e.lfree[1] - e.lfree[0] > e.lfree[2]
-
-
-cdef inline int64_t k_row_ahead(Eng* e, int64_t a) noexcept nogil:
-    """The row the lease ``a`` new leases on takes, if none ends before: an ended row from
-    the FIFO while more than ``reuse_after`` wait there (k_new_row), then unused rows."""
-    cdef int64_t q = e.lfree[1] - e.lfree[0] - e.lfree[2], h
-    if e.lfree[2] < 0 or q <= 0:
-        return e.scal[2] + a
-    if q > a:
-        h = e.lfree[0] + a
-        return e.freeq[h % e.L]
-    return e.scal[2] + a - q
-
-
-cdef inline int64_t k_new_lease(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
-                                bint firm, int64_t state, int64_t t, int64_t dur,
-                                int64_t excess, int64_t cost, int64_t intent) noexcept nogil:
-    """Take a row (k_new_row) and write a new lease's record to it; its id. Placement
-    (start, end, slots) is the caller's."""
-    cdef int64_t lid = k_new_row(e), r = lid & ROW_MASK
-    e.lr[r].camp = c
-    e.lr[r].dim = d
-    e.lr[r].units = n
-    e.lr[r].firm = firm
-    e.lr[r].state = state
-    e.lr[r].lcls = k
-    e.lr[r].t_grant = t
-    e.lr[r].dur = dur
-    e.lr[r].excess = excess
-    e.lr[r].cost = cost
-    e.lr[r].intent = intent
-    e.lr[r].revoke_at = 0
-    return lid
-
-
-cdef inline int64_t k_new_row(Eng* e) noexcept nogil:
-    """The id of a new lease: the oldest reusable ended row (its generation moved on), or
-    the next unused row (the caller checked there is one)."""
-    cdef int64_t r, g
-    if k_reusable(e):
-        r = e.freeq[e.lfree[0] % e.L]
-        e.lfree[0] += 1
-        g = (e.lr[r].gen + 1) & GEN_MASK
-        e.lr[r].gen = g
-        return r | (g << ROW_BITS)
-    r = e.scal[2]                 # an unused row: generation 0 (rows past the high-water
-    e.scal[2] = r + 1             # mark are zero), so its id is the row
-    return r
-
-
-cdef inline void k_free_row(Eng* e, int64_t r) noexcept nogil:
-    """Queue an ended lease's row for reuse."""
-    if e.lfree[2] >= 0:
-        e.freeq[e.lfree[1] % e.L] = r
-        e.lfree[1] += 1
-
-
-cdef inline int64_t k_row(Eng* e, int64_t lid) noexcept nogil:
-    """The row of lease ``lid``, or -1 if out of range or stale (its row holds a later
-    lease)."""
-    cdef int64_t r = lid & ROW_MASK
-    if lid < 0 or r >= e.L or e.lr[r].gen != (lid >> ROW_BITS):
-        return -1
-    return r
-
-
-cdef inline int k_room(Eng* e, Py_ssize_t d, int64_t n, int64_t leases, bint place) noexcept nogil:
-    """What the reference's ``_room`` checks, as an error code (0: room)."""
-    if e.scal[2] + leases > e.L and not (leases == 1 and k_reusable(e)):
-        return E_LEASES
-    if place:
-        if e.arena_top[0] + n > e.A:
-            return E_ARENA
-        if n > e.top[d]:
-            return E_SLOTS
-    return 0
-
-
-cdef inline void k_place(Eng* e, int64_t lid, Py_ssize_t d, int64_t n, int64_t t) noexcept nogil:
-    cdef int64_t off = e.arena_top[0], top = e.top[d], j, r = lid & ROW_MASK
-    cdef const int32_t* fs = e.free_slots + d * e.W + top - 1
-    cdef int32_t* ar = e.arena + off
-    if n > 0:             # the first two by hand: no vectorised prologue for a small lease
-        ar[0] = fs[0]
-        if n > 1:
-            ar[1] = fs[-1]
-            for j in range(2, n):
-                ar[j] = fs[-j]
-    e.top[d] = top - n
-    e.arena_top[0] = off + n
-    e.lr[r].slot_off = off
-    e.occ[d] += n
-    if e.lr[r].firm == 0:
-        e.oppa[d] += n
-    e.lr[r].state = L_ACTIVE
-    e.lr[r].t_start = t
-    e.lr[r].t_end = t + e.lr[r].dur
-    k_heap_push(e, t + e.lr[r].dur, lid)
-
-
-cdef inline int64_t k_grant(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
-                            int64_t dur, int64_t pm, int64_t t, bint starting,
-                            int64_t intent) noexcept nogil:
-    """Commit a grant; returns the lease id, or an error code before any change."""
-    cdef int err = k_room(e, d, n, 1, not starting)
-    if err:
-        return err
-    if not starting and e.scal[3] >= e.HC:
-        return E_HEAPFULL
-    k_settle(e, c, d, t)
-    return k_commit(e, c, d, k, n, dur, pm, t, starting, intent)
-
-
-cdef inline int64_t k_commit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t n,
-                      int64_t dur, int64_t pm, int64_t t, bint starting,
-                      int64_t intent) noexcept nogil:
-    """k_grant once its checks passed (room, heap) and (c, d) is settled at t: k_admit
-    comes here straight from its decision, which checked and settled the same."""
-    return k_commit_cost(e, c, d, k, n, dur, k_cost(n, dur, pm), t, starting, intent)
-
-
-cdef inline int64_t k_commit_cost(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k,
-                                  int64_t n, int64_t dur, i128 price, int64_t t,
-                                  bint starting, int64_t intent) noexcept nogil:
-    """k_commit with the lease's cost at its price already known (``price``:
-    ``k_cost(n, dur, pm)``)."""
-    cdef Py_ssize_t i = c * e.D + d
-    cdef const int64_t* kc = e.cls + k * NCOL
-    cdef bint firm
-    cdef int64_t H, s, excess, lid, r
-    cdef i128 debit
-    firm = kc[PREEMPT] == 0
-    H = e.cd[i].H
-    s = e.cd[i].s
-    excess = 0 if e.scal[1] != 0 else bc_excess(H, n, s)
-    if excess != 0:       # (a lease within the sustained rate leaves the bucket as it is)
-        debit = <i128>excess * dur
-        e.cd[i].T = wadd(e.cd[i].T, -debit)
-        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, debit)
-    price = k_charge(e, c, kc, price)
-    if price != 0:        # (a free lease leaves the credit sums as they are)
-        if e.cr[c].left < MAXV:
-            e.cr[c].left = wadd(e.cr[c].left, -price)
-        e.cr[c].escrow = wadd(e.cr[c].escrow, price)
-        e.cr[c].cred_debited = wadd(e.cr[c].cred_debited, price)
-    k_hold(e, c, d, n, firm)
-    lid = k_new_lease(e, c, d, k, n, firm, L_STARTING if starting else L_ACTIVE, t, dur,
-                      excess, <int64_t>price, intent)
-    r = lid & ROW_MASK
-    if starting:
-        e.prom[d] += n
-        e.lr[r].t_start = 0
-        e.lr[r].t_end = 0
-        e.lr[r].slot_off = -1
-    else:
-        k_place(e, lid, d, n, t)
-    return lid
-
-
-cdef inline int k_activate(Eng* e, int64_t lid, int64_t t) noexcept nogil:
-    cdef Py_ssize_t d = e.lr[lid & ROW_MASK].dim
-    cdef int64_t n = e.lr[lid & ROW_MASK].units
-    cdef int err
-    if d < 0 or d >= e.D:
-        return E_INDEX
-    err = k_room(e, d, n, 0, True)
-    if err:
-        return err
-    if e.scal[3] >= e.HC:
-        return E_HEAPFULL
-    e.prom[d] -= n
-    k_place(e, lid, d, n, t)
-    return 0
-
-
-cdef inline int k_end_lease(Eng* e, int64_t lid, int64_t t, int64_t new_state) noexcept nogil:
-    """End lease ``lid`` (the caller checked it is current: ``k_row``) and queue its row
-    for reuse."""
-    cdef int64_t r = lid & ROW_MASK
-    cdef Py_ssize_t c = e.lr[r].camp, d = e.lr[r].dim, i
-    cdef int64_t n = e.lr[r].units, state = e.lr[r].state, dur, off, top, j, price, T
-    cdef bint firm = e.lr[r].firm != 0
-    cdef i128 remaining, refund, room, got, back
-    cdef const int32_t* ar
-    cdef int32_t* fs
-    if state != L_STARTING and state != L_ACTIVE and state != L_REVOKING:
-        return E_ENDED
-    if c < 0 or c >= e.calloc or d < 0 or d >= e.D:
-        return E_INDEX
-    if state != L_STARTING:
-        if e.top[d] + n > e.W:
-            return E_STACK
-        if e.lr[r].slot_off < 0 or e.lr[r].slot_off + n > e.A:
-            return E_INDEX
-    i = c * e.D + d
-    k_settle(e, c, d, t)
-    dur = e.lr[r].dur
-    if state == L_STARTING:
-        remaining = dur
-        e.prom[d] -= n
-    else:
-        remaining = <i128>e.lr[r].t_end - t
-        if remaining < 0:
-            remaining = 0
-        e.occ[d] -= n
-        if state == L_REVOKING:
-            e.rev[d] -= n
-        elif not firm:
-            e.oppa[d] -= n
-        off = e.lr[r].slot_off
-        top = e.top[d]
-        fs = e.free_slots + d * e.W + top
-        ar = e.arena + off + n - 1
-        for j in range(n):
-            fs[j] = ar[-j]
-        e.top[d] = top + n
-    refund = <i128>e.lr[r].excess * remaining
-    T = e.cd[i].T
-    room = <i128>e.cd[i].Bcap - T
-    got = refund if refund < room else room
-    e.cd[i].T = wadd(T, got)
-    e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
-    e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, refund - room if refund > room else 0)
-    price = e.lr[r].cost
-    if dur == 0:
-        return E_ZERODIV
-    back = 0 if remaining == 0 else fdiv128(<i128>price * remaining, dur)
-    if e.cr[c].left < MAXV:
-        e.cr[c].left = wadd(e.cr[c].left, back)
-    e.cr[c].escrow = wadd(e.cr[c].escrow, -<i128>price)
-    e.cr[c].refunded = wadd(e.cr[c].refunded, back)
-    e.cr[c].spent = wadd(e.cr[c].spent, <i128>price - back)
-    k_hold(e, c, d, -n, firm)
-    e.lr[r].state = new_state
-    k_free_row(e, r)
-    return 0
-
-
-cdef inline int k_renew(Eng* e, int64_t lid, int64_t ext, int64_t t, int64_t max_spend,
-                        i128* price_out) noexcept nogil:
-    """Returns a reason code (>= 0) or an error code (< 0); the price in ``price_out``."""
-    cdef int64_t r = lid & ROW_MASK          # (the caller checked lid: k_row)
-    cdef Py_ssize_t c = e.lr[r].camp, d = e.lr[r].dim, k = e.lr[r].lcls, i
-    cdef int64_t n = e.lr[r].units, end, H, s, ex_new, left
-    cdef i128 new_end, delta, pm, price, room, got
-    cdef const int64_t* kc
-    if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
-        return E_INDEX
-    i = c * e.D + d
-    kc = e.cls + k * NCOL
-    k_settle(e, c, d, t)
-    end = e.lr[r].t_end
-    H = e.cd[i].H
-    s = e.cd[i].s
-    new_end = <i128>end + ext
-    price_out[0] = 0
-    if e.scal[1] != 0:
-        ex_new = 0
-        delta = 0
-    else:
-        ex_new = bc_excess(H - n, n, s)       # the lease's n units as the top-most held
-        delta = <i128>ex_new * (new_end - t) - <i128>e.lr[r].excess * (<i128>end - t)
-        if delta > e.cd[i].T:
-            return R_TOKENS
-    pm = k_price(e, d, k)
-    if pm > I64_MAX or pm < I64_MIN:
-        return E_RANGE
-    price = k_cost(n, ext, <int64_t>pm)
-    left = e.cr[c].left
-    price = k_charge(e, c, kc, price)
-    price_out[0] = price
-    if price > left:              # (an unlimited budget, left = MAXV, bounds a cost too)
-        return R_CREDITS
-    if 0 <= max_spend and max_spend < price:
-        return R_CREDITS
-    if e.scal[3] >= e.HC:
-        return E_HEAPFULL
-    if delta >= 0:
-        e.cd[i].T = wadd(e.cd[i].T, -delta)
-        e.cd[i].tok_debited = wadd(e.cd[i].tok_debited, delta)
-    else:
-        room = <i128>e.cd[i].Bcap - e.cd[i].T
-        got = -delta if -delta < room else room
-        e.cd[i].T = wadd(e.cd[i].T, got)
-        e.cd[i].tok_refunded = wadd(e.cd[i].tok_refunded, got)
-        e.cd[i].tok_clipped = wadd(e.cd[i].tok_clipped, -delta - room if -delta > room else 0)
-    e.lr[r].excess = ex_new
-    if left < MAXV:
-        e.cr[c].left = wadd(e.cr[c].left, -price)
-    e.cr[c].escrow = wadd(e.cr[c].escrow, price)
-    e.cr[c].cred_debited = wadd(e.cr[c].cred_debited, price)
-    e.lr[r].cost = wadd(e.lr[r].cost, price)
-    e.lr[r].dur += ext
-    e.lr[r].t_end = <int64_t>new_end
-    k_heap_push(e, <int64_t>new_end, lid)
-    return R_OK
-
-
-cdef inline int64_t k_advance(Eng* e, int64_t t, int64_t* out, Py_ssize_t outlen,
-                              int* err) noexcept nogil:
-    cdef int64_t m = 0, te, lid, s, row
-    cdef int r
-    while e.scal[3] > 0 and e.heap_t[0] <= t and m < outlen:
-        te = e.heap_t[0]
-        lid = e.heap_id[0]
-        k_heap_pop(e)
-        row = lid & ROW_MASK
-        if lid < 0 or row >= e.L:
-            err[0] = E_INDEX
-            return m
-        s = e.lr[row].state
-        if (e.lr[row].gen == (lid >> ROW_BITS) and (s == L_ACTIVE or s == L_REVOKING)
-                and e.lr[row].t_end == te):
-            r = k_end_lease(e, lid, te, L_EXPIRED)
-            if r < 0:
-                err[0] = r
-                return m
-            out[m] = lid
-            m += 1
-    return m
-
-
-# -- the fast path ---------------------------------------------------------------------------
-cdef inline int k_admit(Eng* e, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
-                        int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                        int64_t intent, int64_t* out) noexcept nogil:
-    """One decision; GRANTED/REFUSED/SLOW or an error code. E_HEAPFULL comes back before
-    anything but the (idempotent) settle changed: grow the heap and call again."""
-    cdef Dec r
-    cdef int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, False, &r)
-    cdef int64_t lid, why
-    cdef bint priced
-    if err:
-        return err
-    out[0] = r.n
-    out[1] = r.reason
-    out[2] = -1
-    out[3] = 0
-    priced = e.cls[k * NCOL + PRICED] != 0
-    if r.n >= nmin and r.path == P_WARM:
-        err = k_room(e, d, r.n, 1, True)
-        if err == 0 and e.scal[3] >= e.HC:
-            return E_HEAPFULL
-        if priced and r.lim_cap < nmax and r.n < nmax:
-            k_shortfall(e, d, nmax - r.n)
-        if err:
-            return err
-        lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, False, intent)   # checked just above
-        out[2] = lid
-        out[3] = e.lr[lid & ROW_MASK].cost
-        return O_GRANTED
-    if r.n < nmin:
-        why = k_never(e, c, d, k, nmin, dur, r.pm)
-        if why != R_OK:
-            out[1] = why
-            if priced and why == R_CAPACITY:
-                k_shortfall(e, d, nmax)
-            return O_REFUSED
-    return O_SLOW
-
-
-DEF REC_WIDTH = 11
-DEF PF_AHEAD = 6
-DEF PF_ROWS = 12
-
-
-cdef inline int64_t _cap(i128 x) noexcept nogil:
-    return MAXV if x > MAXV else <int64_t>x
-
-
-cdef inline bint k_batch_item(Eng* e, int64_t c, int64_t d, int64_t k, int64_t nmin,
-                              int64_t nmax, int64_t dur, int64_t t, int64_t intent,
-                              int64_t* buf, int64_t* on, int64_t* orz, int64_t* ol,
-                              Py_ssize_t j, int* err) noexcept nogil:
-    """Item j of a batch through k_admit: True once decided (its outputs written); False
-    to stop at it (a SLOW item, or an error code in ``err``)."""
-    cdef int rc = k_admit(e, c, d, k, nmin, nmax, dur, -1, t, intent, buf)
-    if rc < 0:
-        err[0] = rc
-        return False
-    if rc == O_SLOW:
-        return False
-    on[j] = buf[0]
-    orz[j] = buf[1]
-    ol[j] = buf[2]
-    return True
-
-
-cdef Py_ssize_t k_batch_fast(Eng* e, const int64_t* camps, const int64_t* ks,
-                             const int64_t* dims, const int64_t* nmins, const int64_t* nmaxs,
-                             const int64_t* durs, int64_t t, int64_t intent0, int64_t* on,
-                             int64_t* orz, int64_t* ol, Py_ssize_t j, Py_ssize_t m,
-                             int* err) noexcept nogil:
-    """k_batch without a journal. An item that is a full warm grant (n = nmax, within its
-    ceiling, the warm capacity, its tokens and credits, with room for the lease) is
-    committed by k_commit, as k_admit would commit it, after the same checks in a cheaper
-    form: its limits are compared with nmax (no reason, no path, no reclaim
-    capacity: nmax <= lim_warm <= lim_cap, as oppa >= 0), and its price comes from a cache
-    while it cannot change (an unpriced class, or no priced demand: κ = 0), its cost from a
-    one-item memo (k_commit_cost takes it). Any other item
-    goes through k_admit, exactly as in k_batch (which the differential tests compare with
-    the reference, item by item)."""
-    cdef int64_t buf[4]
-    cdef Py_ssize_t D = e.D, K = e.K, calloc = e.calloc
-    cdef bint instant = e.scal[1] != 0, firm = False, cached, fast
-    cdef int64_t c, d, k, nmin, nmax, dur, i, H, s, T, base, mb, need, free, lim_warm
-    cdef int64_t left, pm = 0, lid, cd = -1, ck = -1, cpm = 0
-    cdef int64_t cn = -1, cdur = -1, cpm_cost = -1, pc, pd, pr
-    cdef i128 pm128, den, prod, price, dem, ccost = 0
-    cdef const int64_t* kc
-    buf[0] = buf[1] = buf[2] = buf[3] = 0
-    while j < m:
-        c = camps[j]
-        d = dims[j]
-        k = ks[j]
-        if <uint64_t>c >= <uint64_t>calloc or <uint64_t>d >= <uint64_t>D \
-                or <uint64_t>k >= <uint64_t>K:                  # (negatives wrap high)
-            err[0] = E_INDEX
-            return j
-        nmin = nmins[j]
-        nmax = nmaxs[j]
-        dur = durs[j]
-        if j + PF_AHEAD < m:         # the campaign rows of a later item, from memory now
-            pc = camps[j + PF_AHEAD]
-            pd = dims[j + PF_AHEAD]
-            if <uint64_t>pc < <uint64_t>calloc and <uint64_t>pd < <uint64_t>D:
-                prefetch(&e.cd[pc * D + pd].tlast)    # the record's two lines
-                prefetch(&e.cd[pc * D + pd].g)
-                prefetch(&e.cr[pc])
-            # the lease record a grant PF_ROWS on would write (if every item until then is
-            # a grant), both lines, fetched for writing
-            pr = k_row_ahead(e, PF_ROWS)
-            if pr < e.L:
-                prefetch_w(&e.lr[pr], 1)
-                prefetch_w(&e.lr[pr].t_grant, 1)
-        fast = False
-        while True:                  # one pass: a break sends the item to k_admit
-            if nmax < 1 or nmin > nmax or dur <= 0:
-                break
-            k_settle(e, c, d, t)
-            i = c * D + d
-            kc = e.cls + k * NCOL
-            firm = kc[PREEMPT] == 0
-            H = e.cd[i].H
-            if nmax > bc_ceiling_room(e.cd[i].b, H):                   # ceiling
-                break
-            free = k_free(e, d)
-            if firm:
-                lim_warm = bc_warm_firm(free, bc_firm_limit(e.cap[d], e.F[d], e.U[d],
-                                                            k_unmet(e, c, d)))
-            else:
-                lim_warm = bc_warm_opportunistic(free, e.headroom[d])
-            if nmax > lim_warm:                                     # warm capacity
-                break
-            s = e.cd[i].s
-            T = e.cd[i].T
-            base = bc_sustained_room(H, s)
-            if instant:                                             # tokens
-                if T <= 0 and nmax > base:
-                    break
-            else:
-                mb = nmax - base
-                if not (mb < 0 if mul_over64(mb, dur, &need) else T >= need):
-                    break
-            if d == cd and k == ck:                                 # the price
-                pm = cpm
-            else:
-                pm128 = k_price_f(e, d, k, free)
-                if pm128 < 0 or pm128 > I64_MAX:
-                    break
-                pm = <int64_t>pm128
-                dem = <i128>e.ring_sum[d] + e.pend[d]
-                cached = kc[PRICED] == 0 or e.NT == 0 or (dem == 0 and e.cong_thr[0] > 0)
-                if cached:
-                    cd = d
-                    ck = k
-                    cpm = pm
-            left = e.cr[c].left
-            price = 0
-            if pm != 0:
-                if kc[FREEBROKE] == 0:                                  # credits
-                    den = <i128>dur * pm
-                    if mul_over(nmax, den, &prod) or <i128>left * HOUR < prod:
-                        break
-                if nmax != cn or dur != cdur or pm != cpm_cost:     # a one-item memo
-                    cn = nmax
-                    cdur = dur
-                    cpm_cost = pm
-                    ccost = k_cost(nmax, dur, pm)
-                price = ccost
-            if e.scal[2] + 1 > e.L and not k_reusable(e):           # room for the lease
-                break
-            if e.arena_top[0] + nmax > e.A or nmax > e.top[d] or e.scal[3] >= e.HC:
-                break
-            fast = True
-            break
-        if fast:
-            lid = k_commit_cost(e, c, d, k, nmax, dur, price, t, False, intent0 + j)
-            on[j] = nmax
-            orz[j] = R_OK
-            ol[j] = lid
-            j += 1
-            continue
-        cd = -1                      # the item may add priced demand: drop the cached price
-        if not k_batch_item(e, c, d, k, nmin, nmax, dur, t, intent0 + j, buf, on, orz, ol, j,
-                            err):
-            return j
-        j += 1
-    return m
-
-
-cdef Py_ssize_t k_batch(Eng* e, const int64_t* camps, const int64_t* ks, const int64_t* dims,
-                        const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
-                        int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
-                        Py_ssize_t j, Py_ssize_t m, int* err, int64_t* rec) noexcept nogil:
-    cdef int64_t buf[4]
-    cdef int64_t before[8]
-    cdef int64_t c, d, k
-    cdef int r
-    cdef Dec x
-    cdef Py_ssize_t i
-    if rec == NULL:
-        return k_batch_fast(e, camps, ks, dims, nmins, nmaxs, durs, t, intent0, on, orz, ol, j,
-                            m, err)
-    buf[0] = buf[1] = buf[2] = buf[3] = 0
-    while j < m:     # with a journal: each item's rule inputs, exact, as the single path's
-        c = camps[j]
-        d = dims[j]
-        k = ks[j]
-        if c < 0 or c >= e.calloc or d < 0 or d >= e.D or k < 0 or k >= e.K:
-            err[0] = E_INDEX
-            return j
-        r = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, True, &x)
-        if r < 0:
-            err[0] = r
-            return j
-        i = c * e.D + d
-        before[0] = e.cd[i].T
-        before[1] = e.cr[c].left
-        before[2] = k_free(e, d)
-        before[3] = e.U[d]
-        before[4] = _cap(x.lim_ceil)
-        before[5] = _cap(x.lim_cap)
-        before[6] = _cap(x.lim_tok)
-        before[7] = _cap(x.lim_cred)
-        if not k_batch_item(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, buf, on,
-                            orz, ol, j, err):
-            return j
-        for r in range(8):
-            rec[j * REC_WIDTH + r] = before[r]
-        rec[j * REC_WIDTH + 8] = e.cd[i].T
-        rec[j * REC_WIDTH + 9] = e.cr[c].left
-        rec[j * REC_WIDTH + 10] = e.cd[i].H
-        j += 1
-    return m
-
 
 # -- Python shells ---------------------------------------------------------------------------
 cdef int _raise(int err, object what=None) except -1:
-    if err == E_LEASES:
-        raise IndexError("lease store full: call EngineState.grow_leases first")
-    if err == E_ARENA:
-        raise IndexError("slot arena full: call EngineState.grow_leases first")
-    if err == E_SLOTS:
-        raise IndexError(f"too few free slots to place {what}")
-    if err == E_STACK:
-        raise IndexError(f"lease {what} would overfill its dimension's free-slot stack")
-    if err == E_ZERODIV:
-        raise ZeroDivisionError("integer division or modulo by zero (duration 0)")
-    if err == E_INDEX:
-        raise IndexError(f"index out of range: {what}")
-    if err == E_RANGE:
-        raise OverflowError("price_pm does not fit int64 (price x multipliers too large)")
-    if err == E_EMPTY:
-        raise IndexError("heap_pop from an empty expiry heap")
-    if err == E_ENDED:
-        raise IndexError(f"lease {what} has already ended")
-    raise RuntimeError(f"bursarcore._engine: unexpected error code {err}")
+    raise engine_error(err, what)
 
 
 cdef inline int _cd(_Ctx x, Py_ssize_t c, Py_ssize_t d) except -1:
@@ -1510,7 +539,7 @@ def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t n
     cdef Dec r
     _cd(x, c, d)
     _kk(x, k)
-    cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r)
+    cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r, NULL)
     if err:
         _raise(err)
     return (r.n, r.reason, r.path, r.pm,
@@ -1556,22 +585,11 @@ def decide_keys(st, keys, int64_t t, out_reason):
 
 cdef Py_ssize_t _decide_keys(_Ctx x, const int64_t* kp, Py_ssize_t K, int64_t t,
                              int64_t* op) except -2:
-    cdef Py_ssize_t j, c, d, k
-    cdef const int64_t* row
-    cdef Dec r
-    cdef int err
-    for j in range(K):
-        row = kp + 6 * j
-        c, d, k = row[0], row[1], row[2]
-        _cd(x, c, d)
-        _kk(x, k)
-        err = k_decide(&x.e, c, d, k, row[3], row[3], row[4], row[5], t, False, &r)
-        if err:
-            _raise(err)
-        if r.n >= row[3]:
-            return j
-        op[j] = r.reason
-    return -1
+    cdef int err = 0
+    cdef int64_t j = k_decide_keys(&x.e, kp, K, t, op, &err)
+    if err:
+        _raise(err, f"pending key row {j}")
+    return j
 
 
 def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t dur, int64_t pm):
@@ -1587,13 +605,11 @@ def dim_figures(st, Py_ssize_t d):
     units a reclaim can reach, and the firm room; see
     :func:`bursarcore.reference.engine.dim_figures`."""
     cdef _Ctx x = _ctx(st)
+    cdef int64_t out[3]
     if d < 0 or d >= x.e.D:
         raise IndexError(f"dimension {d} out of range")
-    cdef Eng* e = &x.e
-    cdef int64_t free = k_free(e, d)
-    return (bc_warm_opportunistic(free, e.headroom[d]),
-            bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]),
-            bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0))
+    k_dim_figures(&x.e, d, out)
+    return (out[0], out[1], out[2])
 
 
 def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
@@ -1602,13 +618,7 @@ def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
     :func:`bursarcore.reference.engine.token_wait`. The caller settled the bucket."""
     cdef _Ctx x = _ctx(st)
     _cd(x, c, d)
-    cdef Eng* e = &x.e
-    cdef Py_ssize_t i = c * e.D + d
-    cdef int64_t H = e.cd[i].H, s = e.cd[i].s
-    cdef i128 need = <i128>bc_excess(H, n, s) * dur - e.cd[i].T
-    if e.scal[1] != 0 or s - H <= 0 or need <= 0:
-        return -1
-    return _pyint((need + (s - H) - 1) // (s - H))
+    return _pyint(k_token_wait(&x.e, c, d, n, dur))
 
 
 def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes,
@@ -1626,23 +636,18 @@ def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes
     reason = np.empty((na, nb), dtype=np.int64)
     cdef double[:, ::1] co = cost
     cdef int64_t[:, ::1] pa = path, re = reason
-    cdef Dec r
     cdef int err
-    cdef int64_t n
+    cdef int64_t p, why
     cdef i128 price
     for a in range(na):
-        n = sizes[a]
         for b in range(nb):
-            err = k_decide(&x.e, c, d, k, n, n, durs[b], -1, t, True, &r)
+            err = k_quote_cell(&x.e, c, d, k, sizes[a], durs[b], t, &price, &p, &why)
             if err:
                 _raise(err)
-            price = k_charge(&x.e, c, x.e.cls + k * NCOL, k_cost(n, durs[b], r.pm))
             co[a, b] = <double>price if -EXACT_DOUBLE <= price <= EXACT_DOUBLE \
                 else float(_pyint(price))
-            pa[a, b] = P_WARM if n <= r.lim_warm else P_RECLAIM if n <= r.lim_cap else P_COLD
-            re[a, b] = (R_CEILING if r.lim_ceil < n else R_CAPACITY if r.lim_cap < n
-                        else R_TOKENS if r.lim_tok < n else R_CREDITS if r.lim_cred < n
-                        else R_OK)
+            pa[a, b] = p
+            re[a, b] = why
     return cost, path, reason
 
 
@@ -1676,14 +681,10 @@ def activate(st, int64_t lid, int64_t t):
 def preempt(st, int64_t lid, int64_t t, int64_t grace):
     """Mark an active opportunistic lease revoking; returns its revocation deadline."""
     cdef _Ctx x = _ctx(st)
-    cdef int64_t r = _ll(x, lid)
-    cdef Py_ssize_t d = x.e.lr[r].dim
-    _dd(x, d)
-    cdef int64_t n = x.e.lr[r].units
-    x.e.lr[r].state = L_REVOKING
-    x.e.lr[r].revoke_at = t + grace
-    x.e.rev[d] += n
-    x.e.oppa[d] -= n
+    _ll(x, lid)
+    cdef int err = k_preempt(&x.e, lid, t, grace)
+    if err:
+        _raise(err, f"dimension of lease {lid}")
     return t + grace
 
 
@@ -1725,9 +726,10 @@ def heap_pop(st):
 
 
 def next_expiry(st):
-    """Time of the earliest scheduled expiry (stale entries included), or -1."""
+    """Time of the earliest scheduled expiry, or -1 (stale entries at the heap's top are
+    dropped first); see :func:`bursarcore.reference.engine.next_expiry`."""
     cdef _Ctx x = _ctx(st)
-    return x.e.heap_t[0] if x.e.scal[3] > 0 else -1
+    return k_next_expiry(&x.e)
 
 
 def advance(st, int64_t t, out):
@@ -1771,10 +773,10 @@ def admit(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t nm
             x.out4_obj, x.out4_ptr = out, p
         else:
             p = local
-    r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p)
+    r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p, NULL)
     if r == E_HEAPFULL:
         x = _grow_heap(st)
-        r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p)
+        r = k_admit(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, intent, p, NULL)
     if p == local:
         out[0], out[1], out[2], out[3] = local[0], local[1], local[2], local[3]
     if r < 0:
@@ -1834,12 +836,18 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
         prec = &recv[0, 0]
     x = _ctx(st)
     while True:
-        if m - j >= 64:
-            with nogil:
-                j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err,
-                            prec)
+        if prec == NULL:
+            if m - j >= 64:
+                with nogil:
+                    j = k_batch_plain(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol,
+                                      j, m, &err)
+            else:
+                j = k_batch_plain(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m,
+                                  &err)
         else:
-            j = k_batch(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m, &err, prec)
+            with nogil:
+                j = k_batch_rec(&x.e, pc, pk, pd, p0, p1, pu, t, intent0, on, orz, ol, j, m,
+                                &err, prec)
         if err == E_HEAPFULL:
             err = 0
             x = _grow_heap(st)
@@ -2336,13 +1344,13 @@ cdef class FastAcquire:
             self.b._reserve(1, nmax)
             cx = self._cx()
             e = &cx.e
-        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf, NULL)
         if r == E_HEAPFULL:
             cx = None
             self.st.grow_heap()
             cx = self._cx()
             e = &cx.e
-            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf, NULL)
         if r < 0:
             _raise(r, nmax)
         return r
@@ -2368,7 +1376,7 @@ cdef class FastAcquire:
         cdef _Ctx cx
         cdef Eng* e
         cdef Py_ssize_t d, D
-        cdef int64_t free
+        cdef int64_t fig[3]
         if len(self._attr("_woken")) or len(self._attr("_ended")):
             return True
         h = self._attr("_wtime")
@@ -2384,12 +1392,12 @@ cdef class FastAcquire:
         for d in range(D):
             hf, hr, ho, hp = lf[d], lr[d], lo[d], lp[d]
             if hf or hr or ho:
-                free = k_free(e, d)
-                if hf and hf[0][0] <= bc_warm_opportunistic(free, e.headroom[d]):
+                k_dim_figures(e, d, fig)
+                if hf and hf[0][0] <= fig[0]:
                     return True
-                if hr and hr[0][0] <= bc_reachable(free, e.oppa[d], e.rev[d], e.prom[d]):
+                if hr and hr[0][0] <= fig[1]:
                     return True
-                if ho and ho[0][0] <= bc_firm_limit(e.cap[d], e.F[d], e.U[d], 0):
+                if ho and ho[0][0] <= fig[2]:
                     return True
             if hp and hp[0][0] < -k_cong_mult(e, d):
                 return True
@@ -2591,7 +1599,7 @@ cdef class FastAcquire:
                 raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
             rank = e.cls[k * NCOL + RANK]
             deficit = self._attr("_deficit_last")[c]
-            err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc)
+            err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc, NULL)
             if err:
                 _raise(err)
             i = c * e.D + d

@@ -63,7 +63,9 @@ _PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 MAX_PENDING = 1024          # Broker(max_pending=): pending intents per campaign, by default
 
-_compiled = _backend.compiled("_engine")
+# the C core's engine through the chosen binding: Cython by default, cffi when asked for
+_compiled = (_backend.cffi("_cffi_engine") if _backend.REQUESTED == "cffi"
+             else _backend.compiled("_engine"))
 ENGINES: dict[str, Any] = {"reference": _ref_engine}
 if _compiled is not None:
     ENGINES = {"compiled": _compiled, **ENGINES}

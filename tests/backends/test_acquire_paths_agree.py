@@ -87,7 +87,7 @@ def _brokers(pool_kw, instant, jkind=None, tmp=None):
             b._fast = None
         elif kind in ("ref-fast", "cmp-reffast"):
             b._fast = Counting(RefFast(b, Decision, Lease, Event, Intent))
-        else:
+        elif b._fast is not None:      # (a binding without its own fast path: cffi)
             b._fast = Counting(b._fast)
         out.append(b)
     return kinds, out

@@ -13,7 +13,7 @@ import math
 
 from ..admission.state import (ACTIVE, CAPACITY, CEILING, COLD, CREDITS, EXPIRED, FS_REBASE,
                                GEN_MASK, GRANTED, HOUR_NS, MAXV, OK, PPM, RECLAIM, REFUSED,
-                               REVOKING, ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
+                               REVOKED, REVOKING, ROW_BITS, ROW_MASK, SLOW, STARTING, TOKENS, WARM)
 
 # class-table columns
 RANK, MULT, PRICED, PREEMPT, GRACE, FREEBROKE = range(6)
@@ -39,11 +39,13 @@ def excess(H: int, n: int, s: int) -> int:
 
 def token_wait(st, c: int, d: int, n: int, dur: int) -> int:
     """SPEC §4.5: ns until c's bucket holds the tokens n more units for dur ns need
-    (it refills at s − H), or -1 when it holds them now or does not refill. The caller
-    settled the bucket."""
+    (it refills at s − H), or -1 when it holds them now, does not refill, or could never
+    hold them (the need is beyond the bucket's size B: the refill stops there, §4.2). The
+    caller settled the bucket."""
     H, s = int(st.H[c, d]), int(st.s[c, d])
-    need = excess(H, n, s) * dur - int(st.T[c, d])
-    if st.scal[1] or s - H <= 0 or need <= 0:
+    total = excess(H, n, s) * dur
+    need = total - int(st.T[c, d])
+    if st.scal[1] or s - H <= 0 or need <= 0 or total > int(st.Bcap[c, d]):
         return -1
     return -(-need // (s - H))
 
@@ -471,6 +473,8 @@ def end_lease(st, lid: int, t: int, new_state: int) -> None:
     st.refunded[c] = wrap(int(st.refunded[c]) + back)
     st.spent[c] = wrap(int(st.spent[c]) + price - back)
     _hold(st, c, d, -n, firm)
+    if state == STARTING and new_state == REVOKED:
+        st.revoke_at[r] = t         # revoked before it started: revoked now (SPEC §4.6)
     st.state[r] = new_state
     _free_row(st, r)
 
@@ -564,9 +568,23 @@ def heap_pop(st) -> None:
         i = m
 
 
+def _live(st, te: int, lid: int) -> bool:
+    """Whether the heap entry (te, lid) is its lease's scheduled end: the lease is current
+    (its row not reused), active or revoking, and ends at te."""
+    r = lid & ROW_MASK
+    return (0 <= lid and r < st.camp.shape[0] and int(st.gen[r]) == lid >> ROW_BITS
+            and int(st.state[r]) in (ACTIVE, REVOKING) and int(st.t_end[r]) == te)
+
+
 def next_expiry(st) -> int:
-    """Time of the earliest scheduled expiry (stale entries included), or -1."""
-    return int(st.heap_t[0]) if st.scal[3] > 0 else -1
+    """Time of the earliest scheduled expiry, or -1 (SPEC §4.4: a capacity refusal's
+    retry_after). Stale entries at the top of the heap (a renewal or an end moved or
+    removed the lease's end) are dropped first."""
+    while st.scal[3] > 0:
+        if _live(st, int(st.heap_t[0]), int(st.heap_id[0])):
+            return int(st.heap_t[0])
+        heap_pop(st)
+    return -1
 
 
 def advance(st, t: int, out) -> int:
@@ -582,8 +600,7 @@ def advance(st, t: int, out) -> int:
         r = lid & ROW_MASK
         if lid < 0 or r >= st.camp.shape[0]:
             raise IndexError(f"lease {lid} in the expiry heap is out of range")
-        if (int(st.gen[r]) == lid >> ROW_BITS and int(st.state[r]) in (ACTIVE, REVOKING)
-                and int(st.t_end[r]) == te):
+        if _live(st, te, lid):
             end_lease(st, lid, te, EXPIRED)
             out[m] = lid
             m += 1

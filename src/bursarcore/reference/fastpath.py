@@ -26,7 +26,7 @@ writes — an ``expire`` record after each expiry (the state right after it), th
 calls ``journal.end_op(durable)`` as ``@_op`` does. It returns the
 :class:`~bursarcore.broker.Decision`, or ``None`` — with nothing changed — when the shortcut
 does not apply. The compiled twin returns equal decisions, writes equal records and leaves
-equal state (``tests/test_fastpath_diff.py``).
+equal state (``tests/backends/test_acquire_paths_agree.py``).
 """
 
 from __future__ import annotations

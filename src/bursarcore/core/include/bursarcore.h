@@ -142,6 +142,124 @@ int bc_buckets_peek(const bc_buckets *b, int64_t now, int64_t *out, size_t n);
 int bc_buckets_time_until(const bc_buckets *b, size_t i, int64_t amount, int64_t now,
                           int64_t *wait);
 
+
+/* --- the admission engine (docs/spec.md §4–§7) ----------------------------------------
+ * One pool of held dimensions (capacity in whole units, each unit a slot), service
+ * classes, and campaigns with a guarantee, a sustained rate, a burst ceiling and a prepaid
+ * token bucket per dimension and a credit budget; leases of units for a duration, granted
+ * warm, renewed, released and expired. The engine decides what the rules decide; what
+ * needs a policy (a reclaim of opportunistic leases, a pending request) comes back as
+ * BC_DEFERRED, to the caller's policy layer. Times are int64 ns; tokens unit·ns; credits
+ * micro-credits; prices micro-credits per unit-hour; multipliers ppm. */
+typedef struct bc_engine bc_engine;
+
+/* Outcomes of a request. */
+enum { BC_GRANTED = 0, BC_REFUSED = 1, BC_DEFERRED = 2 };
+
+/* Reasons (docs/spec.md §4.4): why a request was refused, or none. */
+enum {
+    BC_REASON_NONE = 0,
+    BC_REASON_CAPACITY = 1,
+    BC_REASON_TOKENS = 2,
+    BC_REASON_CREDITS = 3,
+    BC_REASON_CEILING = 4
+};
+
+/* Lease states (docs/spec.md §4.6). */
+enum {
+    BC_LEASE_STARTING = 0,
+    BC_LEASE_ACTIVE = 1,
+    BC_LEASE_REVOKING = 2,
+    BC_LEASE_RELEASED = 3,
+    BC_LEASE_EXPIRED = 4,
+    BC_LEASE_REVOKED = 5
+};
+
+typedef struct bc_engine_config {
+    int32_t dims;                   /* held dimensions, >= 1 */
+    const int64_t *capacity;        /* [dims] whole units (each a slot), >= 0 */
+    const int64_t *headroom;        /* [dims] units opportunistic leases leave free */
+    const int64_t *price;           /* [dims] micro-credits per unit-hour, >= 0 */
+    int32_t classes;                /* service classes, >= 1 */
+    const int64_t *class_table;     /* [classes][6]: rank, multiplier (ppm), congestion
+                                       priced (0/1), preemptible (0/1), preemption grace
+                                       (ns), free when the budget is spent (0/1) */
+    int32_t thresholds;             /* congestion thresholds, >= 0 */
+    const int64_t *cong_thresholds; /* [thresholds] ppm, ascending (NULL when none) */
+    const int64_t *cong_mult;       /* [thresholds + 1] multipliers, ppm */
+    int64_t window_ns;              /* the congestion window, >= 1 */
+    int32_t bins;                   /* its bins, >= 1 */
+    int32_t instant;                /* 1: tokens enforced instantly; 0: prepaid */
+    int64_t half_life_ns;           /* fair-share half-life, >= 1 */
+    int64_t reuse_after;            /* an ended lease's row is reused after this many
+                                       later ends; < 0: never (lease ids never repeat) */
+} bc_engine_config;
+
+/* A decision. */
+typedef struct bc_decision {
+    int32_t outcome;    /* BC_GRANTED, BC_REFUSED or BC_DEFERRED */
+    int32_t reason;     /* BC_REASON_*: BC_REASON_NONE when granted */
+    int64_t units;      /* units granted (0 when not granted) */
+    int64_t lease;      /* the lease id when granted, else -1 */
+    int64_t charge;     /* micro-credits charged (a renewal: its extension's) */
+} bc_decision;
+
+/* A lease as the engine holds it. */
+typedef struct bc_lease_info {
+    int64_t campaign;
+    int32_t dim;
+    int32_t cls;
+    int64_t units;
+    int32_t state;      /* BC_LEASE_* */
+    int64_t granted_at, starts_at, ends_at;
+    int64_t charge;     /* micro-credits charged so far (before any refund) */
+} bc_lease_info;
+
+/* A new engine (BC_EINVAL / BC_ERANGE on a bad configuration, naming nothing: check each
+ * field's range above). Free it with bc_engine_free. */
+int bc_engine_new(const bc_engine_config *config, bc_engine **out);
+void bc_engine_free(bc_engine *e);
+
+/* Registers a campaign at `now`: per dimension its guarantee, sustained rate and burst
+ * ceiling (units) and its token bucket's size (unit·ns; it starts full); `credits` its
+ * budget (micro-credits; BC_MAX_AMOUNT: none). Refused with BC_ERANGE unless
+ * 0 <= guarantee <= sustained <= ceiling on every dimension, or when a guarantee would take
+ * the sum of guarantees beyond a dimension's capacity. Its index to *index. */
+int bc_engine_add_campaign(bc_engine *e, const int64_t *guaranteed, const int64_t *sustained,
+                           const int64_t *ceiling, const int64_t *bucket, int64_t credits,
+                           int64_t now, int64_t *index);
+
+/* Expires what is due by `now`, then decides a request of [min_units, max_units] units of
+ * class `cls` on dimension `dim` for `duration` ns, spending at most `max_spend`
+ * micro-credits (< 0: no cap); a warm grant is committed. `intent` is the caller's id for
+ * the request, kept on the lease. */
+int bc_engine_acquire(bc_engine *e, int64_t campaign, int32_t dim, int32_t cls,
+                      int64_t min_units, int64_t max_units, int64_t duration,
+                      int64_t max_spend, int64_t now, int64_t intent, bc_decision *out);
+
+/* Expires what is due by `now`, then extends an active lease by `extend` ns (refused for
+ * tokens or credits, with the lease unchanged). BC_EINDEX for an unknown or ended lease. */
+int bc_engine_renew(bc_engine *e, int64_t lease, int64_t extend, int64_t max_spend,
+                    int64_t now, bc_decision *out);
+
+/* Ends a lease at `now`, refunding its unused time's tokens and credits. */
+int bc_engine_release(bc_engine *e, int64_t lease, int64_t now);
+
+/* Expires every lease due by `now`, in (end, id) order; up to `room` of their ids to
+ * `expired` (may be NULL when room is 0) and how many expired to *count. Expiries beyond
+ * `room` still happen. */
+int bc_engine_advance(bc_engine *e, int64_t now, int64_t *expired, size_t room,
+                      size_t *count);
+
+/* A lease's record (ended leases stay readable until their row is reused). */
+int bc_engine_lease(const bc_engine *e, int64_t lease, bc_lease_info *out);
+
+/* A campaign's credits left (micro-credits; BC_MAX_AMOUNT for no budget) and, on one
+ * dimension, its holding (units) and tokens (unit·ns), its bucket settled at `now` (never
+ * before its last settlement: an earlier `now` reads it as it stands). */
+int bc_engine_balance(bc_engine *e, int64_t campaign, int32_t dim, int64_t now,
+                      int64_t *credits, int64_t *held, int64_t *tokens);
+
 /* --- cdef end --- */
 
 #ifdef __cplusplus

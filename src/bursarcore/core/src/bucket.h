@@ -18,13 +18,12 @@
 #include <stdint.h>
 
 #include "bursarcore.h"
+#include "ints.h"
 
 #define BC_B_SIZE 0
 #define BC_B_RATE 1
 #define BC_B_TOK 2
 #define BC_B_REM 3
-
-__extension__ typedef __int128 bc_i128;
 
 /* Refill by dt > 0 ns. */
 static inline void bc_bucket_settle(int64_t *b, bc_i128 dt)

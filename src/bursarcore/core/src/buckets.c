@@ -500,3 +500,11 @@ int bc_buckets_time_until(const bc_buckets *b, size_t i, int64_t amount, int64_t
     *wait = bc_bucket_wait(tmp, amount);
     return BC_OK;
 }
+
+/* (this file is also compiled as part of unity.c: its short names end here) */
+#undef W
+#undef LAST
+#undef SEEN
+#undef AHEAD
+#undef PREFETCH_W
+#undef BC_ALWAYS_INLINE

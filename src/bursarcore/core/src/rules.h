@@ -9,8 +9,7 @@
 
 #include <stdint.h>
 
-static inline int64_t bc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t bc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+#include "ints.h"
 
 /* §4.2 excess: of n units added at holding H, how many lie above the sustained rate s.
  * Only those draw on the prepaid bucket: excess · duration tokens. */
@@ -64,6 +63,48 @@ static inline int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
 static inline int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
 {
     return free + oppa + bc_max64(0, rev - prom);
+}
+
+/* §4.1 free capacity of a dimension: its capacity less the units occupied and the units
+ * promised to starting leases beyond those already under preemption notice. */
+static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t rev)
+{
+    return cap - occ - bc_max64(0, prom - rev);
+}
+
+/* §7 credit cost of n units for dur ns at pm micro-credits per unit-hour:
+ * ceil(n * dur * pm / hour), exact for every int64 input. */
+static inline bc_i128 bc_cost(int64_t n, int64_t dur, int64_t pm)
+{
+    bc_i128 x = (bc_i128)n * dur, a, r;
+    bc_u128 p;
+    uint64_t p64;
+    if (x >= 0 && pm >= 0) {
+        if ((x >> 63) == 0) {                       /* x * pm < 2**126 */
+            p = (bc_u128)x * (bc_u128)pm;
+            if ((p >> 64) == 0) {                   /* the common case: one 64-bit division */
+                p64 = (uint64_t)p;
+                return (bc_i128)(p64 / (uint64_t)BC_HOUR_NS + (p64 % (uint64_t)BC_HOUR_NS != 0));
+            }
+            return (bc_i128)((p + (bc_u128)(BC_HOUR_NS - 1)) / (bc_u128)BC_HOUR_NS);
+        }
+        a = x / BC_HOUR_NS;                         /* x * pm may exceed 2**127: split x */
+        r = x - a * BC_HOUR_NS;
+        return a * pm + (r * pm + (BC_HOUR_NS - 1)) / BC_HOUR_NS;
+    }
+    /* a negative factor: the same split with floor division (x = a * hour + r,
+     * 0 <= r < hour), so no product beyond r * pm (< 2**105) is formed:
+     * ceil(x * pm / hour) = a * pm + ceil(r * pm / hour) */
+    a = bc_fdiv128(x, BC_HOUR_NS);
+    r = x - a * BC_HOUR_NS;
+    return a * pm - bc_fdiv128(-(r * pm), BC_HOUR_NS);
+}
+
+/* §7 what a lease priced `price` is charged: a class that runs free when the budget is
+ * spent (free_when_broke) costs nothing when the budget left cannot pay it. */
+static inline bc_i128 bc_charge(int free_when_broke, bc_i128 price, int64_t left)
+{
+    return (free_when_broke && price > left) ? 0 : price;
 }
 
 #endif /* BURSARCORE_RULES_H */

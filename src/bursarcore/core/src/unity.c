@@ -2,3 +2,4 @@
  * (the Cython extension): its calls into the ABI can then be inlined. */
 #include "core.c"
 #include "buckets.c"
+#include "engine.c"

@@ -1,0 +1,258 @@
+/*
+ * Answers and admission of the engine (docs/spec.md §4.1, §4.2, §4.4, §7, §9): capacity
+ * levels, token waits, quote cells, the pending pass's probe, preemption, one admission and
+ * the batch loop, each over the decision (engine.h) and the lease store (leases.h). Part of
+ * engine.h (include that).
+ */
+#ifndef BURSARCORE_ADMIT_H
+#define BURSARCORE_ADMIT_H
+
+/* -- answers without a change (§4.1, §4.2, §4.4, §7) ------------------------------------ */
+
+/* Σ_c g[c, d] for every d into e->gsum (k_never's "the others' guarantees"). */
+static inline void k_sum_guarantees(bc_eng *e, int64_t C)
+{
+    int64_t i, j;
+    for (j = 0; j < e->D; j++) {
+        e->gsum[j] = 0;
+        for (i = 0; i < C; i++)
+            e->gsum[j] += e->cd[i * e->D + j].g;
+    }
+}
+
+/* Dimension d's capacity levels: free units above the warm headroom, units a reclaim
+ * can reach, and the firm room. */
+static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
+{
+    int64_t free = k_free(e, d);
+    out[0] = bc_warm_opportunistic(free, e->headroom[d]);
+    out[1] = bc_reachable(free, e->oppa[d], e->rev[d], e->prom[d]);
+    out[2] = bc_firm_limit(e->cap[d], e->F[d], e->U[d], 0);
+}
+
+/* ns until (c, d)'s bucket holds the tokens n more units for dur ns need, refilling at
+ * s - H; -1 when it holds them now, never refills, or could never hold them (the need is
+ * beyond the bucket's size: the refill stops there). The caller settled the bucket. */
+static inline bc_i128 k_token_wait(const bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
+{
+    int64_t i = c * e->D + d, H = e->cd[i].H, s = e->cd[i].s;
+    bc_i128 total = (bc_i128)bc_excess(H, n, s) * dur, need = total - e->cd[i].T;
+    if (e->scal[1] != 0 || s - H <= 0 || need <= 0 || total > e->cd[i].Bcap)
+        return -1;
+    return (need + (s - H) - 1) / (s - H);
+}
+
+/* One cell of a quote: an intent for exactly n units for dur ns, decided as acquire would
+ * decide it, changing nothing but the settled bucket. Its charge, path and reason; 0 or an
+ * error code. */
+static inline int k_quote_cell(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                               int64_t dur, int64_t t, bc_i128 *charge, int64_t *path,
+                               int64_t *reason)
+{
+    bc_dec r;
+    int err = k_decide(e, c, d, k, n, n, dur, -1, t, 1, &r, NULL);
+    if (err)
+        return err;
+    *charge = k_charge(e, c, e->cls + k * BC_K_NCOL, bc_cost(n, dur, r.pm));
+    *path = n <= r.lim_warm ? BC_P_WARM : n <= r.lim_cap ? BC_P_RECLAIM : BC_P_COLD;
+    *reason = r.lim_ceil < n ? BC_REASON_CEILING : r.lim_cap < n ? BC_REASON_CAPACITY
+        : r.lim_tok < n ? BC_REASON_TOKENS : r.lim_cred < n ? BC_REASON_CREDITS : BC_REASON_NONE;
+    return 0;
+}
+
+/* The pending pass's probe: row j of keys (campaign, dim, class, nmin, duration,
+ * max_spend) decided at nmin = nmax = its nmin, in order; the first row that could be
+ * granted, or -1 with every row's reason in out_reason; an error code in *err (rows out of
+ * range: BC_E_INDEX), then the row it stopped at. */
+static inline int64_t k_decide_keys(bc_eng *e, const int64_t *keys, int64_t K, int64_t t,
+                                    int64_t *out_reason, int *err)
+{
+    int64_t j, c, d, k;
+    const int64_t *row;
+    bc_dec r;
+    int rc;
+    for (j = 0; j < K; j++) {
+        row = keys + 6 * j;
+        c = row[0];
+        d = row[1];
+        k = row[2];
+        if (c < 0 || c >= e->calloc || d < 0 || d >= e->D || k < 0 || k >= e->K) {
+            *err = BC_E_INDEX;
+            return j;
+        }
+        rc = k_decide(e, c, d, k, row[3], row[3], row[4], row[5], t, 0, &r, NULL);
+        if (rc) {
+            *err = rc;
+            return j;
+        }
+        if (r.n >= row[3])
+            return j;
+        out_reason[j] = r.reason;
+    }
+    return -1;
+}
+
+/* An active opportunistic lease is preempted at t: revoking, its units under notice
+ * until t + grace (§6). The caller checked lid. */
+static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
+{
+    int64_t r = lid & BC_ROW_MASK, d = e->lr[r].dim, n = e->lr[r].units;
+    if (d < 0 || d >= e->D)
+        return BC_E_INDEX;
+    e->lr[r].state = BC_LEASE_REVOKING;
+    e->lr[r].revoke_at = t + grace;
+    e->rev[d] += n;
+    e->oppa[d] -= n;
+    return 0;
+}
+
+/* -- admission ---------------------------------------------------------------------------- */
+
+/* One admission: decide, and commit a warm grant. BC_GRANTED / BC_REFUSED / BC_DEFERRED
+ * (the policy layer decides: a reclaim, a pending request) or an error code;
+ * out = [units, reason, lease id or -1, charge]. BC_E_HEAPFULL comes back before anything
+ * but the (idempotent) settle changed: grow the heap and call again. */
+static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                          int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                          int64_t intent, int64_t *out, bc_memo *mo)
+{
+    bc_dec r;
+    int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 0, &r, mo);
+    int64_t lid, why;
+    int priced;
+    if (err)
+        return err;
+    out[0] = r.n;
+    out[1] = r.reason;
+    out[2] = -1;
+    out[3] = 0;
+    priced = e->cls[k * BC_K_NCOL + BC_K_PRICED] != 0;
+    if (r.n >= nmin && r.path == BC_P_WARM) {
+        err = k_room(e, d, r.n, 1, 1);
+        if (err == 0 && e->scal[3] >= e->HC)
+            return BC_E_HEAPFULL;
+        if (priced && r.lim_cap < nmax && r.n < nmax)
+            k_shortfall_m(e, d, nmax - r.n, mo);
+        if (err)
+            return err;
+        lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo);   /* checked just above */
+        out[2] = lid;
+        out[3] = e->lr[lid & BC_ROW_MASK].cost;
+        return BC_GRANTED;
+    }
+    if (r.n < nmin) {
+        why = k_never(e, c, d, k, nmin, dur, r.pm);
+        if (why != BC_REASON_NONE) {
+            out[1] = why;
+            if (priced && why == BC_REASON_CAPACITY)
+                k_shortfall_m(e, d, nmax, mo);
+            return BC_REFUSED;
+        }
+    }
+    return BC_DEFERRED;
+}
+
+/* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
+ * through k_admit, in order, until one needs the policy layer (BC_DEFERRED: returns its
+ * index, nothing of it changed but the settle) or fails (an error code in *err: returns its
+ * index). Outputs per item: units (on), reason (orz), lease id or -1 (ol). The intent id
+ * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
+ * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the four
+ * limits (capped at BC_MAXV) before, and tokens, credits left and holding after. */
+static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks,
+                              const int64_t *dims, const int64_t *nmins, const int64_t *nmaxs,
+                              const int64_t *durs, int64_t t, int64_t intent0, int64_t *on,
+                              int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
+                              int64_t *rec)
+{
+    int64_t buf[4] = {0, 0, 0, 0}, before[8] = {0, 0, 0, 0, 0, 0, 0, 0}, c, d, k, pc, pd, pr, i;
+    int64_t D = e->D, K = e->K, calloc = e->calloc;
+    int rc, q;
+    bc_dec x;
+    bc_memo mo;
+    k_memo_init(&mo);
+    while (j < m) {
+        c = camps[j];
+        d = dims[j];
+        k = ks[j];
+        if ((uint64_t)c >= (uint64_t)calloc || (uint64_t)d >= (uint64_t)D
+                || (uint64_t)k >= (uint64_t)K) {                /* (negatives wrap high) */
+            *err = BC_E_INDEX;
+            return j;
+        }
+        if (j + BC_PF_AHEAD < m) {    /* the campaign records of a later item, from memory now */
+            pc = camps[j + BC_PF_AHEAD];
+            pd = dims[j + BC_PF_AHEAD];
+            if ((uint64_t)pc < (uint64_t)calloc && (uint64_t)pd < (uint64_t)D) {
+                __builtin_prefetch(&e->cd[pc * D + pd].tlast);    /* the record's two lines */
+                __builtin_prefetch(&e->cd[pc * D + pd].g);
+                __builtin_prefetch(&e->cr[pc]);
+            }
+            /* the lease record a grant BC_PF_ROWS on would write, both lines, for writing */
+            pr = k_row_ahead(e, BC_PF_ROWS);
+            if (pr < e->L) {
+                __builtin_prefetch(&e->lr[pr], 1);
+                __builtin_prefetch(&e->lr[pr].t_grant, 1);
+            }
+        }
+        if (rec != NULL) {
+            rc = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL);
+            if (rc < 0) {
+                *err = rc;
+                return j;
+            }
+            i = c * D + d;
+            before[0] = e->cd[i].T;
+            before[1] = e->cr[c].left;
+            before[2] = k_free(e, d);
+            before[3] = e->U[d];
+            before[4] = bc_cap_maxv(x.lim_ceil);
+            before[5] = bc_cap_maxv(x.lim_cap);
+            before[6] = bc_cap_maxv(x.lim_tok);
+            before[7] = bc_cap_maxv(x.lim_cred);
+        }
+        rc = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo);
+        if (rc < 0) {
+            *err = rc;
+            return j;
+        }
+        if (rc == BC_DEFERRED)
+            return j;
+        on[j] = buf[0];
+        orz[j] = buf[1];
+        ol[j] = buf[2];
+        if (rec != NULL) {
+            i = c * D + d;
+            for (q = 0; q < 8; q++)
+                rec[j * BC_REC_WIDTH + q] = before[q];
+            rec[j * BC_REC_WIDTH + 8] = e->cd[i].T;
+            rec[j * BC_REC_WIDTH + 9] = e->cr[c].left;
+            rec[j * BC_REC_WIDTH + 10] = e->cd[i].H;
+        }
+        j += 1;
+    }
+    return m;
+}
+
+/* k_batch without and with a journal: each a copy of the one loop with every call in it
+ * inlined (flatten), the first with the journal's branches folded away. */
+__attribute__((flatten, unused)) static int64_t k_batch_plain(
+    bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
+    const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
+    int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err)
+{
+    return k_batch(e, camps, ks, dims, nmins, nmaxs, durs, t, intent0, on, orz, ol, j, m, err,
+                   NULL);
+}
+
+__attribute__((flatten, unused)) static int64_t k_batch_rec(
+    bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
+    const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
+    int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
+    int64_t *rec)
+{
+    return k_batch(e, camps, ks, dims, nmins, nmaxs, durs, t, intent0, on, orz, ol, j, m, err,
+                   rec);
+}
+
+#endif /* BURSARCORE_ADMIT_H */

@@ -1,0 +1,497 @@
+/*
+ * The admission engine (docs/spec.md §4–§7): tokens and holdings, congestion and price,
+ * the decision, the lease store (grant, activation, end, renewal, expiry) and the batch
+ * loop, over one state. Every rule is one inline function of this header or of the two it
+ * includes at its end (leases.h: the lease store; admit.h: answers, admission and the
+ * batch), and every path — a single decision, a batch, a grant, a renewal, a quote, a
+ * "never" check — calls the same one; the arithmetic on one campaign's numbers comes from
+ * rules.h.
+ *
+ * The state is a struct of pointers to arrays the caller owns (bc_eng); this header
+ * never allocates. A kernel that lacks room returns an error code before changing
+ * anything; the caller grows the arrays and calls again.
+ *
+ * Units (§2): int64 ns, whole units, unit·ns tokens, micro-credits, prices in
+ * micro-credits per unit-hour, multipliers in ppm. Compiled with -fwrapv: running
+ * counters wrap like numpy's `+=`.
+ */
+#ifndef BURSARCORE_ENGINE_H
+#define BURSARCORE_ENGINE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "bursarcore.h"
+#include "ints.h"
+#include "rules.h"
+
+/* --- cdef begin (the codes, records and state as a binding declares them) */
+/* class-table columns */
+enum { BC_K_RANK, BC_K_MULT, BC_K_PRICED, BC_K_PREEMPT, BC_K_GRACE, BC_K_FREEBROKE, BC_K_NCOL };
+
+/* reason codes, outcomes and lease states: the public header's (bursarcore.h) */
+
+/* grant paths */
+enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD };
+
+/* errors of the kernels (< 0) */
+enum {
+    BC_E_LEASES = -1,    /* lease store full */
+    BC_E_ARENA = -2,     /* slot arena full */
+    BC_E_SLOTS = -3,     /* too few free slots to place */
+    BC_E_STACK = -4,     /* ending a lease would overfill the free-slot stack */
+    BC_E_HEAPFULL = -5,  /* a push needs a larger expiry heap first (grow and call again) */
+    BC_E_ZERODIV = -6,
+    BC_E_INDEX = -7,
+    BC_E_RANGE = -8,     /* a price that does not fit int64 */
+    BC_E_EMPTY = -9,     /* heap pop on an empty heap */
+    BC_E_ENDED = -10     /* ending a lease that has already ended */
+};
+
+enum {
+    BC_ROW_BITS = 32,  /* lease id = row | generation << BC_ROW_BITS */
+    BC_REC_WIDTH = 11, /* journal inputs per batch item (k_batch's rec) */
+    BC_PF_AHEAD = 6,   /* the batch loop reads the campaign records this far ahead */
+    BC_PF_ROWS = 12    /* ... and the lease record this many grants ahead */
+};
+/* --- cdef end */
+
+#define BC_ROW_MASK ((int64_t)0xFFFFFFFFLL)
+#define BC_GEN_MASK ((int64_t)0x3FFFFFFFLL)
+#define BC_FS_REBASE 256.0     /* |t - E| in half-lives beyond which the epoch E moves */
+
+/* --- cdef begin */
+
+/* A (campaign, dimension) record, 128 bytes, the fields a grant touches in the first
+ * line: last settlement, holding, tokens, sustained rate, burst ceiling, bucket size,
+ * ∫H dt, guarantee, firm holding, and token counters. */
+typedef struct {
+    int64_t tlast, H, T, s, b, Bcap, acc, tok_debited;
+    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2;
+} bc_cdrow;
+
+/* A campaign's record, 64 bytes: credits, then its fair-share pair (§6) as doubles. */
+typedef struct {
+    int64_t left, escrow, cred_debited, budget, spent, refunded;
+    double fsS, fsG;
+} bc_crow;
+
+/* A lease's record, 128 bytes. */
+typedef struct {
+    int64_t camp, dim, units, firm, state, lcls, t_end, slot_off;
+    int64_t t_grant, t_start, dur, excess, cost, revoke_at, intent, gen;
+} bc_lrow;
+
+/* The state. Scalars are `long long` rather than int64_t (`long`), so that under strict
+ * aliasing a store through an int64_t* cannot change them and they stay in registers.
+ * scal = [congestion bin, instant enforcement, lease high-water mark, heap size]. */
+typedef struct {
+    long long D, K, NT, bins, W, calloc, L, A, HC;
+    long long bin_ns;
+    /* pool, per dimension */
+    int64_t *cap, *headroom, *occ, *prom, *rev, *F, *U, *oppa, *pend, *price, *gsum;
+    int64_t *cls, *cong_thr, *cong_mult, *ring, *ring_sum, *scal;
+    int32_t *free_slots;
+    int64_t *top;
+    /* campaigns: one record per (campaign, dimension), one per campaign */
+    bc_cdrow *cd;
+    bc_crow *cr;
+    int64_t *fs_par;           /* [half-life ns, epoch ns] */
+    long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
+    double fs_w;
+    int fs_ok;
+    /* leases: one record per row */
+    bc_lrow *lr;
+    int64_t *freeq;            /* ring of ended rows (length L) */
+    int64_t *lfree;            /* [head, tail, reuse_after] */
+    int32_t *arena;
+    int64_t *arena_top;
+    int64_t *heap_t, *heap_id;
+} bc_eng;
+
+/* --- cdef end */
+
+/* A decision and the limits that made it (§4.4). */
+typedef struct {
+    int64_t n, reason, path, pm, lim_ceil, lim_cap, lim_tok;
+    bc_i128 lim_cred;
+    int64_t lim_warm;
+} bc_dec;
+
+/* What a batch remembers between its items: the last price while nothing in the batch can
+ * move it (an unpriced class, no congestion table, or no priced demand), and the last
+ * cost. d < 0: no price remembered; cn < 0: no cost. */
+typedef struct {
+    int64_t d, k, pm;
+    int64_t cn, cdur, cpm;
+    bc_i128 ccost;
+} bc_memo;
+
+static inline void k_memo_init(bc_memo *mo)
+{
+    mo->d = mo->k = mo->pm = -1;
+    mo->cn = mo->cdur = mo->cpm = -1;
+    mo->ccost = 0;
+}
+
+static inline int k_mul_over(bc_i128 a, bc_i128 b, bc_i128 *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+
+static inline int k_mul_over64(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+
+/* -- tokens and holdings (§4.2) ----------------------------------------------------------- */
+
+/* Bring (c, d)'s bucket and its ∫H dt to time t. */
+static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
+{
+    int64_t i = c * e->D + d;
+    int64_t tl = e->cd[i].tlast, H, rate, T;
+    bc_i128 dt, add, room;
+    if (tl >= t)
+        return;
+    dt = (bc_i128)t - tl;
+    e->cd[i].tlast = t;
+    H = e->cd[i].H;
+    /* the low 64 bits of H * dt: the wrapping 64-bit product */
+    e->cd[i].acc = (int64_t)((uint64_t)e->cd[i].acc + (uint64_t)H * ((uint64_t)t - (uint64_t)tl));
+    rate = e->cd[i].s - H;
+    T = e->cd[i].T;
+    if (rate > 0) {
+        room = (bc_i128)e->cd[i].Bcap - T;
+        if (room == 0)              /* a full bucket (or an unlimited one): nothing to add */
+            return;
+        add = (bc_i128)rate * dt;
+        if (room < add)
+            add = room;
+        e->cd[i].T = (int64_t)(T + add);
+        e->cd[i].tok_minted = bc_wadd(e->cd[i].tok_minted, add);
+    } else if (rate < 0 && e->scal[1] != 0) {
+        add = -((bc_i128)rate) * dt;
+        if (add > T)
+            add = T;
+        e->cd[i].T = (int64_t)(T - add);
+        e->cd[i].tok_debited = bc_wadd(e->cd[i].tok_debited, add);
+    }
+}
+
+static inline int64_t k_unmet(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t i = c * e->D + d;
+    return bc_unmet(e->cd[i].g, e->cd[i].Hf);
+}
+
+static inline int64_t k_free(const bc_eng *e, int64_t d)
+{
+    return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d]);
+}
+
+/* §6 the fair-share weight 2^((t - E)/half-life), moving the epoch E to t when t is more
+ * than BC_FS_REBASE half-lives ahead. Cached per t (a batch's grants share one t), and
+ * the cache dropped when the epoch moves. */
+static inline double k_fs_weight(bc_eng *e, int64_t t)
+{
+    double x, f;
+    int64_t c;
+    if (e->fs_ok && e->fs_t == t)
+        return e->fs_w;
+    x = (double)(t - e->fs_par[1]) / (double)e->fs_par[0];
+    if (x > BC_FS_REBASE) {
+        f = pow(2.0, -x);
+        for (c = 0; c < e->calloc; c++) {
+            e->cr[c].fsS = e->cr[c].fsS * f;
+            e->cr[c].fsG = e->cr[c].fsG * f;
+        }
+        e->fs_par[1] = t;
+        x = 0.0;
+    }
+    e->fs_w = pow(2.0, x);
+    e->fs_t = t;
+    e->fs_ok = 1;
+    return e->fs_w;
+}
+
+/* Change (c, d)'s holding by delta (firm: also its firm holding, F and U), folding the
+ * holding so far into c's fair-share usage (the caller settled: tlast is now). */
+static inline void k_hold(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+{
+    int64_t i = c * e->D + d, before;
+    double w;
+    if (d == 0) {
+        w = (e->fs_ok && e->fs_t == e->cd[i].tlast) ? e->fs_w : k_fs_weight(e, e->cd[i].tlast);
+        e->cr[c].fsS = e->cr[c].fsS + (double)e->cd[i].H * (w - e->cr[c].fsG);
+        e->cr[c].fsG = w;
+    }
+    e->cd[i].H += delta;
+    if (firm) {
+        before = k_unmet(e, c, d);
+        e->cd[i].Hf += delta;
+        e->F[d] += delta;
+        e->U[d] += k_unmet(e, c, d) - before;
+    }
+}
+
+/* -- congestion and price (§7) ------------------------------------------------------------ */
+
+static inline void k_ring_advance(bc_eng *e, int64_t t)
+{
+    int64_t bn = bc_fdiv64(t, e->bin_ns), cur = e->scal[0], steps, j, k, d;
+    if (bn <= cur)
+        return;
+    steps = ((bc_i128)bn - cur < e->bins) ? (int64_t)((bc_i128)bn - cur) : e->bins;
+    for (d = 0; d < e->D; d++) {
+        for (j = 1; j < steps + 1; j++) {
+            k = bc_fmod64(cur + j, e->bins);
+            e->ring_sum[d] -= e->ring[d * e->bins + k];
+            e->ring[d * e->bins + k] = 0;
+        }
+    }
+    e->scal[0] = bn;
+}
+
+static inline bc_i128 k_cong_ppm(const bc_eng *e, int64_t d)
+{
+    return bc_fdiv128(((bc_i128)e->ring_sum[d] + e->pend[d]) * BC_PPM, bc_max64(1, k_free(e, d)));
+}
+
+/* The congestion multiplier with the free capacity known: κ < thr <=> num < thr·den
+ * (den >= 1), no division needed. */
+static inline int64_t k_cong_mult_f(const bc_eng *e, int64_t d, int64_t free)
+{
+    bc_i128 dem = (bc_i128)e->ring_sum[d] + e->pend[d], num, den;
+    int64_t i;
+    if (dem == 0 && (e->NT == 0 || e->cong_thr[0] > 0))
+        return e->cong_mult[0];      /* no demand: 0 < thr[0]·den for any den >= 1 */
+    num = dem * BC_PPM;
+    den = bc_max64(1, free);
+    for (i = 0; i < e->NT; i++)
+        if (num < e->cong_thr[i] * den)
+            return e->cong_mult[i];
+    return e->cong_mult[e->NT];
+}
+
+static inline int64_t k_cong_mult(const bc_eng *e, int64_t d)
+{
+    return k_cong_mult_f(e, d, k_free(e, d));
+}
+
+/* The price of class k on dimension d with the free capacity known. */
+static inline bc_i128 k_price_f(const bc_eng *e, int64_t d, int64_t k, int64_t free)
+{
+    const int64_t *kc = e->cls + k * BC_K_NCOL;
+    bc_i128 m = kc[BC_K_MULT];
+    int64_t cm;
+    if (kc[BC_K_PRICED] != 0) {
+        cm = k_cong_mult_f(e, d, free);
+        if (cm != BC_PPM)                  /* (x·PPM) // PPM is x: skip the division */
+            m = bc_fdiv_ppm(m * cm);
+    }
+    if (m == BC_PPM)
+        return e->price[d];
+    return bc_fdiv_ppm((bc_i128)e->price[d] * m);
+}
+
+static inline bc_i128 k_price(const bc_eng *e, int64_t d, int64_t k)
+{
+    return k_price_f(e, d, k, k_free(e, d));
+}
+
+/* Whether class row kc's price on d cannot move until priced demand is added: an
+ * unpriced class, no congestion table, or no demand below the first threshold. */
+static inline int k_price_fixed(const bc_eng *e, int64_t d, const int64_t *kc)
+{
+    return kc[BC_K_PRICED] == 0 || e->NT == 0
+        || ((bc_i128)e->ring_sum[d] + e->pend[d] == 0 && e->cong_thr[0] > 0);
+}
+
+static inline void k_shortfall(bc_eng *e, int64_t d, int64_t units)
+{
+    int64_t k = bc_fmod64(e->scal[0], e->bins);
+    e->ring[d * e->bins + k] += units;
+    e->ring_sum[d] += units;
+}
+
+/* Priced demand that a batch's remembered price must not outlive. */
+static inline void k_shortfall_m(bc_eng *e, int64_t d, int64_t units, bc_memo *mo)
+{
+    k_shortfall(e, d, units);
+    if (mo != NULL)
+        mo->d = -1;
+}
+
+/* The charge of a lease of class row kc priced `price` to campaign c (§7). */
+static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc_i128 price)
+{
+    return bc_charge(kc[BC_K_FREEBROKE] != 0, price, e->cr[c].left);
+}
+
+/* -- the decision (§4.4) ------------------------------------------------------------------ */
+
+/* Decide a request of [nmin, nmax] units of class k on (c, d) for dur ns at t, spending at
+ * most max_spend micro-credits (< 0: no cap). With `exact` false the token and credit
+ * limits are only divided out when they may bind (T // dur >= q is T >= q·dur, X // den >= q
+ * is X >= q·den); n, reason, path, pm and the capacity limits are always exact, lim_tok /
+ * lim_cred then hold lower bounds. Returns 0 or an error code. */
+static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                           int exact, bc_dec *o, bc_memo *mo)
+{
+    int64_t i = c * e->D + d;
+    const int64_t *kc = e->cls + k * BC_K_NCOL;
+    int firm, tok_lazy = 0, cred_lazy = 0, capped = 0, ok;
+    int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left, need, mb;
+    bc_i128 pm, den = 0, X = 0, prod;
+    k_settle(e, c, d, t);
+    firm = kc[BC_K_PREEMPT] == 0;
+    H = e->cd[i].H;
+    s = e->cd[i].s;
+    o->lim_ceil = bc_ceiling_room(e->cd[i].b, H);
+    T = e->cd[i].T;
+    base = bc_sustained_room(H, s);
+    if (e->scal[1] != 0)
+        o->lim_tok = T > 0 ? BC_MAXV : base;
+    else if (dur == 0)
+        return BC_E_ZERODIV;
+    else if (exact || dur < 0)
+        o->lim_tok = base + bc_fdiv64(T, dur);
+    else
+        tok_lazy = 1;
+    free = k_free(e, d);
+    if (mo != NULL && mo->d == d && mo->k == k) {
+        pm = mo->pm;
+    } else {
+        pm = k_price_f(e, d, k, free);
+        if (pm > BC_I64_MAX || pm < BC_I64_MIN)
+            return BC_E_RANGE;
+        if (mo != NULL && k_price_fixed(e, d, kc)) {
+            mo->d = d;
+            mo->k = k;
+            mo->pm = (int64_t)pm;
+        }
+    }
+    o->pm = (int64_t)pm;
+    o->lim_cred = BC_MAXV;
+    if (pm != 0) {
+        den = (bc_i128)dur * pm;
+        left = e->cr[c].left;
+        if (kc[BC_K_FREEBROKE] == 0) {    /* (an unlimited budget, left = MAXV, bounds a cost too) */
+            if (den == 0)
+                return BC_E_ZERODIV;
+            X = (bc_i128)left * BC_HOUR_NS;
+            cred_lazy = 1;
+        }
+        if (max_spend >= 0) {
+            if (den == 0)
+                return BC_E_ZERODIV;
+            /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
+            capped = !cred_lazy;
+            if (capped || (bc_i128)max_spend * BC_HOUR_NS < X)
+                X = (bc_i128)max_spend * BC_HOUR_NS;
+            cred_lazy = 1;
+        }
+        if (cred_lazy && (exact || den < 0)) {
+            o->lim_cred = bc_fdiv128(X, den);
+            if (capped && o->lim_cred > BC_MAXV)
+                o->lim_cred = BC_MAXV;
+            cred_lazy = 0;
+        }
+    }
+    if (firm) {
+        lim_firm = bc_firm_limit(e->cap[d], e->F[d], e->U[d], k_unmet(e, c, d));
+        lim_warm = bc_warm_firm(free, lim_firm);
+        o->lim_cap = bc_min64(bc_reachable(free, e->oppa[d], e->rev[d], e->prom[d]), lim_firm);
+    } else {
+        lim_warm = bc_warm_opportunistic(free, e->headroom[d]);
+        o->lim_cap = lim_warm;
+    }
+    o->lim_warm = lim_warm;
+    m = bc_min64(bc_min64(nmax, o->lim_ceil), o->lim_cap);
+    if (tok_lazy) {
+        /* lim_tok >= m (it does not bind) iff T >= (m - base)·dur; m - base fits int64 and
+         * dur > 0 here, so when the product overflows int64 its sign alone decides */
+        mb = m - base;
+        if (k_mul_over64(mb, dur, &need) ? (mb < 0) : (T >= need)) {
+            o->lim_tok = m;
+        } else {
+            o->lim_tok = base + bc_fdiv64(T, dur);
+            tok_lazy = 0;
+        }
+    }
+    m = bc_min64(m, o->lim_tok);
+    if (cred_lazy) {
+        if (m <= 0)
+            ok = X >= 0;
+        else
+            ok = (!capped || m <= BC_MAXV) && !k_mul_over(m, den, &prod) && X >= prod;
+        if (ok) {
+            o->lim_cred = m;
+        } else {
+            o->lim_cred = bc_fdiv128(X, den);
+            if (capped && o->lim_cred > BC_MAXV)
+                o->lim_cred = BC_MAXV;
+            cred_lazy = 0;
+        }
+    }
+    if (o->lim_cred < m)
+        m = (int64_t)o->lim_cred;
+    n = bc_max64(0, m);
+    o->n = n;
+    o->reason = BC_REASON_NONE;
+    if (n < nmin) {
+        if (o->lim_ceil <= n) {
+            o->reason = BC_REASON_CEILING;
+        } else if (o->lim_cap <= n) {
+            o->reason = BC_REASON_CAPACITY;
+        } else {
+            if (tok_lazy)
+                o->lim_tok = base + bc_fdiv64(T, dur);
+            if (o->lim_tok <= n) {
+                o->reason = BC_REASON_TOKENS;
+            } else {
+                if (cred_lazy) {
+                    o->lim_cred = bc_fdiv128(X, den);
+                    if (capped && o->lim_cred > BC_MAXV)
+                        o->lim_cred = BC_MAXV;
+                }
+                if (o->lim_cred <= n)
+                    o->reason = BC_REASON_CREDITS;
+            }
+        }
+    }
+    o->path = n <= lim_warm ? BC_P_WARM : BC_P_RECLAIM;
+    return 0;
+}
+
+/* Whether a request of nmin units could never be granted, whatever the others do: each
+ * rule at its most lenient (nothing held, the pool empty but for the others' guarantees
+ * for a firm lease, or the headroom for an opportunistic one). The reason, or BC_REASON_NONE. */
+static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                              int64_t dur, int64_t pm)
+{
+    int64_t i = c * e->D + d, left;
+    const int64_t *kc = e->cls + k * BC_K_NCOL;
+    if (nmin > bc_ceiling_room(e->cd[i].b, 0))
+        return BC_REASON_CEILING;
+    if (kc[BC_K_PREEMPT] != 0) {
+        if (nmin > bc_warm_opportunistic(e->cap[d], e->headroom[d]))
+            return BC_REASON_CAPACITY;
+    } else if (nmin > bc_firm_limit(e->cap[d], 0, e->gsum[d] - e->cd[i].g, 0)) {
+        return BC_REASON_CAPACITY;
+    }
+    if (e->scal[1] == 0 && (bc_i128)bc_excess(0, nmin, e->cd[i].s) * dur > e->cd[i].Bcap)
+        return BC_REASON_TOKENS;
+    left = e->cr[c].left;
+    if (pm != 0 && left < BC_MAXV && kc[BC_K_FREEBROKE] == 0
+            && bc_cost(nmin, dur, pm) > (bc_i128)left + e->cr[c].escrow)
+        return BC_REASON_CREDITS;
+    return BC_REASON_NONE;
+}
+
+#include "leases.h"
+#include "admit.h"
+
+#endif /* BURSARCORE_ENGINE_H */
