@@ -129,13 +129,20 @@ JobRequeue=1
 MinJobAge=3600
 KillWait=5
 InactiveLimit=0
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+SlurmctldParameters=preempt_send_user_signal
 EOF
     if ((gpus > 0)); then echo "GresTypes=gpu"; fi
     if [[ -n ${BURSAR_SLURM_EXTRA_CONF:-} ]]; then printf '%s\n' "$BURSAR_SLURM_EXTRA_CONF"; fi
     local gres=""
     if ((gpus > 0)); then gres=" Gres=gpu:$gpus"; fi
     echo "NodeName=localhost NodeAddr=127.0.0.1 $topo RealMemory=$mem$gres State=UNKNOWN"
-    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF"
+    # site policy under test: jobs in "cancel" are cancelled (not requeued) when a job
+    # of "urgent" (higher PriorityTier) needs their CPUs; "debug" is never preempted
+    echo "PartitionName=cancel Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=15"
+    echo "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
 }
 # Emulated GPUs. slurmd drops a file-less gpu GRES ("Removing file-less GPU") and rejects
 # a File= that is not a character device, so each fake GPU is a character device node

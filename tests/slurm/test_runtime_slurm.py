@@ -31,7 +31,8 @@ import time
 import pytest
 
 from bursarcore.runtime import TaskQueue
-from slurm_cluster import require_cluster, run
+from runtime_slurm import cli, first_array, held_claims, status, wait_finished, write_tasks
+from slurm_cluster import run
 
 pytestmark = pytest.mark.slurm
 
@@ -52,49 +53,6 @@ MINI_WORKER = textwrap.dedent('''\
                               "job": os.environ["SLURM_ARRAY_JOB_ID"]})
     sys.exit(0)
 ''')
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bursarcore.runtime.cli", *args],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def status(queue) -> dict:
-    cp = cli("status", "--queue", str(queue), "--json")
-    assert cp.returncode == 0, cp.stderr
-    return json.loads(cp.stdout)
-
-
-def wait_finished(queue, timeout: float, on_tick=None) -> dict:
-    """Poll (bounded) until nothing is pending or claimed and no array task is live."""
-    deadline = time.monotonic() + timeout
-    st: dict = {}
-    while time.monotonic() < deadline:
-        st = status(queue)
-        if st["finished"] and st["arrays"] and not any(a["live"] for a in st["arrays"]):
-            return st
-        if on_tick:
-            on_tick(st)
-        time.sleep(0.5)
-    logs = sorted(os.listdir(os.path.join(queue, "logs")))[:4]
-    tails = {n: open(os.path.join(queue, "logs", n)).read()[-1500:] for n in logs}
-    pytest.fail(f"not finished after {timeout} s: {json.dumps(st)}\nlogs: {tails}")
-
-
-@pytest.fixture
-def queues():
-    """Queue directories whose recorded arrays are cancelled after the test."""
-    require_cluster(min_cpus=1)
-    made: list[str] = []
-    yield made
-    for q in made:
-        if os.path.exists(os.path.join(q, "jobs.json")):
-            cli("cancel", "--queue", q)
-
-
-def write_tasks(path, tasks) -> str:
-    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    return str(path)
 
 
 def test_small_campaign_runs_each_task_exactly_once(queues, tmp_path):
@@ -132,19 +90,6 @@ def test_small_campaign_runs_each_task_exactly_once(queues, tmp_path):
     assert time.monotonic() - t0 < 120
 
 
-def _faultable(q: TaskQueue, job: str, min_age: float) -> list[tuple[str, str]]:
-    """(task id, ``<job>_<idx>``) of claims of our array held for at least ``min_age`` s."""
-    out = []
-    now = time.time()
-    for rec in q.claims():
-        c = rec.get("claim") or {}
-        worker = str(c.get("worker", ""))          # host:pid:<job>_<idx> (default id)
-        task = worker.rsplit(":", 1)[-1]
-        if task.startswith(f"{job}_") and now - c.get("claimed_at", now) >= min_age:
-            out.append((rec["id"], task))
-    return sorted(out)
-
-
 def test_random_sigterm_faults_every_task_completes_once(queues, tmp_path):
     """RASER's fault test: random SIGTERMs to running array tasks; all tasks complete
     exactly once, resumed from checkpoints, none failed."""
@@ -167,7 +112,7 @@ def test_random_sigterm_faults_every_task_completes_once(queues, tmp_path):
     cp = cli("submit", f, "--queue", q, "--workers", "4", "--tiers", "mem=300M",
              "--grace", "30", "--max-restarts", "2")
     assert cp.returncode == 0, cp.stderr
-    job = json.loads((tmp_path / "q" / "jobs.json").read_text())["arrays"][0]["job_id"]
+    job = first_array(q)
     tq = TaskQueue(q)
 
     faults: list[tuple[float, str, str]] = []   # (time, task id, array task)
@@ -177,7 +122,7 @@ def test_random_sigterm_faults_every_task_completes_once(queues, tmp_path):
         if len(faults) >= 4 or time.monotonic() < next_fault[0]:
             return
         # prefer a long task well under way, so the resume has steps behind it
-        cands = _faultable(tq, job, min_age=2.0)
+        cands = held_claims(tq, job, min_age=2.0)
         long_ = [c for c in cands if c[0] in {t["id"] for t in tasks
                                                   if t["payload"]["steps"] == 45}]
         pick = (long_ or cands)[:1]
@@ -239,11 +184,11 @@ def test_cancel_does_not_requeue_and_submit_resumes(queues, tmp_path):
     cp = cli("submit", f, "--queue", q, "--workers", "2", "--grace", "30")
     assert cp.returncode == 0, cp.stderr
     tq = TaskQueue(q)
-    job = json.loads((tmp_path / "q" / "jobs.json").read_text())["arrays"][0]["job_id"]
+    job = first_array(q)
     deadline = time.monotonic() + 90
-    while len(_faultable(tq, job, min_age=1.5)) < 1 and time.monotonic() < deadline:
+    while len(held_claims(tq, job, min_age=1.5)) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _faultable(tq, job, min_age=1.5), "no task got under way"
+    assert held_claims(tq, job, min_age=1.5), "no task got under way"
     cp = cli("cancel", "--queue", q)
     assert cp.returncode == 0 and f"cancelled arrays {job}" in cp.stdout, cp.stderr
     deadline = time.monotonic() + 60
