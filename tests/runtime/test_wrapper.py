@@ -183,6 +183,7 @@ def test_stop_signal_is_handled_like_sigterm_and_forwarded_as_it_came(rig):
     assert rig.events()[-1] == "USR1" and rig.runs() == 1
     assert rig.scontrol_calls() == ["requeue 77_5"]
     assert "SIGUSR1: forwarding to worker" in err
+    assert "exited 99 after SIGUSR1: requeued 77_5" in err    # the log names the signal
 
 
 def test_without_stop_signal_usr1_is_not_a_stop(rig):

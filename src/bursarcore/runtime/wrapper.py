@@ -276,6 +276,10 @@ class Wrapper:
         else:
             self._signal_log(f"{name} again: already stopping")
 
+    def _stop_name(self) -> str:
+        """The name of the stop signal that came (SIGTERM when it came before start-up)."""
+        return signal.Signals(self.signum).name if self.signum else "SIGTERM"
+
     def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, cut short by a SIGTERM."""
         self.pauses.append(seconds)
@@ -309,10 +313,10 @@ class Wrapper:
                 self._log("worker exited 0: nothing left to claim; done")
                 return 0
             if code == REQUEUE_EXIT:
-                why = "after SIGTERM" if self.terminating else "on its own (walltime)"
+                why = f"after {self._stop_name()}" if self.terminating else "on its own (walltime)"
                 return self._requeue(f"worker checkpointed and exited 99 {why}")
             if self.terminating:
-                return self._requeue(f"worker exited {code} after SIGTERM (not 99)")
+                return self._requeue(f"worker exited {code} after {self._stop_name()} (not 99)")
             if self.restarts >= self.max_restarts:
                 self._log(f"worker crashed (exit {code}); {self.restarts} restart(s) used of "
                           f"{self.max_restarts}: giving up with exit {code}")
