@@ -13,6 +13,9 @@
 #   BURSAR_SLURM_EXTRA_CONF=$'RequeueExit=99' ...# extra slurm.conf lines
 #   BURSAR_SLURM_WAIT=30                         # bound (s) on each readiness wait
 #
+# Partitions: debug (default; never preempted), cancel (PreemptMode=CANCEL, GraceTime=15)
+# and urgent (higher PriorityTier: preempts cancel), for the site-policy tests.
+#
 # State lives under $BURSAR_SLURM_DIR (default /tmp/bursar-slurm): state/ spool/ run/ log/.
 # See docs/runtime.md and ../shared/slurm/NOTES.md for why each setting is what it is.
 set -euo pipefail
