@@ -1,5 +1,5 @@
-"""Helpers of the tests that drive ``bursar-run`` against the real single-node Slurm
-(``scripts/slurm/up.sh``): the CLI, its status, bounded waits, task files."""
+"""What the tests that drive ``bursar-run`` against the real single-node Slurm
+(``scripts/slurm/up.sh``) share: the CLI, its status, bounded waits, task files."""
 
 from __future__ import annotations
 
