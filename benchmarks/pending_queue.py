@@ -22,7 +22,7 @@ import sys
 import time
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 
 CAMPAIGNS = 100
 KEYS_PER_CAMPAIGN = 100
@@ -67,7 +67,7 @@ def measure(b: Broker, calls: int) -> tuple[float, float]:
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     print(f"load average {os.getloadavg()[0]:.2f}; {calls} calls per line")
-    for backend in sorted(ENGINES):
+    for backend in sorted(BACKENDS):
         base = None
         for depth in (0, 1, 10):
             b = build(backend, depth)

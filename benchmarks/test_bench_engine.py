@@ -49,9 +49,9 @@ import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission.state import MAXV, PPM, EngineState
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS, ENGINES
 
-BACKENDS = [b for b in ("compiled", "reference") if b in ENGINES]
+BACKENDS = list(BACKENDS)
 SIZES = (100, 10_000)
 STEP = 20.0                 # simulated seconds per round: each campaign asks ~once per STEP
 WARMUP = 5                  # untimed rounds before measuring
@@ -272,7 +272,7 @@ def _engine_state(n: int) -> EngineState:
 
 
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(ENGINES))
 def test_kernel(benchmark, record, backend, n):
     benchmark.group = f"engine: kernel admit_batch + advance, {n:,} campaigns"
     k = ENGINES[backend]

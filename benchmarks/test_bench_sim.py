@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 from bursarcore.sim import Simulation, load_scenario
 from bursarcore.sim.kernels import numba_available
 
@@ -34,7 +34,7 @@ def _bench(benchmark, sc, rounds, **kw):
     return out["res"]
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_default(benchmark, backend):
     benchmark.group = "default scenario (7,200 s, 512 GPUs)"
     _bench(benchmark, load_scenario("default"), 3, backend=backend)

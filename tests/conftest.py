@@ -1,7 +1,8 @@
 """Shared fixtures: one parametrisation over every usable backend (propcache's habit).
 
-``backend`` yields an engine backend *name* ("compiled", "reference"); with
-``BURSARCORE_NO_EXTENSIONS=1`` only "reference" exists. Suites (admission, leases, flow)
+``backend`` yields a broker backend *name* ("compiled": the C core; "reference": the
+broker written from the specification); with ``BURSARCORE_NO_EXTENSIONS=1`` only
+"reference" exists. Suites (admission, leases, flow)
 take ``backend`` and pick their own class for that name. ``TB`` is the token-bucket class of
 every usable bucket backend ("cython" and "cffi", the two bindings of the C core, and
 "reference").
@@ -21,7 +22,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS as ENGINE_BACKENDS
 from bursarcore.buckets import BACKENDS
 
 settings.register_profile("default", derandomize=True, deadline=None, database=None,
@@ -33,7 +34,7 @@ settings.register_profile("thorough", derandomize=False, deadline=None, max_exam
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-@pytest.fixture(params=sorted(ENGINES), scope="session")
+@pytest.fixture(params=sorted(ENGINE_BACKENDS), scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
     """The name of a usable engine backend; every test taking it runs once per backend."""
     return request.param
@@ -46,7 +47,7 @@ def TB(request: pytest.FixtureRequest) -> type:  # noqa: N802 - a class, named l
 
 
 
-@pytest.fixture(params=list(ENGINES))
+@pytest.fixture(params=list(ENGINE_BACKENDS))
 def eb(request: pytest.FixtureRequest) -> str:
     """The name of a usable policy-engine backend (``Broker(backend=eb)``); every test
     taking it runs once per engine."""

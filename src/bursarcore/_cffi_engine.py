@@ -234,7 +234,7 @@ def cost(n: int, dur: int, pm: int) -> int:
 
 def decide(st: Any, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend: int,
            t: int) -> tuple[int, int, int, int, tuple[int, int, int, int]]:
-    """Size an intent (SPEC §4.4); see :func:`bursarcore.reference.engine.decide`."""
+    """Size an intent (SPEC §4.4); the core's ``k_decide``."""
     x = _ctx(st)
     _cd(x, c, d)
     _kk(x, k)
@@ -248,7 +248,7 @@ def decide(st: Any, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_
 
 
 def decide_keys(st: Any, keys: Any, t: int, out_reason: Any) -> int:
-    """The pending pass's probe (see :func:`bursarcore.reference.engine.decide_keys`):
+    """The pending pass's probe (; the core's ``k_decide_keys``):
     the first row of ``keys`` (K × 6) that could be granted, or -1 with every row's
     reason in ``out_reason``."""
     x = _ctx(st)
@@ -283,7 +283,7 @@ def never(st: Any, c: int, d: int, k: int, nmin: int, dur: int, pm: int) -> int:
 
 def dim_figures(st: Any, d: int) -> tuple[int, int, int]:
     """Dimension d's capacity levels (SPEC §4.1); see
-    :func:`bursarcore.reference.engine.dim_figures`."""
+    the core's ``k_dim_figures``."""
     x = _ctx(st)
     if not 0 <= d < x.D:
         raise IndexError(f"dimension {d} out of range")
@@ -303,7 +303,7 @@ def token_wait(st: Any, c: int, d: int, n: int, dur: int) -> int:
 def quote(st: Any, c: int, d: int, k: int, sizes: Any, durs: Any,
           t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every (size, duration) cell decided as an intent for exactly that size would be
-    (SPEC §4.4, §7); see :func:`bursarcore.reference.engine.quote`."""
+    (SPEC §4.4, §7); the core's ``k_quote``."""
     x = _ctx(st)
     _cd(x, c, d)
     _kk(x, k)

@@ -1,4 +1,4 @@
-"""Typing stub of the compiled admission kernel (twin of ``bursarcore.reference.engine``)."""
+"""Typing stub of the compiled admission kernel (the Cython binding of the C core)."""
 
 from typing import Any, Sequence
 
@@ -48,7 +48,7 @@ def admit_batch(st: EngineState, camps: Sequence[int] | _I64, ks: Sequence[int] 
 
 @disjoint_base                    # a cdef class: no second base with a layout of its own
 class FastAcquire:
-    """``Broker.acquire``'s common case in one call (see ``bursarcore.reference.fastpath``)."""
+    """``Broker.acquire``'s common case in one call ."""
 
     def __init__(self, broker: Any, Decision: type, Lease: type, Event: type,
                  Intent: type) -> None: ...

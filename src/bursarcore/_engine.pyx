@@ -2,9 +2,10 @@
 # distutils: extra_compile_args = -fwrapv -ffp-contract=off --param=max-inline-insns-single=2000 --param=inline-unit-growth=400
 """Compiled admission kernel. Private: the broker picks it through ``broker.ENGINES``.
 
-The twin of :mod:`bursarcore.reference.engine` (the specification): the same functions,
-the same signatures, the same return values, the same writes to the arrays of an
-:class:`~bursarcore.admission.state.EngineState`, bit for bit (SPEC §2).
+The Cython binding of the C core's engine (``core/src/engine.h``, ``leases.h``,
+``admit.h``): each function checks its arguments, points the core at the arrays of an
+:class:`~bursarcore.admission.state.EngineState` and turns its error codes into exceptions;
+``_cffi_engine`` is the same interface through cffi.
 
 Design
 ------
@@ -60,7 +61,7 @@ Design
   its ``Lease``, queue the ``expired`` events) in one C call; it hands everything else back
   to the broker's general path (returns None before changing anything) or calls the broker's
   own methods (``_serve_pending``, ``_slow``, ``_retry_after``, ``_reserve``) where the
-  general path would. Its reference is :mod:`bursarcore.reference.fastpath`; the
+  general path would. The
   decisions, events and state are checked against the general path by
   ``tests/backends/test_acquire_paths_agree.py``. The result objects are the broker's frozen, slotted
   dataclasses, filled slot by slot (``_Maker``) instead of through their ``__init__``.
@@ -534,7 +535,7 @@ def cost(int64_t n, int64_t dur, int64_t pm):
 
 def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t nmax,
            int64_t dur, int64_t max_spend, int64_t t):
-    """Size an intent (SPEC §4.4); see :func:`bursarcore.reference.engine.decide`."""
+    """Size an intent (SPEC §4.4); the core's ``k_decide``."""
     cdef _Ctx x = _ctx(st)
     cdef Dec r
     _cd(x, c, d)
@@ -550,7 +551,7 @@ def decide_keys(st, keys, int64_t t, out_reason):
     """The pending pass's "can anything be granted" probe: row j of ``keys`` (int64, shape
     (K, 6): campaign, dim, class, nmin, duration, max_spend) is decided at nmin = nmax =
     its nmin, in order; returns the first row that could be granted, or -1 with every
-    row's reason in ``out_reason``. See :func:`bursarcore.reference.engine.decide_keys`.
+    row's reason in ``out_reason``. See the core's ``k_decide_keys``.
 
     Decided as ``k_admit`` decides (the token and credit limits by comparison unless
     they bind): n and the reason are exact either way. Plain C-contiguous int64 arrays
@@ -603,7 +604,7 @@ def never(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t du
 def dim_figures(st, Py_ssize_t d):
     """Dimension d's capacity levels (SPEC §4.1): free units above the warm headroom,
     units a reclaim can reach, and the firm room; see
-    :func:`bursarcore.reference.engine.dim_figures`."""
+    the core's ``k_dim_figures``."""
     cdef _Ctx x = _ctx(st)
     cdef int64_t out[3]
     if d < 0 or d >= x.e.D:
@@ -615,7 +616,7 @@ def dim_figures(st, Py_ssize_t d):
 def token_wait(st, Py_ssize_t c, Py_ssize_t d, int64_t n, int64_t dur):
     """ns until c's bucket holds the tokens n more units for dur ns need, refilling at
     s − H; -1 when it holds them now or never refills (SPEC §4.2, §4.5); see
-    :func:`bursarcore.reference.engine.token_wait`. The caller settled the bucket."""
+    the core's ``k_token_wait``. The caller settled the bucket."""
     cdef _Ctx x = _ctx(st)
     _cd(x, c, d)
     return _pyint(k_token_wait(&x.e, c, d, n, dur))
@@ -625,7 +626,7 @@ def quote(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, const int64_t[::1] sizes
           const int64_t[::1] durs, int64_t t):
     """Every (size, duration) cell decided as an intent for exactly that size would be
     (SPEC §4.4, §7), changing nothing but c's settled bucket; see
-    :func:`bursarcore.reference.engine.quote`. Returns (cost in micro-credits as float64,
+    the core's ``k_quote``. Returns (cost in micro-credits as float64,
     path codes, reason codes), each of shape (len(sizes), len(durs))."""
     cdef _Ctx x = _ctx(st)
     _cd(x, c, d)
@@ -727,7 +728,7 @@ def heap_pop(st):
 
 def next_expiry(st):
     """Time of the earliest scheduled expiry, or -1 (stale entries at the heap's top are
-    dropped first); see :func:`bursarcore.reference.engine.next_expiry`."""
+    dropped first); the core's ``k_next_expiry``."""
     cdef _Ctx x = _ctx(st)
     return k_next_expiry(&x.e)
 
@@ -857,7 +858,7 @@ def admit_batch(st, camps, ks, dims, nmins, nmaxs, durs, int64_t t, int64_t inte
         return j
 
 
-# -- Broker.acquire's common case in one call (see bursarcore.reference.fastpath) -----------
+# -- Broker.acquire's common case in one call ---------------------------------------------------
 from cpython.list cimport (PyList_Append, PyList_New, PyList_SET_ITEM, PyList_GET_ITEM,
                            PyList_GET_SIZE)
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
@@ -1087,8 +1088,7 @@ cdef class FastAcquire:
     ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
     ``journal.end_op(durable)`` as ``@_op`` does. Returns the :class:`Decision`, or None
     with nothing changed: the broker then takes its general path (which also raises every
-    error). The specification is the broker's general path;
-    :mod:`bursarcore.reference.fastpath` is the same algorithm in Python.
+    error). The specification is the broker's general path.
 
     Where the time of a call goes is Python's attribute machinery, so the hot reads skip
     it without caching anything the broker owns:

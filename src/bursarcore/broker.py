@@ -1,16 +1,17 @@
-"""The broker: admission policy over the integer engine (SPEC §3–§8, held dimensions).
+"""The broker: admission policy over the C core (SPEC §3–§8, held dimensions).
 
 :class:`Broker` owns the policy — validation, service classes, the pending queue and its
-order, reclaim victims, events, supply and quotes — and asks a kernel backend (compiled
-``bursarcore._engine`` or the reference :mod:`bursarcore.reference.engine`) to do the
-per-decision arithmetic on an :class:`~bursarcore.admission.state.EngineState`. Both
-backends reach the same decisions bit for bit; ``backend=`` picks one.
+order, reclaim victims, events, supply and quotes — and asks the C core, through its
+Cython or cffi binding (``broker.ENGINES["compiled"]``), to do the per-decision arithmetic
+on an :class:`~bursarcore.admission.state.EngineState`. ``Broker(backend="reference")``
+(and every ``Broker`` where the core is not built) is instead the reference broker,
+:class:`bursarcore.reference.ReferenceBroker`, written from the specification: the same API
+and, bit for bit, the same decisions.
 
-With the compiled backend, ``acquire`` and the expiries first try ``_engine.FastAcquire``
-(reference: :mod:`bursarcore.reference.fastpath`): the common case — plain intent values,
-no policy event due — in one C call, building the same :class:`Decision`, :class:`Lease`
-and :class:`Event` objects and, with a journal, the same records (then ``end_op``, as
-``@_op`` does); anything else takes the general path.
+With the Cython binding, ``acquire`` and the expiries first try ``_engine.FastAcquire``: the
+common case — plain intent values, no policy event due — in one C call, building the same
+:class:`Decision`, :class:`Lease` and :class:`Event` objects and, with a journal, the same
+records (then ``end_op``, as ``@_op`` does); anything else takes the general path.
 
 A denial is a :class:`Decision` with ``outcome="refused"`` and a reason code; only bad input
 raises (:class:`~bursarcore.errors.InvalidArgument`, naming the field and rule, before any
@@ -19,6 +20,7 @@ state changes).
 
 from __future__ import annotations
 
+import abc
 import bisect
 import dataclasses
 import functools
@@ -40,7 +42,7 @@ from .admission.state import (ACTIVE, CAPACITY, CEILING, CREDIT, CREDITS, DEADLI
                               HOUR_NS,
                               LEASE_STATES, MAXV, OK, PPM, REASONS, RECLAIM, REFUSED, RELEASED,
                               REVOKED, REVOKING, STARTING, TOKENS, TTL, WARM, CANCELLED,
-                              PENDING_LIMIT, REUSE_AFTER, ROW_MASK, EngineState)
+                              PENDING_LIMIT, REUSE_AFTER, ROW_MASK, EngineState, wrap)
 from .batchprep import finish, minmax
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
@@ -48,11 +50,9 @@ from .journal import records as J
 from .journal.base import Journal
 from .journal.explain import explain as _explain
 from .leases.types import Event, Lease
-from .reference import engine as _ref_engine
-from .reference.engine import wrap as _wrap
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
-           "BatchResult", "Consumption", "ENGINES"]
+           "BatchResult", "Consumption", "BACKENDS", "ENGINES"]
 
 NS = units.NS
 _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
@@ -66,9 +66,21 @@ MAX_PENDING = 1024          # Broker(max_pending=): pending intents per campaign
 # the C core's engine through the chosen binding: Cython by default, cffi when asked for
 _compiled = (_backend.cffi("_cffi_engine") if _backend.REQUESTED == "cffi"
              else _backend.compiled("_engine"))
-ENGINES: dict[str, Any] = {"reference": _ref_engine}
-if _compiled is not None:
-    ENGINES = {"compiled": _compiled, **ENGINES}
+#: the C core's binding by backend name (empty where the core is not built)
+ENGINES: dict[str, Any] = {"compiled": _compiled} if _compiled is not None else {}
+#: the broker backends ``Broker(backend=...)`` takes here: the C core (when built) and the
+#: reference broker written from the specification
+BACKENDS: tuple[str, ...] = (("compiled",) if _compiled is not None else ()) + ("reference",)
+
+
+
+
+def _wants_reference(backend: str | None) -> bool:
+    """Whether ``Broker(backend=...)`` is the reference broker: asked for by name, or the
+    only backend there is (no compiled build, or ``BURSARCORE_NO_EXTENSIONS=1``)."""
+    if backend is None:
+        return "compiled" not in ENGINES
+    return backend == "reference"
 
 
 _B = TypeVar("_B", bound="Broker")
@@ -167,7 +179,7 @@ class _PKey:
         return best
 
 
-class Broker:
+class Broker(metaclass=abc.ABCMeta):
     """An agent resource broker over one pool.
 
     ``Broker(Pool(gpu=512), clock=ManualClock(0.0))``. Every decision is taken at the
@@ -217,6 +229,14 @@ class Broker:
         ``"journal"`` when it is not empty, ...).
     """
 
+    def __new__(cls, pool: Any = None, clock: Any = None, *, backend: str | None = None,
+                **options: Any) -> Any:
+        # the reference backend is the specification's own broker, with the same API
+        if cls is Broker and _wants_reference(backend):
+            from .reference.broker import ReferenceBroker
+            return ReferenceBroker(pool, clock, backend="reference", **options)
+        return super().__new__(cls)
+
     def __init__(self, pool: Pool, clock: Any = None, *, classes: Iterable[ServiceClass] | None = None,
                  congestion: Congestion | None = None, price: Mapping[str, float] | None = None,
                  ttl: float = 900.0, half_life: float = 600.0, enforcement: str = "prepaid",
@@ -242,9 +262,9 @@ class Broker:
                 raise InvalidArgument(name, "must be > 0", v)
         self.ttl, self.half_life = float(ttl), float(half_life)
         if backend is None:
-            backend = next(iter(ENGINES))
+            backend = "compiled"                  # (no core: __new__ made a reference broker)
         if backend not in ENGINES:
-            raise InvalidArgument("backend", f"must be one of {sorted(ENGINES)}", backend)
+            raise InvalidArgument("backend", f"must be one of {list(BACKENDS)}", backend)
         self.backend = backend
         self._k = ENGINES[backend]
         if reuse_after is not None and (not isinstance(reuse_after, int)
@@ -999,7 +1019,7 @@ class Broker:
     # A key that fails at its smallest nmin m is filed under one limit found below m, with
     # the watch that says when that limit may have risen to m (``_file``); until then the
     # key provably fails, and skipping it changes nothing (a decision that fails only
-    # settles buckets, which is path-independent). The limits (reference.engine.decide)
+    # settles buckets, which is path-independent). The limits (the core's k_decide)
     # rise only through
     #   * the key's own campaign: a lease of it ending (holding down, tokens and credits
     #     refunded, an unmet guarantee back) or renewed (tokens refunded): ``_lease_ended``;
@@ -2031,8 +2051,8 @@ class Broker:
         if cost:
             if left < MAXV:
                 st.left[c] -= cost
-            st.spent[c] = _wrap(int(st.spent[c]) + cost)
-            st.cred_debited[c] = _wrap(int(st.cred_debited[c]) + cost)
+            st.spent[c] = wrap(int(st.spent[c]) + cost)
+            st.cred_debited[c] = wrap(int(st.cred_debited[c]) + cost)
         from .flow import NEVER
         retry_s = 0.0 if got >= a else (math.inf if wait == NEVER or reason == CREDITS else wait / NS)
         seq = -1
@@ -2308,6 +2328,9 @@ class Broker:
         :class:`~bursarcore.errors.JournalCorrupt` names the first that differs. With
         ``resume`` the broker goes on appending to ``journal``.
         """
+        if cls is Broker and _wants_reference(backend):
+            from .reference.broker import ReferenceBroker
+            return ReferenceBroker.replay(journal, clock=clock, resume=resume)  # type: ignore[return-value]
         from .admission.classes import Congestion as _Cg
         from .errors import JournalCorrupt
         from .journal.memory import MemoryJournal
@@ -2444,6 +2467,9 @@ class Broker:
                 "firm_held": {dn: int(st.Hf[c, d]) for d, dn in enumerate(self.dims)},
                 "tokens": {dn: (None if int(st.Bcap[c, d]) >= MAXV else int(st.T[c, d]) / NS)
                            for d, dn in enumerate(self.dims)},
+                "tokens_refilled": {dn: (None if int(st.Bcap[c, d]) >= MAXV
+                                         else int(st.tok_minted[c, d]) / NS)
+                                    for d, dn in enumerate(self.dims)},
                 "envelope": self.envelopes[name].to_dict(),
             }
             for key in ("credits", "envelope"):
@@ -2456,3 +2482,11 @@ class Broker:
                                     for dd, v in env["burst"].items()}
         return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
                 "leases": [l.to_dict() for l in self.leases()], "pending": self.pending()}
+
+
+def _register_reference() -> None:
+    from .reference.broker import ReferenceBroker
+    abc.ABCMeta.register(Broker, ReferenceBroker)   # the same API: isinstance(b, Broker) holds for both
+
+
+_register_reference()

@@ -198,8 +198,9 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
             elif e.kind == "activated" and e.lease_id is not None and e.lease_id in starting:
                 latencies.append(e.time - starting.pop(e.lease_id))
         storm_held.append(b.supply("storm").dims["gpu"].held)
-        occupied.append(int(b.st.occ[0]))
-        occupied_firm.append(int(b.st.F[0]))
+        gpu = b.state()["pool"]["gpu"]
+        occupied.append(gpu["occupied"])
+        occupied_firm.append(gpu["firm"])
     signalled = sum(any(h.signalled for h in lh.parts) for lh in work.values())
     killed = sum(any(h.killed for h in lh.parts) for lh in work.values())
     pilots, nodes = len(pool.pilots), sum(len(p.hosts) for p in pool.pilots.values())
@@ -208,8 +209,7 @@ def run_demo(seconds: int = 3600, seed: int = 7, backend: str | None = None,
     if journal is not None and journal_path:     # (one is made exactly when a path is given)
         export_jsonl(journal, journal_path)
     held = np.array(storm_held, dtype=float)
-    s_idx = b.campaign_index("storm")
-    refilled = int(b.st.tok_minted[s_idx, 0]) / 1e9
+    refilled = b.state()["campaigns"]["storm"]["tokens_refilled"]["gpu"]
     lat = np.array(latencies) if latencies else np.zeros(1)
     return DemoResult(
         seconds=seconds, backend=b.backend,

@@ -14,7 +14,7 @@ import pytest
 from bursarcore.buckets import BACKENDS
 
 PROBE = ("import json, bursarcore, bursarcore.broker as b, bursarcore.flow as f; "
-         "print(json.dumps([bursarcore.TokenBuckets.backend, next(iter(b.ENGINES)), "
+         "print(json.dumps([bursarcore.TokenBuckets.backend, b.BACKENDS[0], "
          "f.FlowEngine.__module__, bursarcore.available_backends()]))")
 
 

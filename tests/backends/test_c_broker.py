@@ -20,7 +20,7 @@ import pytest
 
 import bursarcore
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "c")
@@ -156,7 +156,7 @@ def run_python(script: str, backend: str) -> list[str]:
     return out
 
 
-BACKENDS = sorted(ENGINES)
+BACKENDS = sorted(BACKENDS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -15,11 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES, Decision, Event, Lease
+from bursarcore.broker import BACKENDS
 from bursarcore.errors import InvalidArgument, JournalCorrupt, JournalUnavailable
 from bursarcore.journal import MemoryJournal, SQLiteJournal, export_jsonl, import_jsonl
 from bursarcore.journal.records import deadline_of
-from bursarcore.reference.fastpath import FastAcquire as RefFast
 
 INF = math.inf
 CAMPAIGNS = {
@@ -119,11 +118,11 @@ def test_one_record_per_decision_with_rule_inputs(eb):
 
 
 def test_backends_write_identical_journals():
-    if len(ENGINES) < 2:
+    if len(BACKENDS) < 2:
         pytest.skip("compiled engine not built (BURSARCORE_NO_EXTENSIONS=1)")
     rng = random.Random(5)
     journals = []
-    for backend in ENGINES:
+    for backend in BACKENDS:
         rng.seed(5)
         j = MemoryJournal()
         b = build(backend, j)
@@ -144,7 +143,7 @@ def test_backends_write_identical_journals():
 
 
 # ------------------------------------------------------------------ replay
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(ops=st.lists(OP, max_size=40), after=st.lists(OP, max_size=10))
@@ -162,7 +161,7 @@ def test_replay_reproduces_state_and_later_decisions(backend, ops, after):
     r = Broker.replay(j, backend=backend, resume=False)
     r.clock.set(b.clock.now())  # a poll that changed nothing leaves no record of its time
     assert r.state() == b.state()
-    assert r.st.nleases == b.st.nleases
+    assert [l.id for l in r.leases()] == [l.id for l in b.leases()]
     for op in after:
         assert strip_seq(run(r, op)) == strip_seq(run(b, op))
     assert r.state() == b.state()
@@ -212,10 +211,10 @@ def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
     sinks, and through a JSON lines export)."""
     j = MemoryJournal() if sink == "memory" else SQLiteJournal(tmp_path / "j.db", batch=3, create=True)
     b = Broker(Pool(gpu=8), clock=ManualClock(-5.0), backend=eb, ttl=50.0, journal=j)
-    if path == "general":
-        b._fast = None
-    elif b._fast is None:
-        b._fast = RefFast(b, Decision, Lease, Event, Intent)
+    if getattr(b, "_fast", None) is None and path == "fast":
+        pytest.skip("this backend has one acquire path")
+    if path == "general" and hasattr(b, "_fast"):
+        b._fast = None                 # the compiled broker's general path
     env = Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8}, burst={"gpu": INF})
     b.register("a", env)
     b.register("big", env)
@@ -245,7 +244,7 @@ def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
         j.close()
         j = SQLiteJournal(tmp_path / "j.db")
     want = j.rows().tobytes()
-    for be in ENGINES:
+    for be in BACKENDS:
         assert Broker.replay(j, backend=be, resume=False).journal.rows().tobytes() == want, be
     export_jsonl(j, tmp_path / "j.jsonl")
     back = import_jsonl(tmp_path / "j.jsonl")
@@ -432,7 +431,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_loses_no_acknowledged_decision(backend, tmp_path):
     import select
     import time

@@ -6,11 +6,11 @@ import signal
 
 import pytest
 
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 from bursarcore.demo import format_demo, run_demo
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_demo_claims(backend):
     r = run_demo(seconds=1200, backend=backend, processes=False)
     # (1) the storm is held between its sustained rate and its ceiling, and extracts no

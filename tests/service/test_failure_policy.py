@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 from bursarcore.service.app import ServiceSettings
 from bursarcore.service.testing import InProcessService
 
@@ -23,7 +23,7 @@ CONFIG = {"pool": {"gpu": 16}, "campaigns": {
 INTENT = {"max": 1, "duration": 60}
 
 
-BACKENDS = [b for b in ("compiled", "reference") if b in ENGINES]
+BACKENDS = list(BACKENDS)
 
 
 @pytest.fixture(params=BACKENDS)

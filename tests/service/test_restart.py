@@ -14,7 +14,7 @@ import time
 import httpx
 
 from bursarcore import Intent
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
@@ -89,7 +89,7 @@ def _state(url: str, op_token: str) -> dict:
 
 KILLS_PER_BACKEND = int(os.environ.get("BURSAR_SIGKILLS", "50"))
 # both backends each run (the pure-Python run has only the reference: it takes all kills)
-BACKENDS = tuple(b for b in ("compiled", "reference") if b in ENGINES)
+BACKENDS = tuple(BACKENDS)
 
 
 def _kill_cycles(srv, kills: int, seed: int) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bursarcore.broker import ENGINES, Broker
+from bursarcore.broker import BACKENDS, Broker
 from bursarcore.sim import Simulation
 
 
@@ -36,7 +36,7 @@ def test_other_seed_other_journal(short):
     assert _bytes(a)[0] != _bytes(b)[0]
 
 
-@pytest.mark.skipif(len(ENGINES) < 2, reason="compiled engine not built (extensions off)")
+@pytest.mark.skipif(len(BACKENDS) < 2, reason="compiled engine not built (extensions off)")
 def test_backends_write_the_same_journal(short):
     sc = short(**TINY, **{"tasksets.science.count": 300})
     assert _bytes(_run(sc, "compiled")) == _bytes(_run(sc, "reference"))

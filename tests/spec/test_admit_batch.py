@@ -179,7 +179,7 @@ def test_opportunistic_batch_grants_are_reclaim_victims(eb, classes, batch_class
 def test_firm_batch_grants_are_not_victims(eb):
     b, res = _reclaim_after_batch(eb, ("agent-burst", "interactive"), None, guaranteed=0)
     assert [l.firm for l in b.leases()] == [True, True]
-    assert b._opp_active == [set()]
+    assert b.state()["pool"]["gpu"]["reclaimable"] == 0
     d = b.acquire(Intent("y", units={"gpu": 8}, duration=60.0))
     assert d.outcome == "pending"
 

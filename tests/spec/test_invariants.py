@@ -14,7 +14,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, r
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission.state import MAXV, STARTING
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 
 from invariants import check_invariants
 
@@ -156,7 +156,11 @@ def apply(b: Broker, op: tuple, released: dict):
 
 
 def check_prepaid_bound(b: Broker, released: dict) -> None:
-    """Invariant 3: above-sustained unit-seconds actually held ≤ B + refills."""
+    """Invariant 3: above-sustained unit-seconds actually held ≤ B + refills. Read off the
+    compiled engine's mint ledger; the reference broker is held to it by deciding as the
+    compiled one does (the differential suites)."""
+    if not hasattr(b, "st"):
+        return
     st = b.st
     now = b.clock.now()
     for c, name in enumerate(b.campaigns):
@@ -185,7 +189,7 @@ def check_prepaid_bound(b: Broker, released: dict) -> None:
         assert above <= B / NS + minted + 1e-6, (name, above, B / NS, minted)
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_invariants_state_machine(backend):
     M = type(f"BrokerMachine_{backend}", (BrokerMachine,), {"backend": backend})
     thorough = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
@@ -205,7 +209,7 @@ def test_invariants_state_machine_reusing_rows_at_once(backend):
         suppress_health_check=list(HealthCheck)))
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_storm_at_ceiling_is_held_to_prepaid_rate(backend):
     """A storm demanding its ceiling for 1,800 s holds on average ≈ s + B/window
     (SPEC §10: 64 + 150,000/1,800 ≈ 147) and never more than B above s."""
@@ -227,7 +231,7 @@ def test_storm_at_ceiling_is_held_to_prepaid_rate(backend):
     assert above <= 150_000 + 1e-6
 
 
-@pytest.mark.parametrize("backend", list(ENGINES))
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_reclaim_grant_released_before_activation_never_started(backend):
     """A starting lease released during its victims' grace held nothing, so it must not
     count as extraction (invariant 3); the state machine's shortest case of it."""

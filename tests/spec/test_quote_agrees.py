@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 
 INF = math.inf
 CLASSES = ["agent-burst", "interactive", "deadline", "opportunistic"]
@@ -51,7 +51,7 @@ def build(engine, enforcement, camps, history):
        enforcement=st.sampled_from(["prepaid", "instant"]))
 def test_every_quote_cell_is_what_acquire_decides(camps, history, who, enforcement):
     sizes, durations = [1, 3, 9, 17], [60.0, 3600.0]
-    for engine in ENGINES:
+    for engine in BACKENDS:
         b, names = build(engine, enforcement, camps, history)
         name = names[who % len(names)]
         q = b.quote(name, sizes, durations)

@@ -1,7 +1,7 @@
 """SPEC §3–§8 rules: one focused table test per rule the other table tests leave uncovered.
 
 Each test names its rule in the docstring and uses hand-computed numbers; every test runs
-on every engine backend (``ENGINES`` from :mod:`bursarcore.broker`: compiled and
+on every engine backend (``BACKENDS`` from :mod:`bursarcore.broker`: compiled and
 reference, or reference only with ``BURSARCORE_NO_EXTENSIONS=1``), so the same expected
 numbers also pin the backends to each other. Time moves only through ``ManualClock``.
 
@@ -20,7 +20,7 @@ import pytest
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool, ServiceClass
 from bursarcore.admission.classes import Congestion
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS
 
 INF = math.inf
 
@@ -521,7 +521,8 @@ def test_fair_share_decay_across_an_epoch_move(eb):
     b.acquire(Intent("a", units={"gpu": 10}, duration=258))
     b.clock.advance(257)
     b.acquire(Intent("b", units={"gpu": 10}, duration=2))
-    assert int(b.st.fs_par[1]) == 257 * 10**9          # the epoch moved to b's grant
+    if hasattr(b, "st"):                               # the compiled engine's epoch
+        assert int(b.st.fs_par[1]) == 257 * 10**9      # moved to b's grant
     b.clock.advance(2)
     d = b.deficits()
     assert d["a"] == pytest.approx(0.1, abs=1e-12) and d["b"] == pytest.approx(-0.1, abs=1e-12)
@@ -530,25 +531,29 @@ def test_fair_share_decay_across_an_epoch_move(eb):
 
 
 def test_fair_share_fold_is_bit_identical_across_backends():
-    """The fold is the same IEEE double operations in every backend, epoch moves included
-    (checked bit for bit when both backends are built)."""
+    """The fold is the same IEEE double operations in every backend, epoch moves included:
+    the deficits after every step and the journal's deficit fields agree bit for bit when
+    both backends are built."""
     import numpy as np
 
+    from bursarcore.journal import MemoryJournal
+
     def run(backend):
-        b = mk(backend, gpu=100, half_life=1.0)
+        b = mk(backend, gpu=100, half_life=1.0, journal=MemoryJournal())
         for n in "abc":
             b.register(n, env(g=5, s=100))
         rng = np.random.default_rng(5)
+        seen = []
         for _ in range(200):
             b.clock.advance(float(rng.integers(1, 40)) / 7)
             who = "abc"[int(rng.integers(0, 3))]
             b.acquire(Intent(who, units={"gpu": int(rng.integers(1, 30))},
                              duration=float(rng.integers(1, 90)) / 3))
-        return b.st.fs_S[:3].copy(), b.st.fs_G[:3].copy(), int(b.st.fs_par[1]), b.deficits()
+            seen.append(b.deficits())
+        if hasattr(b, "st"):
+            assert int(b.st.fs_par[1]) > 0                 # the epoch moved at least once
+        return seen, b.journal.rows()["deficit"].tobytes()
 
-    runs = [run(backend) for backend in ENGINES]
-    assert runs[0][2] > 0                                  # the epoch moved at least once
+    runs = [run(backend) for backend in BACKENDS]
     for other in runs[1:]:
-        assert runs[0][0].tobytes() == other[0].tobytes()
-        assert runs[0][1].tobytes() == other[1].tobytes()
-        assert runs[0][2:] == other[2:]
+        assert other == runs[0]

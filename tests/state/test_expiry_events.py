@@ -42,7 +42,7 @@ def test_expiries_keep_their_fields_and_place_when_the_row_is_reused(eb, journal
     clk.set(10.0)
     # expires a (at 5), then serves the queue: b's intent takes a's row
     c = b.acquire(Intent("a", {"gpu": 1}, 1.0)).lease.id
-    bl = [e.lease_id for e in b._queued_events() if e.kind == "granted"]
+    bl = [l.id for l in b.leases("b")]                      # its grant, not polled yet
     assert len(bl) == 1 and bl[0] & ROW_MASK == a & ROW_MASK and bl[0] != a
     clk.set(12.0)
     d = b.acquire(Intent("a", {"gpu": 1}, 1.0)).lease.id    # c expires (at 11)

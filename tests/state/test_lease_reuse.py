@@ -19,13 +19,13 @@ import pytest
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission.classes import DEFAULT_CLASSES, ServiceClass
 from bursarcore.admission.state import _L_FIELDS, ROW_BITS, ROW_MASK, EngineState
-from bursarcore.broker import ENGINES
+from bursarcore.broker import BACKENDS, ENGINES
 from bursarcore.errors import UnknownLease
 from bursarcore.journal import records as J
 from bursarcore.journal.memory import MemoryJournal
 
 INF = float("inf")
-BACKENDS = sorted(ENGINES)
+COMPILED = [b for b in BACKENDS if b != "reference"]   # the engine's lease records
 
 
 def _env(g=0, s=64, b=64, cls=None):
@@ -60,12 +60,13 @@ def test_long_churn_keeps_the_store_bounded(backend, reuse_after):
     b = Broker(Pool(gpu=128), clk, backend=backend, reuse_after=reuse_after)
     b.register("a", _env(s=128, b=128))
     ids = _churn(b, clk, 1000, 100, release_every=7)
-    st = b.st
     assert len(ids) == len(set(ids)) == 100_000          # every id unique
-    assert st.nleases <= 100 + reuse_after + 100          # live + waiting + one batch
-    assert st.camp.shape[0] <= 2048 and st.freeq.shape[0] == st.camp.shape[0]
-    assert st.heap_t.shape[0] <= 4096
     assert max(i >> ROW_BITS for i in ids) > 0            # rows were reused
+    if hasattr(b, "st"):                                  # the compiled engine's records
+        st = b.st
+        assert st.nleases <= 100 + reuse_after + 100      # live + waiting + one batch
+        assert st.camp.shape[0] <= 2048 and st.freeq.shape[0] == st.camp.shape[0]
+        assert st.heap_t.shape[0] <= 4096
     assert len(b.leases()) == 100
 
 
@@ -77,11 +78,12 @@ def test_churn_is_the_same_in_both_backends():
         clk = ManualClock(0.0)
         b = Broker(Pool(gpu=64), clk, backend=be, reuse_after=3)
         b.register("a", _env())
-        out.append((_churn(b, clk, 300, 20, dur=2.5, release_every=3), b.st))
+        ids = _churn(b, clk, 300, 20, dur=2.5, release_every=3)
+        state = b.state()
+        del state["backend"]
+        out.append((ids, state))
     (ia, sa), (ib, sb) = out
-    assert ia == ib
-    for f in ("gen", "freeq", "lfree", "camp", "state", "t_end", "heap_id", "scal"):
-        assert np.array_equal(getattr(sa, f), getattr(sb, f)), f
+    assert ia == ib and sa == sb                 # the same ids, rows reused alike
 
 
 def test_ids_of_a_store_that_never_reuses_are_unchanged(backend):
@@ -90,7 +92,8 @@ def test_ids_of_a_store_that_never_reuses_are_unchanged(backend):
     b.register("a", _env())
     ids = _churn(b, clk, 30, 10)
     assert ids == list(range(300))
-    assert b.st.lfree.tolist() == [0, 0, -1]
+    if hasattr(b, "st"):
+        assert b.st.lfree.tolist() == [0, 0, -1]
 
 
 def _release_and_reuse(backend):
@@ -181,9 +184,10 @@ def test_replay_reproduces_ids_after_reuse(backend):
     assert max(i >> ROW_BITS for i in ids) > 0
     for be in BACKENDS:                                      # in every backend
         rb = Broker.replay(j, backend=be, resume=False)
-        assert np.array_equal(rb.st.gen, b.st.gen)
-        assert np.array_equal(rb.st.lfree, b.st.lfree)
         assert [l.id for l in rb.leases()] == [l.id for l in b.leases()]
+        if hasattr(rb, "st") and hasattr(b, "st"):
+            assert np.array_equal(rb.st.gen, b.st.gen)
+            assert np.array_equal(rb.st.lfree, b.st.lfree)
     granted = j.rows()
     granted = granted[(granted["op"] == J.OP["acquire"]) & (granted["outcome"] == 1)]
     assert granted["lease"].tolist() == [i for i in ids if i >= 0]
@@ -201,9 +205,12 @@ def test_a_journal_without_reuse_after_replays_without_reuse(backend):
     assert cfg.pop("reuse_after") is None
     j.payloads()[0] = json.dumps(cfg, sort_keys=True)
     rb = Broker.replay(j, backend=backend, resume=False)
-    assert rb.reuse_after is None and rb.st.nleases == 160
+    assert rb.reuse_after is None
+    assert [l.id for l in rb.leases()] == [l.id for l in b.leases()]
+    assert max(l.id for l in rb.leases()) == 159             # every row used once
 
 
+@pytest.mark.parametrize("backend", COMPILED)
 def test_pickles_carry_the_queue_and_old_ones_load(backend):
     clk = ManualClock(0.0)
     b = Broker(Pool(gpu=16), clk, backend=backend, reuse_after=1)

@@ -1,8 +1,8 @@
 """The engine's state: plain numpy arrays that every kernel backend reads and writes.
 
 Policy objects (the :class:`~bursarcore.broker.Broker`) own one :class:`EngineState` and
-ask a kernel (compiled ``_engine`` or :mod:`bursarcore.reference.engine`) to do the
-per-decision arithmetic on it. Every number is an integer (SPEC §2):
+ask the C core (through its Cython or cffi binding) to do the per-decision arithmetic on
+it. Every number is an integer (SPEC §2):
 
 * time: int64 ns; held units: int64 whole units;
 * tokens: unit·ns (a unit-second is 1e9), so refill ``(s − H)·dt`` and the prepaid debit
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EngineState", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
+__all__ = ["EngineState", "wrap", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
            "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
 
 MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
@@ -88,6 +88,12 @@ _NO_BUMP = frozenset(("version", "_cctx"))
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 I32 = npt.NDArray[np.int32]
+
+
+def wrap(x: int) -> int:
+    """SPEC §2: cumulative counters (credits spent and refunded, an unlimited budget's
+    escrow) are kept modulo 2**64 as signed int64, as the core's ``bc_wadd`` keeps them."""
+    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
 
 
 def _aligned_buf(n: int) -> np.ndarray:

@@ -57,7 +57,7 @@ class BrokerCore:
          self._Consumption, self._BatchResult) = _types()
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
-        self.pool = pool
+        self._pool = pool
         self.clock = clock if clock is not None else ManualClock(0.0)
         self.classes = tuple(classes) if classes is not None else DEFAULT_CLASSES
         names = [c.name for c in self.classes]
@@ -145,6 +145,14 @@ class BrokerCore:
         if self._jw is not None:
             self._jw.config()
 
+
+    @property
+    def pool(self) -> Pool:
+        """The pool as it stands: its capacity follows nodes joining and leaving (a removed
+        node's held slots leave it as their leases end, SPEC §12)."""
+        for dm in self._dim:
+            self._pool.capacity[dm.name] = dm.cap
+        return self._pool
     def _end_op(self) -> None:
         if self.journal is not None:
             self.journal.end_op(self.durable)

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .rules import NS
+from .rules import NS, wrap
 
 ROW_BITS = 32
 ROW_MASK = (1 << ROW_BITS) - 1
@@ -33,6 +33,7 @@ class Holding:
     settled: int            # the time T was last brought up to
     H: int = 0              # units held by starting, active and revoking leases
     Hf: int = 0             # of which firm
+    minted: int = 0         # tokens the refill added (SPEC §11 invariant 5), modulo 2**64
 
     def unmet(self) -> int:
         """SPEC §4.1: max(0, g − firm units held)."""
@@ -48,7 +49,9 @@ class Holding:
         self.settled = t
         rate = self.s - self.H
         if rate > 0:
-            self.T = min(self.B, self.T + rate * dt)
+            T = min(self.B, self.T + rate * dt)
+            self.minted = wrap(self.minted + T - self.T)
+            self.T = T
         elif rate < 0 and instant:
             self.T = max(0, self.T + rate * dt)
 

@@ -557,6 +557,9 @@ class BrokerViews(BrokerCore):
                     "firm_held": {dn: c.hold[d].Hf for d, dn in enumerate(self.dims)},
                     "tokens": {dn: (None if c.hold[d].B >= UNLIMITED else c.hold[d].T / NS)
                                for d, dn in enumerate(self.dims)},
+                    "tokens_refilled": {dn: (None if c.hold[d].B >= UNLIMITED
+                                             else c.hold[d].minted / NS)
+                                        for d, dn in enumerate(self.dims)},
                     "envelope": env}
             leases = [self._snapshot(x).to_dict() for x in self._leases.live()]
             return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
