@@ -48,9 +48,9 @@ def admit_batch(st: EngineState, camps: Sequence[int] | _I64, ks: Sequence[int] 
 
 @disjoint_base                    # a cdef class: no second base with a layout of its own
 class FastAcquire:
-    """``Broker.acquire``'s common case in one call ."""
+    """``Broker.acquire``'s common case in one call."""
 
-    def __init__(self, broker: Any, Decision: type, Lease: type, Event: type,
+    def __init__(self, broker: Any, queue: Any, Decision: type, Lease: type, Event: type,
                  Intent: type) -> None: ...
     def acquire(self, intent: Any) -> Any | None: ...
     def __call__(self, intent: Any) -> Any | None: ...

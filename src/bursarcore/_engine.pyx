@@ -1113,6 +1113,7 @@ cdef class FastAcquire:
     """
 
     cdef object b, st, Intent
+    cdef object q             # the broker's PendingQueue: its public intents and wake-ups
     cdef dict bd, sd
     cdef bint plain
     cdef Py_ssize_t ioff[MAKER_MAX]
@@ -1143,9 +1144,10 @@ cdef class FastAcquire:
     cdef bint cprobe
     cdef object kmod
 
-    def __init__(self, broker, Decision, Lease, Event, Intent):
+    def __init__(self, broker, queue, Decision, Lease, Event, Intent):
         b = broker
         self.b = b
+        self.q = queue
         self.st = b.st
         self.sd = b.st.__dict__
         tp = type(b)
@@ -1159,7 +1161,7 @@ cdef class FastAcquire:
         self.Intent = Intent
         _slot_offsets(Intent, _INTENT_FIELDS, self.ioff)
         self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
-        self.pending = b._pending
+        self.pending = queue.intents
         self.names, self.dims = b._names, list(b.dims)
         self.cls_names = [c.name for c in b.classes]
         self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
@@ -1362,7 +1364,7 @@ cdef class FastAcquire:
         done here; otherwise the broker's method."""
         if self.cprobe and self._attr("_k") is self.kmod \
                 and self._attr("_queue_by_key") is True and not self._due(t):
-            PyDict_SetItem(self.bd, "_pass", self._attr("_pass") + 1)
+            self.q.passes += 1
             return 0
         self.b._serve_pending(t)
         return 0
@@ -1377,13 +1379,13 @@ cdef class FastAcquire:
         cdef Eng* e
         cdef Py_ssize_t d, D
         cdef int64_t fig[3]
-        if len(self._attr("_woken")) or len(self._attr("_ended")):
+        cdef object q = self.q
+        if len(q.woken) or len(q.ended):
             return True
-        h = self._attr("_wtime")
+        h = q.wtime
         if h and h[0][0] <= t:
             return True
-        lf, lr, lo, lp = (self._attr("_wfree"), self._attr("_wreach"), self._attr("_wroom"),
-                          self._attr("_wprice"))
+        lf, lr, lo, lp = q.wfree, q.wreach, q.wroom, q.wprice
         cx = self._cx()
         e = &cx.e
         D = e.D
@@ -1705,10 +1707,10 @@ cdef class FastAcquire:
         cdef object opp, rv, last
         cdef _ExpiredRun run = None
         cdef Py_ssize_t total = 0
-        # the campaigns with queue keys to wake when a lease of theirs ends (Broker._wown),
-        # and the set of those that had one (Broker._ended: Broker._lease_ended)
-        cdef dict wown = self._attr("_wown")
-        cdef set ended = self._attr("_ended") if len(wown) else None
+        # the campaigns with queue keys to wake when a lease of theirs ends (the queue's
+        # wown), and the set of those that had one (its ended: PendingQueue.lease_ended)
+        cdef dict wown = self.q.wown
+        cdef set ended = self.q.ended if len(wown) else None
         while True:
             m = k_advance(e, t, self.adv, chunk, &err)
             total += m

@@ -49,6 +49,9 @@ from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, Unknown
 from .journal import records as J
 from .journal.base import Journal
 from .journal.explain import explain as _explain
+from .journal.replay import envelope_of, nodes_of
+from .journal.replay import replay as _replay
+from .admission.pending import PendingQueue, _Pending
 from .leases.types import Event, Lease
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
@@ -86,8 +89,6 @@ def _wants_reference(backend: str | None) -> bool:
 _B = TypeVar("_B", bound="Broker")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-# a watch entry of a filed pending key: (threshold, seq, the key's ver when filed, key)
-_Watch = tuple[int, int, int, "_PKey"]
 
 
 def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:
@@ -113,70 +114,6 @@ _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
 _STALE = Decision(REFUSED_OUT, -1, "", reason="invalid")
 
 
-@dataclass
-class _Pending:
-    """A waiting intent. ``reason`` is the rule that bound it when it went pending; what
-    :meth:`Broker.pending` reports is worked out when read (``Broker._reasons``)."""
-    intent_id: int
-    campaign: int
-    dim: int
-    cls: int
-    nmin: int
-    nmax: int
-    dur: int
-    max_spend: int
-    deadline: int | None
-    expires: int
-    arrival: int
-    reason: int
-    request: Intent | None = None
-    # (None only between construction and queueing: every reader sees the key it is filed under)
-    key: _PKey = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
-
-
-class _PKey:
-    """The pending intents of one key K = (campaign, dim, class, duration, max_spend).
-
-    They share class rank, deficit and tokens, so the queue order (SPEC §4.5) ranks keys
-    and, within a key, goes by arrival; ``by_nmin`` holds their arrivals (= intent ids)
-    in order per nmin, ``nmins`` the distinct nmins sorted.
-
-    Between passes a key is either *woken* (``Broker._woken``: the next pass decides it)
-    or *filed* under one limit that a decision found below its smallest nmin, with the
-    watch that tells when that limit may have risen (see ``Broker._file``). ``ver`` moves
-    whenever the key is woken or filed again, so the watches of an earlier filing are
-    stale (each watch entry holds the ``ver`` it was filed with); ``alive`` is False once
-    the key has no intents left."""
-
-    __slots__ = ("c", "d", "k", "dur", "spend", "by_nmin", "nmins", "ver", "alive")
-
-    def __init__(self, key: tuple[int, int, int, int, int]) -> None:
-        self.c, self.d, self.k, self.dur, self.spend = key
-        self.by_nmin: dict[int, list[int]] = {}
-        self.nmins: list[int] = []
-        self.ver = 0
-        self.alive = True
-
-    def after(self, a: int, m: float) -> int | None:
-        """The first arrival after ``a`` among the intents with nmin < m."""
-        nmins = self.nmins
-        if len(nmins) == 1:              # the usual key: one agent's retries of one size
-            if nmins[0] >= m:
-                return None
-            lst = self.by_nmin[nmins[0]]
-            if lst[0] > a:                 # (the intent at ``a`` was granted)
-                return lst[0]
-            i = bisect.bisect_right(lst, a)
-            return lst[i] if i < len(lst) else None
-        best = None
-        for v in nmins:
-            if v >= m:
-                break
-            lst = self.by_nmin[v]
-            i = bisect.bisect_right(lst, a)
-            if i < len(lst) and (best is None or lst[i] < best):
-                best = lst[i]
-        return best
 
 
 class Broker(metaclass=abc.ABCMeta):
@@ -327,29 +264,7 @@ class Broker(metaclass=abc.ABCMeta):
         self._cindex: dict[str, int] = {}
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
-        self._pending: dict[int, _Pending] = {}
-        # per campaign: its pending intents, in arrival order (pending(campaign), the cap)
-        self._pcamp: dict[int, dict[int, _Pending]] = {}
-        # per key (campaign, dim, class, duration, max_spend): its pending intents
-        self._pkeys: dict[tuple[int, int, int, int, int], _PKey] = {}
-        self._pass = 0                        # passes over the queue so far
-        # the queue's wake-ups (see _file): the keys the next pass decides; the campaigns
-        # with a lease ended or renewed since the last pass, and per campaign the keys
-        # that such an event wakes; a min-heap of token wake times; per dimension, heaps
-        # of capacity thresholds (free units for opportunistic keys, reachable units and
-        # firm room for firm ones) and of the congestion multipliers keys failed at
-        # (negated: a max-heap). Heap entries are (threshold, seq, ver, key).
-        self._woken: dict[_PKey, None] = {}
-        self._ended: set[int] = set()
-        self._wown: dict[int, list[tuple[int, _PKey]]] = {}
-        self._wtime: list[tuple[int, int, int, _PKey]] = []
-        D = len(self.dims)
-        self._wfree: list[list[_Watch]] = [[] for _ in range(D)]
-        self._wreach: list[list[_Watch]] = [[] for _ in range(D)]
-        self._wroom: list[list[_Watch]] = [[] for _ in range(D)]
-        self._wprice: list[list[_Watch]] = [[] for _ in range(D)]
-        self._wseq = 0                        # watch entries pushed (heap ties, compaction)
-        self._wlive = 0                       # watch entries since the last compaction
+        self._queue = PendingQueue(self, len(self.dims))
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
         self._next_intent = 0
@@ -376,7 +291,7 @@ class Broker(metaclass=abc.ABCMeta):
         self.durable = bool(durable)   # sync the journal at the end of every operation
         self._fast = None
         if backend == "compiled" and hasattr(self._k, "FastAcquire"):
-            self._fast = self._k.FastAcquire(self, Decision, Lease, Event, Intent)
+            self._fast = self._k.FastAcquire(self, self._queue, Decision, Lease, Event, Intent)
         if journal is not None:
             # built only here: the slot map as JSON lists is one list object per node (125k
             # for a 1M-GPU pool), and long-lived container objects make every full
@@ -536,7 +451,7 @@ class Broker(metaclass=abc.ABCMeta):
         # before them: those events may have run already (a poll at their instant, which
         # writes no record) or may run only now (replay, at the next input), and both must
         # write the same records.
-        note = moved and bool(self._pending) and self.journal is not None
+        note = moved and bool(self._queue.intents) and self.journal is not None
         k.ring_advance(st, t)
         freed = self._expire_until(t)
         if moved or freed:
@@ -589,7 +504,7 @@ class Broker(metaclass=abc.ABCMeta):
             n, d, lk, lintent, lcost = (int(st.units[r]), int(st.dim[r]), int(st.lcls[r]),
                                         int(st.intent[r]), int(st.cost[r]))
         if kind == "expired" or kind == "revoked":
-            self._lease_ended(c)
+            self._queue.lease_ended(c)
         ev = Event(kind, t / NS, self._names[c], lease_id=lid, intent_id=iid,
                    deadline=None if deadline is None else deadline / NS,
                    reason=REASONS[reason] if reason else None, units=n)
@@ -660,10 +575,10 @@ class Broker(metaclass=abc.ABCMeta):
                 self._k.activate(st, ident, t)
                 self._emit("activated", t, int(st.camp[r]), lid=ident)
         elif kind == _EV_PENDING:
-            p = self._pending.get(ident)
+            p = self._queue.intents.get(ident)
             if p is not None and p.expires == t:
                 reason = DEADLINE if p.deadline is not None and p.deadline <= t else TTL
-                self._drop_pending(ident)
+                self._queue.drop(ident)
                 self._emit("refused", t, p.campaign, iid=ident, reason=reason, pend=p)
 
     def _constant(self, value: int, n: int) -> np.ndarray:
@@ -878,10 +793,9 @@ class Broker(metaclass=abc.ABCMeta):
             return Decision(GRANTED_OUT, iid, name, units=n, lease=self.lease(lid),
                             path="reclaim", cost=int(self.st.cost[lid & ROW_MASK]) / CREDIT,
                             wait=(self._activation[lid] - t) / NS)
-        mine = self._pcamp.get(c)
-        if self.max_pending is not None and mine is not None and len(mine) >= self.max_pending:
+        oldest = self._queue.full(c, self.max_pending)
+        if oldest is not None:
             # at its cap: a slot frees by the time its oldest waiting intent expires
-            oldest = next(iter(mine.values()))
             return Decision(REFUSED_OUT, iid, name, reason=REASONS[PENDING_LIMIT],
                             retry_after=max(0, oldest.expires - t) / NS)
         if self.max_pending == 0:
@@ -889,33 +803,8 @@ class Broker(metaclass=abc.ABCMeta):
         expires = t + ttl
         if deadline is not None:
             expires = min(expires, deadline)
-        key = (c, d, k, dur, spend)
-        q = self._pkeys.get(key)
-        if q is None:
-            q = self._pkeys[key] = _PKey(key)
-            lower = True
-        else:
-            lower = nmin < q.nmins[0] and q not in self._woken
-        p = _Pending(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, iid, reason,
-                     request, q)
-        self._pending[iid] = p
-        if mine is None:
-            mine = self._pcamp[c] = {}
-        mine[iid] = p
-        lst = q.by_nmin.get(nmin)
-        if lst is None:
-            lst = q.by_nmin[nmin] = []
-            bisect.insort(q.nmins, nmin)
-        if lst and iid < lst[-1]:
-            bisect.insort(lst, iid)
-        else:
-            lst.append(iid)               # intent ids grow: arrival order
-        if lower:
-            # the decision above failed it at nmin, now its key's smallest, in this state:
-            # file the key (more pending demand below only raises the price)
-            self._file(q, lims, t)
-        if self.st.cls[k, 2]:
-            self.st.pend[d] += nmax
+        self._queue.add(iid, c, d, k, nmin, nmax, dur, spend, deadline, expires, reason,
+                        request, lims, t)
         self._push(expires, _EV_PENDING, iid)
         return Decision(PENDING_OUT, iid, name, reason=REASONS[reason],
                         retry_after=self._retry_after(c, d, nmin, dur, reason))
@@ -991,279 +880,18 @@ class Broker(metaclass=abc.ABCMeta):
     # ------------------------------------------------------------------ pending queue (§4.5)
     _queue_by_key = True       # False: every pass intent by intent (tests compare the two)
 
-    def _drop_pending(self, iid: int) -> _Pending:
-        p = self._pending.pop(iid)
-        mine = self._pcamp[p.campaign]
-        del mine[iid]
-        if not mine:
-            del self._pcamp[p.campaign]
-        q = p.key
-        lst = q.by_nmin[p.nmin]
-        if lst[0] == iid:                 # grants and expiries mostly take the oldest
-            del lst[0]
-        else:
-            del lst[bisect.bisect_left(lst, iid)]
-        if not lst:
-            del q.by_nmin[p.nmin]
-            q.nmins.remove(p.nmin)
-            if not q.nmins:
-                del self._pkeys[(p.campaign, p.dim, p.cls, p.dur, p.max_spend)]
-                q.alive = False
-                self._woken.pop(q, None)
-        if self.st.cls[p.cls, 2]:
-            self.st.pend[p.dim] -= p.nmax
-        return p
-
-    # -- wake-ups ---------------------------------------------------------------------------
-    # A pass decides only the keys that can have become grantable since they last failed.
-    # A key that fails at its smallest nmin m is filed under one limit found below m, with
-    # the watch that says when that limit may have risen to m (``_file``); until then the
-    # key provably fails, and skipping it changes nothing (a decision that fails only
-    # settles buckets, which is path-independent). The limits (the core's k_decide)
-    # rise only through
-    #   * the key's own campaign: a lease of it ending (holding down, tokens and credits
-    #     refunded, an unmet guarantee back) or renewed (tokens refunded): ``_lease_ended``;
-    #   * time: the bucket refilling (an exact wake time) — and the congestion window's
-    #     bins rolling, which lowers the multiplier;
-    #   * its dimension: free, reachable or firm room units up, the multiplier down
-    #     (releases, expiries, revocations, nodes, pending demand leaving). These are
-    #     thresholds on per-dimension figures, kept in heaps and compared at each pass (and
-    #     after each grant of a pass: a grant lowers pending demand and can free units by
-    #     revoking more than it takes, so the price or the free units can move up).
-
-    def _lease_ended(self, c: int) -> None:
-        """A lease of campaign c ended or was renewed: its keys' own limits may rise."""
-        if c in self._wown:
-            self._ended.add(c)
-
-    def _wpush(self, h: list[_Watch], thr: int, q: _PKey) -> None:
-        self._wseq += 1
-        self._wlive += 1
-        heapq.heappush(h, (thr, self._wseq, q.ver, q))
-
-    def _file(self, q: _PKey, lims: tuple[int, int, int, int], t: int) -> None:
-        """File key q, which a decision at t in the state as it stands found below its
-        smallest nmin (``lims``: that decision's ceiling, capacity, tokens and credits
-        limits), under one limit that fails it, with that limit's watch."""
-        st, k = self.st, self._k
-        m = q.nmins[0]
-        lc, lcap, ltok, lcred = lims
-        q.ver += 1
-        c, d = q.c, q.d
-        own = True
-        if lc < m:
-            pass                                  # b - H: only its own lease ends raise it
-        elif ltok < m:
-            H, s = int(st.H[c, d]), int(st.s[c, d])
-            r = s - H
-            at = None
-            if r > 0 and st.scal[1]:
-                at = t + 1        # instant mode: T (0 here) is positive as soon as time moves
-            elif r > 0 and (m - r) * q.dur <= int(st.Bcap[c, d]):   # the bucket can hold it
-                at = t + k.token_wait(st, c, d, m, q.dur)     # (ltok < m: a positive wait)
-            if at is not None:
-                self._wpush(self._wtime, at, q)
-        elif lcred < m and not st.cls[q.k, 2]:
-            pass                                  # unpriced: only refunds raise it
-        elif lcap < m:
-            if st.cls[q.k, 3]:                    # opportunistic: free - headroom >= m
-                self._wpush(self._wfree[d], m, q)
-                own = False
-            elif k.dim_figures(st, d)[1] < m:     # what a reclaim can reach
-                self._wpush(self._wreach[d], m, q)
-                own = False
-            else:                                 # cap - F - U + unmet(c, d) >= m
-                self._wpush(self._wroom[d], m - k.unmet(st, c, d), q)
-        else:                                     # credits at a congestion-priced price
-            self._wpush(self._wprice[d], -k.congestion_mult(st, d), q)
-        if own:
-            self._wlive += 1
-            lst = self._wown.get(c)
-            if lst is None:
-                lst = self._wown[c] = []
-            lst.append((q.ver, q))
-        if self._wlive > 4 * len(self._pkeys) + 4096:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop stale watch entries (keys woken, filed again or gone since)."""
-        live = 0
-        for hs in (self._wfree, self._wreach, self._wroom, self._wprice, [self._wtime]):
-            for h in hs:
-                h[:] = [e for e in h if e[3].alive and e[3].ver == e[2]]
-                heapq.heapify(h)
-                live += len(h)
-        for c in list(self._wown):
-            lst = [e for e in self._wown[c] if e[1].alive and e[1].ver == e[0]]
-            if lst:
-                self._wown[c] = lst
-                live += len(lst)
-            else:
-                del self._wown[c]
-        self._wlive = live
-
-    def _wake(self, q: _PKey) -> None:
-        q.ver += 1                                # every other watch of q goes stale
-        self._woken[q] = None
-
-    def _wake_heap(self, h: list[_Watch], lim: int, woke: list[_PKey] | None) -> None:
-        """Wake the keys of heap h whose threshold is at most ``lim``."""
-        while h and h[0][0] <= lim:
-            _, _, v, q = heapq.heappop(h)
-            if q.alive and q.ver == v:
-                self._wake(q)
-                if woke is not None:
-                    woke.append(q)
-
-    def _dim_figures(self, d: int) -> tuple[int, int, int]:
-        """Dimension d's free units above the warm headroom, reachable units (free,
-        reclaimable, revoking beyond promises) and firm room (capacity − firm holdings −
-        unmet guarantees): what capacity limits compare with."""
-        free, reach, room = self._k.dim_figures(self.st, d)
-        return int(free), int(reach), int(room)
-
-    def _wake_dim(self, d: int, woke: list[_PKey] | None = None) -> None:
-        """Wake the keys filed on dimension d whose capacity threshold is met or whose
-        congestion multiplier has fallen below the one they failed at."""
-        if self._wfree[d] or self._wreach[d] or self._wroom[d]:
-            free, reach, room = self._dim_figures(d)
-            self._wake_heap(self._wfree[d], free, woke)
-            self._wake_heap(self._wreach[d], reach, woke)
-            self._wake_heap(self._wroom[d], room, woke)
-        h = self._wprice[d]
-        if h:
-            self._wake_heap(h, -self._k.congestion_mult(self.st, d) - 1, woke)
-
-    def _collect_wakes(self, t: int) -> None:
-        """Wake every key whose watch has fired by t (the state as it stands)."""
-        if self._ended:
-            for c in self._ended:
-                for v, q in self._wown.pop(c, ()):
-                    if q.alive and q.ver == v:
-                        self._wake(q)
-            self._ended.clear()
-        self._wake_heap(self._wtime, t, None)
-        for d in range(len(self.dims)):
-            self._wake_dim(d)
+    def _serve_pending(self, t: int) -> None:
+        """Grant what the queue can have at t, in the order of SPEC §4.5."""
+        self._queue.serve(t)
 
     def _wake_due(self, t: int) -> bool:
-        """Whether a pass at t has a key to decide (what ``_collect_wakes`` would wake, or
-        stale entries it would drop): False means the pass would do nothing but count
-        itself. Reads only (``FastAcquire`` does the same checks in C)."""
-        if self._woken or self._ended:
-            return True
-        if self._wtime and self._wtime[0][0] <= t:
-            return True
-        for d in range(len(self.dims)):
-            if self._wfree[d] or self._wreach[d] or self._wroom[d]:
-                free, reach, room = self._dim_figures(d)
-                if ((self._wfree[d] and self._wfree[d][0][0] <= free)
-                        or (self._wreach[d] and self._wreach[d][0][0] <= reach)
-                        or (self._wroom[d] and self._wroom[d][0][0] <= room)):
-                    return True
-            h = self._wprice[d]
-            if h and h[0][0] < -self._k.congestion_mult(self.st, d):
-                return True
-        return False
-
-    def _wake_all(self) -> None:
-        """Every key woken (the watches dropped): after a pass intent by intent."""
-        for h in (*self._wfree, *self._wreach, *self._wroom, *self._wprice, self._wtime):
-            h.clear()
-        self._wown.clear()
-        self._ended.clear()
-        self._wlive = 0
-        for q in self._pkeys.values():
-            self._wake(q)
-
-    # -- the pass ---------------------------------------------------------------------------
-    def _serve_pending(self, t: int) -> None:
-        """Grant what the queue can have at t, in the order of SPEC §4.5.
-
-        Only the keys woken since they last failed are decided (see ``_file``), each at
-        its smallest nmin: if none can be granted, no intent can, and the pass is over
-        (the pass over every intent would grant nothing either). Otherwise the keys that
-        can go through :meth:`_serve_keys` in queue order, and every key it decided is
-        decided again at its end and filed, or left woken for the next pass."""
-        if not self._pending:
-            return
-        self._pass += 1
-        if not self._queue_by_key:
-            self._serve_intents(t)
-            return
-        self._collect_wakes(t)
-        woken = self._woken
-        if not woken:
-            return
-        st, decide = self.st, self._k.decide
-        cand = []
-        for q in list(woken):
-            m = q.nmins[0]
-            n, _, _, _, lims = decide(st, q.c, q.d, q.k, m, m, q.dur, q.spend, t)
-            if n >= m:
-                cand.append(q)
-            else:
-                del woken[q]
-                self._file(q, lims, t)
-        if cand:
-            self._serve_keys(t, cand)
-
-    def _serve_intents(self, t: int) -> None:
-        """The pass intent by intent, over the whole queue (the specification the pass by
-        woken keys must equal: ``_queue_by_key = False``)."""
-        st = self.st
-        if len(self._pending) > 1:
-            keys = list(self._pkeys.values())
-            rows = np.array([(q.c, q.d, q.k, q.nmins[0], q.dur, q.spend) for q in keys],
-                            dtype=np.int64).reshape(-1, 6)
-            if self._k.decide_keys(st, rows, t, np.zeros(len(keys), dtype=np.int64)) < 0:
-                self._wake_all()
-                return                    # nothing grantable: the pass grants nothing
-            for c, d in {(q.c, q.d) for q in keys}:
-                self._k.settle(st, c, d, t)
-            deficit = self._deficit_array(t)
-            order = list(self._pending.values())
-            camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
-            dim = np.fromiter((p.dim for p in order), np.int64, len(order))
-            rank = st.cls[np.fromiter((p.cls for p in order), np.int64, len(order)), 0]
-            arrival = np.fromiter((p.arrival for p in order), np.int64, len(order))
-            # class rank, then deficit (largest first), tokens (largest first), arrival
-            idx = np.lexsort((arrival, -st.T[camp, dim], -deficit[camp], rank))
-            order = [order[i] for i in idx.tolist()]
-        else:
-            order = list(self._pending.values())
-        # Within one pass grants only consume, so limits only shrink: once an intent of
-        # (campaign, dim, class, duration, max_spend) fails at nmin m, any other with
-        # nmin >= m fails too.
-        failed: dict[tuple[Any, ...], int] = {}
-        for p in order:
-            if p.intent_id not in self._pending:
-                continue
-            if p.deadline is not None and p.deadline < t:
-                continue
-            key = (p.campaign, p.dim, p.cls, p.dur, p.max_spend)
-            seen = failed.get(key)
-            if seen is not None and p.nmin >= seen:
-                continue
-            self._reserve(1, p.nmax)
-            n, reason, path, pm, _ = self._k.decide(st, p.campaign, p.dim, p.cls, p.nmin,
-                                                    p.nmax, p.dur, p.max_spend, t)
-            if n < p.nmin:
-                if seen is None or p.nmin < seen:
-                    failed[key] = p.nmin
-                continue
-            plan = None
-            if path == RECLAIM:
-                plan = self._plan_reclaim(p.dim, n, t)
-                if p.deadline is not None and plan[1] > p.deadline:
-                    continue
-            self._grant_pending(p, n, path, pm, plan, t)
-        self._wake_all()
+        """Whether a pass at t has a key to decide (``PendingQueue.wake_due``)."""
+        return self._queue.wake_due(t)
 
     def _grant_pending(self, p: _Pending, n: int, path: int, pm: int, plan: Any,
                        t: int) -> None:
         st = self.st
-        self._drop_pending(p.intent_id)
+        self._queue.drop(p.intent_id)
         if path == WARM:
             lid = self._k.grant(st, p.campaign, p.dim, p.cls, n, p.dur, pm, t, False,
                                 p.intent_id)
@@ -1273,102 +901,6 @@ class Broker(metaclass=abc.ABCMeta):
             lid = self._reclaim(p.campaign, p.dim, p.cls, n, p.dur, pm, t, p.intent_id, plan)
         self._emit("granted", t, p.campaign, lid=lid, iid=p.intent_id, pend=p, path=path)
 
-    def _serve_keys(self, t: int, cand: list[_PKey]) -> None:
-        """The pass of :meth:`_serve_pending` over the keys ``cand`` that can be granted.
-
-        The intents of a key K share class rank, deficit and tokens, so ordering the keys
-        by those (as they stand at the start of the pass) and merging the keys that tie by
-        arrival gives the intent order of §4.5. Within one pass grants only consume, so
-        limits only shrink: once an intent of K fails at nmin m, any later one of K with
-        nmin >= m fails too and is skipped; ``_PKey.after`` finds the next one with
-        nmin < m. The keys not decided fail wherever the pass reaches them — except that a
-        grant can raise its dimension's figures (pending demand leaves, so the multiplier
-        can fall; revoking more than it takes frees units): after each grant the keys of
-        that dimension whose watch fires join the pass where it has not reached them yet
-        (those it has passed failed there, and stay woken for the next pass)."""
-        st, pend, decide, settle = self.st, self._pending, self._k.decide, self._k.settle
-        deficit = self._deficit_array(t) if len(pend) > 1 else None
-        tok0: dict[tuple[int, int], int] = {}
-
-        def place(q: _PKey) -> tuple[Any, ...]:
-            cd = (q.c, q.d)
-            tok = tok0.get(cd)
-            if tok is None:                       # no grant to (c, d) yet in this pass
-                settle(st, q.c, q.d, t)
-                tok = tok0[cd] = int(st.T[q.c, q.d])
-            dv = float(deficit[q.c]) if deficit is not None else 0.0
-            # (lexsort's order: a NaN deficit after every number)
-            return (int(st.cls[q.k, 0]), (1, 0.0) if dv != dv else (0, -dv), -tok)
-
-        inf = math.inf
-        heap = []
-        members: list[_PKey] = []
-        for q in cand:
-            members.append(q)
-            a = q.after(-1, inf)
-            if a is not None:
-                heap.append((place(q), a, q))
-        heapq.heapify(heap)
-        low: dict[_PKey, int] = {}
-        woke: list[_PKey] = []
-        while heap:
-            o, a, q = heap[0]
-            p = pend.get(a)
-            if p is not None and (p.deadline is None or p.deadline >= t):
-                self._reserve(1, p.nmax)
-                n, reason, path, pm, _ = decide(st, p.campaign, p.dim, p.cls, p.nmin,
-                                                p.nmax, p.dur, p.max_spend, t)
-                if n < p.nmin:
-                    low[q] = p.nmin
-                else:
-                    plan = None
-                    if path == RECLAIM:
-                        plan = self._plan_reclaim(p.dim, n, t)
-                    if plan is None or p.deadline is None or plan[1] <= p.deadline:
-                        self._grant_pending(p, n, path, pm, plan, t)
-                        self._wake_dim(p.dim, woke)
-                        for q2 in woke:
-                            o2 = place(q2)
-                            a2 = (q2.after(-1, inf) if o2 > o else
-                                  q2.after(a, inf) if o2 == o else None)
-                            if a2 is not None:
-                                members.append(q2)
-                                heapq.heappush(heap, (o2, a2, q2))
-                        woke.clear()
-                    # else: its reclaim plan misses its deadline; it waits on
-            nxt = q.after(a, low.get(q, inf)) if q.alive else None
-            if nxt is None:
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (o, nxt, q))
-        for q in members:
-            if not q.alive or q not in self._woken:
-                continue
-            m = q.nmins[0]
-            n, _, _, _, lims = decide(st, q.c, q.d, q.k, m, m, q.dur, q.spend, t)
-            if n < m:
-                del self._woken[q]
-                self._file(q, lims, t)
-
-    def _reasons(self, ps: Iterable[_Pending]) -> list[int]:
-        """The reason code of each pending intent: the rule that binds it in the state as
-        it stands (the first of ceiling, capacity, tokens, credits whose limit is at most
-        max(0, the smallest limit) — what a pass would report for it now; for an intent
-        that the next pass could grant, the tightest rule). Its key's limits are the same
-        for all its intents: one decision per key."""
-        st, decide, t = self.st, self._k.decide, self._t
-        codes = (CEILING, CAPACITY, TOKENS, CREDITS)
-        why: dict[_PKey, int] = {}
-        out = []
-        for p in ps:
-            q = p.key
-            r = why.get(q)
-            if r is None:
-                _, _, _, _, lims = decide(st, q.c, q.d, q.k, 1, 1, q.dur, q.spend, t)
-                bound = max(0, min(lims))
-                r = why[q] = next(code for code, lim in zip(codes, lims) if lim <= bound)
-            out.append(r)
-        return out
 
     @_op
     def cancel(self, intent_id: int) -> bool:
@@ -1395,11 +927,11 @@ class Broker(metaclass=abc.ABCMeta):
         intent_id = int(intent_id)
         t = self._now()
         self._advance(t)
-        if intent_id not in self._pending:
+        if intent_id not in self._queue.intents:
             if isinstance(intent_id, int) and 0 <= intent_id < self._next_intent:
                 return False
             raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
-        p = self._drop_pending(intent_id)
+        p = self._queue.drop(intent_id)
         if self.journal is not None:
             row = {}
             row["op"], row["t"], row["campaign"], row["intent"] = J.OP["cancel"], t, p.campaign, intent_id
@@ -1430,12 +962,7 @@ class Broker(metaclass=abc.ABCMeta):
             ``campaign`` is not registered.
         """
         c = None if campaign is None else self.campaign_index(campaign)
-        ps = list((self._pending if c is None else self._pcamp.get(c, {})).values())
-        return [{"intent_id": p.intent_id, "campaign": self._names[p.campaign],
-                 "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
-                 "duration": p.dur / NS, "reason": REASONS[r],
-                 "expires": p.expires / NS, "service_class": self.classes[p.cls].name}
-                for p, r in zip(ps, self._reasons(ps))]
+        return self._queue.listing(c)
 
     # ------------------------------------------------------------------ leases
     def _lease_id(self, lease_id: Any) -> int:
@@ -1504,7 +1031,7 @@ class Broker(metaclass=abc.ABCMeta):
                             lease=self.lease(lid))
         before = int(st.refunded[c])
         self._k.end_lease(st, lid, t, RELEASED)
-        self._lease_ended(c)
+        self._queue.lease_ended(c)
         self._purge_retired()
         d = int(st.dim[r])
         self._opp_active[d].discard(lid)
@@ -1600,7 +1127,7 @@ class Broker(metaclass=abc.ABCMeta):
         self._reserve(1, 0)
         reason, price = self._k.renew(st, lid, ext, t, spend)
         if reason == OK:
-            self._lease_ended(c)          # (a renewal can refund tokens)
+            self._queue.lease_ended(c)          # (a renewal can refund tokens)
         if reason != OK:
             return Decision(REFUSED_OUT, int(st.intent[r]), name, reason=REASONS[reason],
                             lease=self.lease(lid), cost=price / CREDIT)
@@ -2331,110 +1858,8 @@ class Broker(metaclass=abc.ABCMeta):
         if cls is Broker and _wants_reference(backend):
             from .reference.broker import ReferenceBroker
             return ReferenceBroker.replay(journal, clock=clock, resume=resume)  # type: ignore[return-value]
-        from .admission.classes import Congestion as _Cg
-        from .errors import JournalCorrupt
-        from .journal.memory import MemoryJournal
-
-        rows, pl = journal.rows(), journal.payloads()
-        if rows.size == 0 or rows[0]["op"] != J.OP["config"] or 0 not in pl:
-            raise JournalCorrupt(0, "a journal starts with its broker's config record")
-        try:
-            cfg = json.loads(pl[0])
-            pool = Pool.from_dict(cfg["pool"])
-            classes = [ServiceClass(**c) for c in cfg["classes"]]
-            cg = cfg["congestion"]
-            congestion = _Cg(window=cg["window"], bins=cg["bins"],
-                             thresholds=tuple(cg["thresholds"]),
-                             multipliers=tuple(cg["multipliers"]))
-        except (ValueError, KeyError, TypeError) as e:
-            raise JournalCorrupt(0, f"config record unreadable: {e}") from None
-        t0 = int(rows[0]["t"])
-        clk = ManualClock(t0 / NS)  # replay runs at the journal's times; ``clock`` after
-        shadow = MemoryJournal()
-        b = cls(pool, clk, classes=classes, congestion=congestion, price=cfg["price"],
-                ttl=cfg["ttl"], half_life=cfg["half_life"], enforcement=cfg["enforcement"],
-                backend=backend, journal=shadow,
-                # a journal written before rows were reused names none: it replays as such
-                reuse_after=cfg.get("reuse_after"),
-                # a journal written before the cap existed had none: it replays as such
-                max_pending=cfg.get("max_pending"))
-        for i in range(1, rows.shape[0]):
-            r = rows[i]
-            op = int(r["op"])
-            if op not in J.INPUT_OPS:
-                continue
-            t = int(r["t"])
-            b._t_force = t
-            try:
-                b._replay_one(op, r, pl.get(int(r["seq"])), t)
-            except (InvalidArgument, KeyError, ValueError, IndexError) as e:
-                raise JournalCorrupt(int(r["seq"]), f"cannot be replayed: {e}") from None
-        # derived records after the last input (expiries seen by a poll) come back too
-        b._t_force = int(rows[-1]["t"])
-        b._advance(b._t_force)
-        b._t_force = None
-        b._events = []  # the original delivered (or will never deliver) these
-        if clk.now() < b._t / NS:
-            clk.set(b._t / NS)
-        if clock is not None:  # a clock behind the journal is refused at its first use
-            b.clock = clock
-        mine = shadow.rows()
-        a = rows.view(np.uint8).reshape(rows.shape[0], -1) if rows.size else rows
-        m = mine.view(np.uint8).reshape(mine.shape[0], -1) if mine.size else mine
-        k = min(a.shape[0], m.shape[0])
-        diff = np.flatnonzero((a[:k] != m[:k]).any(axis=1)) if k else np.zeros(0, int)
-        if diff.size or a.shape[0] != m.shape[0]:
-            seq = int(diff[0]) if diff.size else k
-            field = ""
-            if diff.size:
-                field = next((f for f in J.FIELDS if not (rows[seq][f] == mine[seq][f]
-                              or (f == "deficit" and np.isnan(rows[seq][f])
-                                  and np.isnan(mine[seq][f])))), "")
-            raise JournalCorrupt(seq, "replay diverged from the journal"
-                                 + (f" in field {field!r}" if field else " in length"))
-        if resume:
-            b.journal = journal
-            journal.flush()
-        return b
-
-    def _replay_one(self, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
-        if op == J.OP["register"]:
-            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
-            env = dict(p["envelope"])
-            if env.get("credits") is None:
-                env["credits"] = math.inf
-            env["burst"] = {k: (math.inf if v is None else v) for k, v in env["burst"].items()}
-            self.register(p["name"], Envelope.from_dict(env))
-        elif op == J.OP["acquire"]:
-            self._advance(t)
-            deadline = J.deadline_of(int(r["deadline"]))
-            self._acquire_ns(int(r["campaign"]), int(r["dim"]), int(r["cls"]), int(r["nmin"]),
-                             int(r["nmax"]), int(r["dur"]), int(r["max_spend"]), deadline,
-                             int(r["ttl"]), t, None, batch=int(r["batch"]))
-        elif op == J.OP["release"]:
-            self.release(int(r["lease"]))
-        elif op == J.OP["renew"]:
-            lid = self._lease_id(int(r["lease"]))
-            self._advance(t)
-            row = self._row(lid)
-            self._journaled(op, lid, self._lease_info(row), t, int(r["dur"]),
-                            int(r["max_spend"]),
-                            self._renew(lid, row, int(r["dur"]), int(r["max_spend"]), t))
-        elif op == J.OP["cancel"]:
-            self.cancel(int(r["intent"]))
-        elif op == J.OP["advance"]:
-            self._advance(t)
-        elif op == J.OP["consume"]:
-            self._advance(t)
-            self._consume_ns(int(r["campaign"]), int(r["dim"]) - len(self.dims), int(r["nmax"]), t)
-        elif op == J.OP["add_nodes"]:
-            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
-            self.add_nodes(p["dim"], [tuple(x) for x in p["nodes"]])
-        elif op == J.OP["remove_nodes"]:
-            p = json.loads(payload)  # type: ignore[arg-type]  # these ops always carry one
-            self.remove_nodes(p["dim"], p["nodes"], grace=p["grace"] / NS)
-        else:
-            raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
+        return _replay(cls, journal, _replay_one, backend=backend, clock=clock, resume=resume,
+                       attach=_attach_journal)
 
     # ------------------------------------------------------------------ introspection
     @_op
@@ -2490,3 +1915,40 @@ def _register_reference() -> None:
 
 
 _register_reference()
+
+
+def _attach_journal(b: Broker, journal: Journal) -> None:
+    b.journal = journal
+
+
+def _replay_one(b: Broker, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
+    """Re-execute one input record of a journal at its time t (see :meth:`Broker.replay`)."""
+    if op == J.OP["register"]:
+        b.register(*envelope_of(payload))
+    elif op == J.OP["acquire"]:
+        b._advance(t)
+        deadline = J.deadline_of(int(r["deadline"]))
+        b._acquire_ns(int(r["campaign"]), int(r["dim"]), int(r["cls"]), int(r["nmin"]),
+                      int(r["nmax"]), int(r["dur"]), int(r["max_spend"]), deadline,
+                      int(r["ttl"]), t, None, batch=int(r["batch"]))
+    elif op == J.OP["release"]:
+        b.release(int(r["lease"]))
+    elif op == J.OP["renew"]:
+        lid = b._lease_id(int(r["lease"]))
+        b._advance(t)
+        row = b._row(lid)
+        b._journaled(op, lid, b._lease_info(row), t, int(r["dur"]), int(r["max_spend"]),
+                     b._renew(lid, row, int(r["dur"]), int(r["max_spend"]), t))
+    elif op == J.OP["cancel"]:
+        b.cancel(int(r["intent"]))
+    elif op == J.OP["advance"]:
+        b._advance(t)
+    elif op == J.OP["consume"]:
+        b._advance(t)
+        b._consume_ns(int(r["campaign"]), int(r["dim"]) - len(b.dims), int(r["nmax"]), t)
+    elif op == J.OP["add_nodes"]:
+        b.add_nodes(**nodes_of(payload))
+    elif op == J.OP["remove_nodes"]:
+        b.remove_nodes(**nodes_of(payload))
+    else:
+        raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")

@@ -134,7 +134,7 @@ def test_pass_by_key_equals_pass_by_intent(backend, seed):
     deep = 0
     for i, (x, y, z) in enumerate(zip(_run(keyed, ops), _run(plain, ops), _run(spec, ops))):
         assert x == y == z, f"step {i}: {ops[i] if i < len(ops) else 'end'}"
-        deep = max(deep, len(keyed._pending))
+        deep = max(deep, len(keyed._queue.intents))
     assert deep >= 20                      # the queue did get deep
     if journal:
         a, b = keyed.journal.rows(), plain.journal.rows()
@@ -142,7 +142,7 @@ def test_pass_by_key_equals_pass_by_intent(backend, seed):
         assert spec.journal.rows().tobytes() == a.tobytes()
         # the journal of a run with state() reads among the operations replays
         Broker.replay(keyed.journal, backend=backend, resume=False)
-    assert keyed._pass == plain._pass
+    assert keyed._queue.passes == plain._queue.passes
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -212,7 +212,7 @@ def test_pass_cost_does_not_grow_with_queue_depth():
     b._k = Counting()
     b.clock.advance(1.0)
     b.deficits()
-    assert calls == [] and b._pass == 1
+    assert calls == [] and b._queue.passes == 1
     assert {p["reason"] for p in b.pending()} == {"ceiling"}
     assert len(calls) == 2
     assert np.all(np.array([p["min"] for p in b.pending()]) == 2)
@@ -250,14 +250,14 @@ def test_no_wake_due_means_an_empty_pass(backend, seed, hooked):
 
     def checked(t):
         seen["python"] += 1
-        if not lazy._pending or lazy._wake_due(t):
+        if not lazy._queue.intents or lazy._wake_due(t):
             return serve(t)
         seen["empty"] += 1
-        before = (lazy.st.T.copy(), len(lazy.journal), lazy._wlive, lazy._wseq,
-                  dict(lazy._woken), lazy._deficit_last.copy())
+        before = (lazy.st.T.copy(), len(lazy.journal), lazy._queue.wlive, lazy._queue.wseq,
+                  dict(lazy._queue.woken), lazy._deficit_last.copy())
         serve(t)
-        after = (lazy.st.T.copy(), len(lazy.journal), lazy._wlive, lazy._wseq,
-                 dict(lazy._woken), lazy._deficit_last.copy())
+        after = (lazy.st.T.copy(), len(lazy.journal), lazy._queue.wlive, lazy._queue.wseq,
+                 dict(lazy._queue.woken), lazy._deficit_last.copy())
         assert np.array_equal(before[0], after[0]) and before[1:5] == after[1:5]
         assert np.array_equal(before[5], after[5], equal_nan=True)
 
@@ -267,8 +267,8 @@ def test_no_wake_due_means_an_empty_pass(backend, seed, hooked):
         assert x == y, f"step {i}: {ops[i] if i < len(ops) else 'end'}"
     a, b = lazy.journal.rows(), always.journal.rows()
     assert a.shape == b.shape and a.tobytes() == b.tobytes()
-    assert lazy._pass == always._pass
+    assert lazy._queue.passes == always._queue.passes
     if hooked:
         assert seen["empty"] > 20, seen
     elif lazy._fast is not None:
-        assert lazy._pass > seen["python"] + 20, (lazy._pass, seen)  # FastAcquire counted
+        assert lazy._queue.passes > seen["python"] + 20, (lazy._queue.passes, seen)  # FastAcquire counted

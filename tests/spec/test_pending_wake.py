@@ -130,7 +130,7 @@ def _compare(backend, ops, cap):
     a, b = keyed.journal.rows(), plain.journal.rows()
     assert a.shape == b.shape and a.tobytes() == b.tobytes()
     assert spec.journal.rows().tobytes() == a.tobytes()
-    assert keyed._pass == plain._pass
+    assert keyed._queue.passes == plain._queue.passes
     Broker.replay(keyed.journal, backend=backend, resume=False)
     return keyed
 
@@ -170,7 +170,7 @@ def _long_ops(seed, n):
 def test_keyed_pass_equals_pass_by_intent_long_runs(backend, seed):
     """Long runs: deep queues of many distinct keys, every kind of watch filed and fired."""
     b = _compare(backend, _long_ops(seed, 900), [None, 40][seed % 2])
-    assert b._wseq > 200                     # keys were filed, many times over
+    assert b._queue.wseq > 200                     # keys were filed, many times over
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -247,11 +247,11 @@ def test_a_pass_decides_no_key_that_cannot_have_changed(backend):
             return kern.decide_keys(st, rows, t, out)
 
     b._k = Counting()
-    P = b._pass
+    P = b._queue.passes
     for _ in range(200):
         b.clock.advance(0.01)
         assert b.acquire(Intent("m", {"gpu": 1}, duration=0.005)).granted   # expire as we go
-    assert b._pass >= P + 200
+    assert b._queue.passes >= P + 200
     c = {n: b.campaign_index(n) for n in ("ceil", "tok", "big", "m")}
     assert [x for x in calls if x != c["m"]] == []
     # tok's lease ending wakes tok's keys only (60 free then: big's keys wait on); they
@@ -357,7 +357,7 @@ def test_pending_of_one_campaign_reads_its_own_index():
         b.acquire(Intent("z", {"gpu": 1}, duration=1.0 + k))
     mine = [b.acquire(Intent("a", {"gpu": 1}, duration=2.0)).intent_id for _ in range(3)]
     everything = b.pending()
-    b._pending = _Spy(b._pending)
+    b._queue.intents = _Spy(b._queue.intents)
     got = b.pending("a")
     assert [p["intent_id"] for p in got] == mine
     assert got == [p for p in everything if p["campaign"] == "a"]

@@ -110,7 +110,7 @@ def replay(cls: Callable[..., B], journal: Journal, one: Callable[[B, int, Any, 
     if resume:
         attach(b, journal)
         journal.flush()
-    return b  # type: ignore[no-any-return]
+    return b
 
 
 def envelope_of(payload: str | None) -> tuple[str, Envelope]:
