@@ -1,0 +1,120 @@
+"""What the parts of :class:`~bursarcore.broker.Broker` share: the operation boundary
+(``_op``), the units of its edges, and the declared state and steps each part relies on.
+
+The broker is one class assembled from parts by concern — supply signals and quotes
+(:mod:`.admission.signals`), batch admission (:mod:`.admission.batching`), flow
+consumption (:mod:`.admission.consume`), pool resizing (:mod:`.leases.nodes`) — over the
+pending queue (:mod:`.admission.pending`) and the C core. :class:`BrokerBase` declares, for
+the type checker, the fields and the steps (``_now``, ``_advance``, ...) that
+:mod:`bursarcore.broker` defines and every part may use.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
+
+import numpy as np
+
+from . import units
+from .admission.envelope import MAX_DURATION
+from .admission.results import GRANTED_OUT, PENDING_OUT, REFUSED_OUT
+
+if TYPE_CHECKING:
+    from .admission.classes import ServiceClass
+    from .admission.envelope import Envelope, Intent, Pool
+    from .admission.pending import PendingQueue, _Pending
+    from .admission.results import Decision
+    from .admission.state import EngineState
+    from .journal.base import Journal
+    from .leases.types import Lease
+
+__all__ = ["BrokerBase", "NS"]
+
+NS = units.NS
+_MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
+_MIN_DURATION = round(units.MIN_DURATION * NS)
+_MAX_GRID = 1_000_000                       # cells of one quote
+_DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
+_PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
+_OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
+# python-side event kinds, in the order they run at equal times
+_EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
+
+_B = TypeVar("_B", bound="BrokerBase")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:
+    """A public operation: when it returns, the journal may commit a group (group commit
+    happens only between operations, so a durable journal always ends on an operation
+    boundary and replays to a consistent state). The method keeps its signature."""
+    @functools.wraps(method)
+    def wrapper(self: _B, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if self.journal is not None:
+                self.journal.end_op(self.durable)
+    return wrapper
+
+
+class BrokerBase:
+    """The broker's fields and steps, declared for the parts (defined by ``Broker``)."""
+
+    journal: Journal | None
+    durable: bool
+
+    if TYPE_CHECKING:
+        pool: Pool
+        clock: Any
+        classes: tuple[ServiceClass, ...]
+        backend: str
+        dims: list[str]
+        flow_dims: list[str]
+        flow: Any
+        ttl: float
+        cold_wait: Any
+        envelopes: dict[str, Envelope]
+        st: EngineState
+        _k: Any
+        _t: int
+        _next_intent: int
+        _names: list[str]
+        _cls_index: dict[str, int]
+        _dim_index: dict[str, int]
+        _flow_index: dict[str, int]
+        _flow_price: np.ndarray
+        _default_cls: np.ndarray
+        _deficit_last: np.ndarray
+        _one_cls: int | None
+        _opp_default: bool
+        _opp_active: list[set[int]]
+        _revoking: list[set[int]]
+        _draining: list[int]
+        _slot_alive: list[np.ndarray]
+        _node_names: list[list[str]]
+        _node_of_slot: list[np.ndarray]
+        _subscribers: list[Any]
+        _queue: PendingQueue
+
+
+        def _acquire_ns(self, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
+                        deadline: int | None, ttl: int, t: int, request: Intent | None = None,
+                        batch: int = 0, iid: int | None = None) -> Decision: ...
+        def _advance(self, t: int) -> None: ...
+        def _class_of(self, campaign: str, name: str | None) -> int: ...
+        def _constant(self, value: int, n: int) -> np.ndarray: ...
+        def _deficit_array(self, t: int, commit: bool = True) -> np.ndarray: ...
+        def _emit(self, kind: str, t: int, c: int, lid: int | None = None, iid: int | None = None,
+                  deadline: int | None = None, reason: int = 0, pend: _Pending | None = None,
+                  path: int = 0) -> None: ...
+        def _now(self) -> int: ...
+        def _push(self, t: int, kind: int, ident: int) -> None: ...
+        def _reserve(self, leases: int, slots: int) -> None: ...
+        def _serve_pending(self, t: int) -> None: ...
+        def _track_opportunistic(self, d: int, lids: np.ndarray) -> None: ...
+        def campaign_index(self, name: str) -> int: ...
+        def leases(self, campaign: str | None = None) -> list[Lease]: ...
+        def pending(self, campaign: str | None = None) -> list[dict[str, Any]]: ...

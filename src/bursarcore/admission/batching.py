@@ -1,0 +1,190 @@
+"""Many intents at one instant (:meth:`Broker.admit_batch`): the same decisions as the
+same sequence of acquires, columns in and out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import units
+from ..admission.batch import batch_units as _batch_units
+from ..admission.results import BatchResult
+from ..admission.state import REASONS
+from ..batchprep import finish, minmax
+from ..clock import ManualClock
+from ..errors import InvalidArgument, TimeWentBackwards
+from ..journal.base import Journal
+from .._brokerbase import (_DUR_RULE, _MAX_DURATION, _MIN_DURATION, _OUTCOME_CODE, NS,
+                           BrokerBase, _op)
+
+__all__ = ["BatchMixin"]
+
+
+class BatchMixin(BrokerBase):
+    """The broker's batch admission."""
+
+    # ------------------------------------------------------------------ batch
+    @_op
+    def admit_batch(self, campaign_idx: Any, units_: Any, durations: Any, now: float | None = None,
+                    *, service_class: str | int | None = None, dim: str | None = None,
+                    ttl: float | None = None) -> BatchResult:
+        """Decide many intents at one instant, exactly as the same sequence of
+        :meth:`acquire` calls would.
+
+        Warm grants and certain refusals run in the compiled loop; reclaim and pending
+        items drop to the policy layer one at a time. The whole batch is checked before
+        any item is decided.
+
+        Parameters
+        ----------
+        campaign_idx : array_like of int
+            Campaign indices (from :meth:`register`), shape (n,).
+        units_ : array_like of int
+            Shape (n,) (min = max) or (n, 2) (min, max); 1 <= min <= max.
+        durations : float or array_like of float
+            Seconds, a scalar or shape (n,).
+        now : float, optional
+            The instant, >= the broker time (default: the clock's); a
+            :class:`ManualClock` behind it is moved forward to it.
+        service_class : str, optional
+            A class name (default: each campaign's).
+        dim : str, optional
+            A held dimension (default: the primary one).
+        ttl : float, optional
+            The longest wait in the pending queue for the items that go pending (default:
+            the broker's, as ``Intent.ttl``).
+
+        Returns
+        -------
+        BatchResult
+            Units granted, reason codes, lease ids, outcome codes and intent ids.
+
+        Raises
+        ------
+        InvalidArgument
+            An argument breaks its rule, naming it and the first bad position
+            (``"units"``, ``"durations"``, ``"campaign_idx"``, ``"dim"``,
+            ``"service_class"``, ``"ttl"``).
+        TimeWentBackwards
+            ``now`` is before the broker time.
+        """
+        st = self.st
+        ci = units.index_array(campaign_idx, st.C, "campaign_idx")
+        n = ci.shape[0]
+        nmin, nmax, top = _batch_units(units_, n)
+        if isinstance(durations, (int, float)) and not isinstance(durations, bool):
+            # one duration for the batch: validated once (the same rounding as ns_array)
+            one = units.to_ns(durations, "durations")
+            if not _MIN_DURATION <= one <= _MAX_DURATION:
+                raise InvalidArgument("durations", _DUR_RULE, durations)
+            dur = self._constant(one, n)
+        else:
+            dur = units.ns_array(durations, "durations", n)     # a new contiguous column
+            lo, hi = minmax(dur) if n else (_MIN_DURATION, _MIN_DURATION)
+            if not _MIN_DURATION <= lo <= hi <= _MAX_DURATION:
+                bad = int(np.flatnonzero((dur < _MIN_DURATION) | (dur > _MAX_DURATION))[0])
+                raise InvalidArgument("durations", _DUR_RULE,
+                                      f"{int(dur[bad]) / NS!r} at position {bad}")
+        d = self._dim_index.get(dim if dim is not None else self.dims[0])
+        if d is None:
+            raise InvalidArgument("dim", f"must be one of {self.dims}", dim)
+        if service_class is None and self._one_cls is not None:
+            ks = self._constant(self._one_cls, n)       # every campaign has this class
+            opp = self._opp_default
+        elif service_class is None:
+            ks = self._default_cls.take(ci)
+            opp = self._opp_default
+        else:
+            name = service_class if isinstance(service_class, str) else None
+            kk = self._cls_index.get(name) if name else None
+            if kk is None:
+                raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                      service_class)
+            ks = self._constant(kk, n)
+            opp = self.classes[kk].preemptible
+        if ttl is not None and units.real(ttl, "ttl", hi=units.MAX_TTL,
+                                          what="a number of seconds") <= 0:  # as Intent.ttl
+            raise InvalidArgument("ttl", "must be > 0", ttl)
+        ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
+        t = self._now() if now is None else units.to_ns(now)
+        if t < self._t:
+            raise TimeWentBackwards("now", f"must be >= the broker time {self._t / NS}", t / NS)
+        if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
+            self.clock.set(t / NS)
+        self._advance(t)
+        return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns, opp, top)
+
+    def _admit_batch_loop(self, ci: np.ndarray, ks: np.ndarray, d: int, nmin: np.ndarray,
+                          nmax: np.ndarray, dur: np.ndarray, t: int, ttl: int, opp: bool = True,
+                          top: int | None = None) -> BatchResult:
+        """Warm grants and certain refusals in the compiled loop; a slow item (reclaim or
+        pending) goes through the single path, flagged as part of the batch. With a
+        journal, the loop also returns each item's rule inputs and state after, and its
+        records go in as one columnar append, equal field for field to what the single
+        path (which replay uses) writes. ``opp`` is False when no item's class is
+        preemptible: the loop's grants are then all firm and none needs tracking as a
+        reclaim victim. ``top`` (the largest max, if known) bounds the batch's slots, so
+        their exact sum is needed only when the bound does not fit the arena."""
+        st = self.st
+        n = ci.shape[0]
+        # every item is written by the loop or by the single path (np.empty, not zeros)
+        out_n = np.empty(n, dtype=np.int64)
+        out_r = np.empty(n, dtype=np.int64)
+        out_l = np.empty(n, dtype=np.int64)
+        slow = []                        # (item, outcome code) decided by the single path
+        rec = np.empty((n, 11), dtype=np.int64) if self.journal is not None else None
+        dims = self._constant(d, n)
+        iid0 = self._next_intent
+        self._next_intent += n
+        slots = n * top if top is not None else None
+        if slots is None or st.arena_top.item(0) + slots > st.arena.shape[0]:
+            slots = int(nmax.sum()) if n else 0
+        self._reserve(n, slots)
+        private = False
+        j = 0
+        while j < n:
+            j0 = j
+            j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
+                                    out_l, j, rec)
+            if j > j0:
+                if opp:
+                    self._track_opportunistic(d, out_l[j0:j])
+                if rec is not None:
+                    self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
+                                        out_n, out_r, out_l, rec)
+            if j >= n:
+                break
+            if not private:
+                # campaign_idx and units may be the caller's arrays, checked once; the single
+                # path can run event callbacks, so the rest of the batch reads copies
+                private = True
+                same = nmax is nmin
+                ci, nmin = ci.copy(), nmin.copy()
+                nmax = nmin if same else nmax.copy()
+            dec = self._acquire_ns(int(ci[j]), d, int(ks[j]), int(nmin[j]), int(nmax[j]),
+                                   int(dur[j]), -1, None, ttl, t, None,
+                                   batch=1 if j == 0 else 2, iid=iid0 + j)
+            slow.append((j, _OUTCOME_CODE[dec.outcome]))
+            out_n[j] = dec.units if dec.granted else 0
+            out_r[j] = REASONS.index(dec.reason) if dec.reason else 0
+            out_l[j] = dec.lease.id if dec.lease else -1
+            j += 1
+        # no lease: refused (units 0), unless the single path said pending
+        out_o, iids = finish(out_n, out_l, iid0)
+        for j, code in slow:
+            out_o[j] = code
+        return BatchResult(out_n, out_r, out_l, out_o, iids)
+
+    def _journal_batch(self, j0: int, j: int, ci: np.ndarray, ks: np.ndarray, d: int,
+                       nmin: np.ndarray, nmax: np.ndarray, dur: np.ndarray, t: int, iid0: int,
+                       ttl: int, out_n: np.ndarray, out_r: np.ndarray, out_l: np.ndarray,
+                       rec: np.ndarray) -> None:
+        """Items j0..j of the compiled loop as ``acquire`` records, written in one pass
+        from the loop's outputs straight into the journal's storage (journal/fill.py)."""
+        from ..journal.fill import fill_acquire
+        jn: Journal = self.journal  # type: ignore[assignment]  # called only with a journal
+        rows = jn.reserve(j - j0)
+        fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
+                     out_r, out_l, rec, self.st.cls[:, 0], self._deficit_last, self.st.cost)
+        jn.append_reserved(rows)
