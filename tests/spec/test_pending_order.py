@@ -179,6 +179,7 @@ def test_one_key_mixed_nmin_reasons_via_state(backend):
             assert got == keyed
 
 
+@pytest.mark.skipif(not COMPILED, reason="counts the compiled engine's decide calls")
 def test_pass_cost_does_not_grow_with_queue_depth():
     """A deep queue of one key that cannot be served: a pass at a later time decides
     nothing (the keys wait on their ceiling, which only their own lease ends can raise);

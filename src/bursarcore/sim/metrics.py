@@ -285,9 +285,12 @@ def _storm_window(sim: Any) -> tuple[float, float] | None:
 def _minted_ns(sim: Any, c: int) -> int | None:
     """Tokens the storm's bucket refilled during the run (unit-nanoseconds, as the engine
     counts them), from its conservation counters (SPEC §11.5); ``None`` if it has none."""
-    st = getattr(sim.broker, "st", None)
-    minted = getattr(st, "tok_minted", None)
-    return None if minted is None else int(minted[c, 0])
+    b = sim.broker
+    st = getattr(b, "st", None)
+    if st is not None:                       # the C core's ledger
+        return int(st.tok_minted[c, 0])
+    camps = getattr(b, "_camps", None)       # the reference broker's holdings
+    return None if camps is None else int(camps[c].hold[0].minted)
 
 
 def _minted(sim: Any, c: int) -> float:
