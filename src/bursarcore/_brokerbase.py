@@ -34,7 +34,6 @@ __all__ = ["BrokerBase", "NS"]
 NS = units.NS
 _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
 _MIN_DURATION = round(units.MIN_DURATION * NS)
-_MAX_GRID = 1_000_000                       # cells of one quote
 _DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
 _PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}

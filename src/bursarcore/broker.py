@@ -42,7 +42,7 @@ from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
 from .journal import records as J
 from .journal.base import Journal
-from .journal.replay import envelope_of, nodes_of
+from .journal.replay import replay_common
 from .journal.replay import replay as _replay
 from .admission.pending import PendingQueue, _Pending
 from .leases.types import Event, Lease
@@ -1245,32 +1245,17 @@ def _attach_journal(b: Broker, journal: Journal) -> None:
 
 def _replay_one(b: Broker, op: int, r: np.ndarray, payload: str | None, t: int) -> None:
     """Re-execute one input record of a journal at its time t (see :meth:`Broker.replay`)."""
-    if op == J.OP["register"]:
-        b.register(*envelope_of(payload))
-    elif op == J.OP["acquire"]:
+    if replay_common(b, op, r, payload, t):
+        return
+    if op == J.OP["acquire"]:
         b._advance(t)
         deadline = J.deadline_of(int(r["deadline"]))
         b._acquire_ns(int(r["campaign"]), int(r["dim"]), int(r["cls"]), int(r["nmin"]),
                       int(r["nmax"]), int(r["dur"]), int(r["max_spend"]), deadline,
                       int(r["ttl"]), t, None, batch=int(r["batch"]))
-    elif op == J.OP["release"]:
-        b.release(int(r["lease"]))
-    elif op == J.OP["renew"]:
+    else:                                    # renew
         lid = b._lease_id(int(r["lease"]))
         b._advance(t)
         row = b._row(lid)
         b._journaled(op, lid, b._lease_info(row), t, int(r["dur"]), int(r["max_spend"]),
                      b._renew(lid, row, int(r["dur"]), int(r["max_spend"]), t))
-    elif op == J.OP["cancel"]:
-        b.cancel(int(r["intent"]))
-    elif op == J.OP["advance"]:
-        b._advance(t)
-    elif op == J.OP["consume"]:
-        b._advance(t)
-        b._consume_ns(int(r["campaign"]), int(r["dim"]) - len(b.dims), int(r["nmax"]), t)
-    elif op == J.OP["add_nodes"]:
-        b.add_nodes(**nodes_of(payload))
-    elif op == J.OP["remove_nodes"]:
-        b.remove_nodes(**nodes_of(payload))
-    else:
-        raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")

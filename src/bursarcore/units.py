@@ -306,3 +306,20 @@ def from_ns(ns: int) -> float:
 
 def from_fixed(fp: int) -> float:
     return fp / SCALE
+
+
+def dim_column(dims: Any, index: dict[str, int], n: int) -> np.ndarray:
+    """A batch's flow-dimension column: names (each one of ``index``'s) or indices, a
+    scalar for the whole batch or one per item of the n; as int64 indices."""
+    d = column(dims, "dims")
+    if d.dtype.kind in "US":
+        bad = [x for x in np.unique(d) if x not in index]
+        if bad:
+            raise InvalidArgument("dims", f"must be flow dimensions, one of {list(index)}", bad[0])
+        d = np.array([index[x] for x in d.reshape(-1)], np.int64).reshape(d.shape)
+    if d.ndim == 0:
+        d = np.full(n, int(d), np.int64)
+    di = index_array(d, len(index), "dims")
+    if di.shape[0] != n:
+        raise InvalidArgument("dims", f"must be a scalar or have shape ({n},)", d.shape)
+    return di

@@ -131,18 +131,7 @@ class FlowMixin(BrokerBase):
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
         n = ci.shape[0]
-        d = units.column(dims, "dims")
-        if d.dtype.kind in "US":
-            bad = [x for x in np.unique(d) if x not in self._flow_index]
-            if bad:
-                raise InvalidArgument("dims", f"must be flow dimensions, one of {self.flow_dims}",
-                                      bad[0])
-            d = np.array([self._flow_index[x] for x in d.reshape(-1)], np.int64).reshape(d.shape)
-        if d.ndim == 0:
-            d = np.full(n, int(d), np.int64)
-        di = units.index_array(d, len(self.flow_dims), "dims")
-        if di.shape[0] != n:
-            raise InvalidArgument("dims", f"must be a scalar or have shape ({n},)", d.shape)
+        di = units.dim_column(dims, self._flow_index, n)
         amt = units.fixed_array(amounts, "amounts", n)
         t = self._now()
         self._advance(t)

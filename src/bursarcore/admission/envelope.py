@@ -14,7 +14,9 @@ from ..errors import InvalidArgument
 from ..units import (MAX_AMOUNT, MAX_CREDITS, MAX_DURATION, MAX_SECONDS, MAX_TTL, MAX_UNITS,
                      MIN_DURATION)
 
-__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION"]
+__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION", "MAX_GRID", "quote_grid"]
+
+MAX_GRID = 1_000_000                # cells of one quote
 
 UNLIMITED = math.inf
 """Use for ``credits`` or ``burst`` that have no bound (e.g. a backfill campaign)."""
@@ -362,3 +364,24 @@ class Intent:
                 "duration": self.duration, "deadline": self.deadline,
                 "max_spend": self.max_spend, "service_class": self.service_class,
                 "ttl": self.ttl}
+
+
+def quote_grid(sizes: Any, durations: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A quote's axes (SPEC §8), checked at the edge: sizes as a non-empty 1-D integer
+    column in [1, MAX_UNITS], durations as a non-empty column of ns within a lease's
+    range, at most MAX_GRID cells in all. Returns the sizes column as given and the
+    durations in ns; raises :class:`InvalidArgument` naming the axis and its rule."""
+    sz = units.column(sizes, "sizes")
+    if (sz.ndim != 1 or not sz.size or sz.dtype.kind not in "iu" or (sz < 1).any()
+            or (sz > MAX_UNITS).any()):
+        raise InvalidArgument("sizes", "must be a non-empty 1-D array of integers in "
+                              f"[1, {MAX_UNITS:,}]", sizes)
+    du = units.ns_array(durations, "durations")
+    lo_ns, hi_ns = round(units.MIN_DURATION * units.NS), MAX_DURATION * units.NS
+    if not du.size or (du < lo_ns).any() or (du > hi_ns).any():
+        raise InvalidArgument("durations", "must be a non-empty 1-D array of seconds in "
+                              f"[{units.MIN_DURATION:g}, {MAX_DURATION:,}]", durations)
+    if sz.size * du.size > MAX_GRID:
+        raise InvalidArgument("sizes", f"sizes x durations must be at most {MAX_GRID:,} "
+                              "cells", (sz.size, du.size))
+    return sz, du

@@ -9,13 +9,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import units
-from ..admission.envelope import MAX_DURATION
+from ..admission.envelope import quote_grid
 from ..admission.results import DimSupply, Quote, Supply
 from ..admission.state import CREDIT, MAXV, PPM, REASONS
 from ..errors import InvalidArgument
 from ..journal.explain import explain as _explain
-from .._brokerbase import _MAX_DURATION, _MAX_GRID, _MIN_DURATION, _PATHS, NS, BrokerBase, _op
+from .._brokerbase import _PATHS, NS, BrokerBase, _op
 
 __all__ = ["SignalsMixin"]
 
@@ -113,20 +112,8 @@ class SignalsMixin(BrokerBase):
             raise InvalidArgument("dim", f"must be one of {self.dims}", dname)
         d = self._dim_index[dname]
         kc = self._class_of(campaign, service_class)
-        sz = units.column(sizes, "sizes")
-        if (sz.ndim != 1 or not sz.size or sz.dtype.kind not in "iu" or (sz < 1).any()
-                or (sz > units.MAX_UNITS).any()):
-            raise InvalidArgument("sizes", "must be a non-empty 1-D array of integers in "
-                                  f"[1, {units.MAX_UNITS:,}]", sizes)
+        sz, du = quote_grid(sizes, durations)
         sz = sz.astype(np.int64)
-        du = units.ns_array(durations, "durations")
-        lo_ns, hi_ns = _MIN_DURATION, _MAX_DURATION
-        if not du.size or (du < lo_ns).any() or (du > hi_ns).any():
-            raise InvalidArgument("durations", "must be a non-empty 1-D array of seconds in "
-                                  f"[{units.MIN_DURATION:g}, {MAX_DURATION:,}]", durations)
-        if sz.size * du.size > _MAX_GRID:
-            raise InvalidArgument("sizes", f"sizes x durations must be at most {_MAX_GRID:,} "
-                                  "cells", (sz.size, du.size))
         t = self._now()
         self._advance(t)
         cost, path_code, reason_code = self._k.quote(self.st, c, d, kc, sz, du, t)

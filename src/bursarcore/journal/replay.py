@@ -23,7 +23,7 @@ from . import records as J
 from .base import Journal
 from .memory import MemoryJournal
 
-__all__ = ["replay", "envelope_of", "nodes_of"]
+__all__ = ["replay", "replay_common"]
 
 NS = 1_000_000_000
 B = TypeVar("B")
@@ -111,6 +111,32 @@ def replay(cls: Callable[..., B], journal: Journal, one: Callable[[B, int, Any, 
         attach(b, journal)
         journal.flush()
     return b
+
+
+def replay_common(b: Any, op: int, r: Any, payload: str | None, t: int) -> bool:
+    """Re-execute an input record that every broker replays through its public calls
+    (registration, release, cancel, advance, consumption, nodes); False for one it must
+    re-execute through its own decision path (acquire, renew)."""
+    if op == J.OP["register"]:
+        b.register(*envelope_of(payload))
+    elif op == J.OP["release"]:
+        b.release(int(r["lease"]))
+    elif op == J.OP["cancel"]:
+        b.cancel(int(r["intent"]))
+    elif op == J.OP["advance"]:
+        b._advance(t)
+    elif op == J.OP["consume"]:
+        b._advance(t)
+        b._consume_ns(int(r["campaign"]), int(r["dim"]) - len(b.dims), int(r["nmax"]), t)
+    elif op == J.OP["add_nodes"]:
+        b.add_nodes(**nodes_of(payload))
+    elif op == J.OP["remove_nodes"]:
+        b.remove_nodes(**nodes_of(payload))
+    elif op not in (J.OP["acquire"], J.OP["renew"]):
+        raise ValueError(f"op {J.OPS[op]} cannot be replayed by this broker")
+    else:
+        return False
+    return True
 
 
 def envelope_of(payload: str | None) -> tuple[str, Envelope]:

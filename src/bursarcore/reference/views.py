@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import units
-from ..admission.envelope import MAX_DURATION
+from ..admission.envelope import MAX_DURATION, quote_grid
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
 from .core import _REVOKE, BrokerCore
@@ -21,7 +21,6 @@ from .rules import (CAPACITY, CEILING, COLD, CREDIT, CREDITS, NS, PATHS, PPM, RE
 
 _MIN_DUR = round(units.MIN_DURATION * NS)
 _MAX_DUR = MAX_DURATION * NS
-_MAX_GRID = 1_000_000
 _DUR_RULE = (f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] "
              "(one microsecond to ten years)")
 _NEVER = (1 << 63) - 1       # the flow engine's "never"
@@ -239,18 +238,7 @@ class BrokerViews(BrokerCore):
                 raise InvalidArgument("dim", f"must be one of {self.dims}", dname)
             d = self._dim_index[dname]
             k = self._class_of(campaign, service_class)
-            sz = units.column(sizes, "sizes")
-            if (sz.ndim != 1 or not sz.size or sz.dtype.kind not in "iu" or (sz < 1).any()
-                    or (sz > units.MAX_UNITS).any()):
-                raise InvalidArgument("sizes", "must be a non-empty 1-D array of integers in "
-                                      f"[1, {units.MAX_UNITS:,}]", sizes)
-            du = units.ns_array(durations, "durations")
-            if not du.size or (du < _MIN_DUR).any() or (du > _MAX_DUR).any():
-                raise InvalidArgument("durations", "must be a non-empty 1-D array of seconds in "
-                                      f"[{units.MIN_DURATION:g}, {MAX_DURATION:,}]", durations)
-            if sz.size * du.size > _MAX_GRID:
-                raise InvalidArgument("sizes", f"sizes x durations must be at most {_MAX_GRID:,} "
-                                      "cells", (sz.size, du.size))
+            sz, du = quote_grid(sizes, durations)
             t = self._now()
             self._advance(t)
             c = self._camps[ci]
@@ -396,19 +384,7 @@ class BrokerViews(BrokerCore):
                 raise InvalidArgument("dims", "the pool has no flow dimensions")
             ci = units.index_array(campaign_idx, len(self._camps), "campaign_idx")
             n = ci.shape[0]
-            dd = units.column(dims, "dims")
-            if dd.dtype.kind in "US":
-                bad = [x for x in np.unique(dd) if x not in self._flow_index]
-                if bad:
-                    raise InvalidArgument("dims", "must be flow dimensions, one of "
-                                          f"{self.flow_dims}", bad[0])
-                dd = np.array([self._flow_index[x] for x in dd.reshape(-1)],
-                              np.int64).reshape(dd.shape)
-            if dd.ndim == 0:
-                dd = np.full(n, int(dd), np.int64)
-            di = units.index_array(dd, len(self.flow_dims), "dims")
-            if di.shape[0] != n:
-                raise InvalidArgument("dims", f"must be a scalar or have shape ({n},)", dd.shape)
+            di = units.dim_column(dims, self._flow_index, n)
             amt = units.fixed_array(amounts, "amounts", n)
             t = self._now()
             self._advance(t)
