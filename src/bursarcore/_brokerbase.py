@@ -2,8 +2,9 @@
 (``_op``), the units of its edges, and the declared state and steps each part relies on.
 
 The broker is one class assembled from parts by concern — supply signals and quotes
-(:mod:`.admission.signals`), batch admission (:mod:`.admission.batching`), flow
-consumption (:mod:`.admission.consume`), pool resizing (:mod:`.leases.nodes`) — over the
+(:mod:`.admission.signals`), single admission (:mod:`.admission.acquire`), batch
+admission (:mod:`.admission.batching`), flow consumption (:mod:`.admission.consume`), the
+lease lifecycle (:mod:`.leases.lifecycle`), pool resizing (:mod:`.leases.nodes`) — over the
 pending queue (:mod:`.admission.pending`) and the C core. :class:`BrokerBase` declares, for
 the type checker, the fields and the steps (``_now``, ``_advance``, ...) that
 :mod:`bursarcore.broker` defines and every part may use.
@@ -97,6 +98,15 @@ class BrokerBase:
         _node_of_slot: list[np.ndarray]
         _subscribers: list[Any]
         _queue: PendingQueue
+        max_pending: int | None
+        _fast: Any                       # the compiled common case of acquire, or None
+        _pyev: list[tuple[int, int, int, int]]
+        _seq: int
+        _events: list[Any]
+        _activation: dict[int, int]
+        _expired_buf: np.ndarray
+        _one_buf: np.ndarray
+        _buf: np.ndarray
 
 
         def _acquire_ns(self, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
@@ -110,6 +120,12 @@ class BrokerBase:
                   deadline: int | None = None, reason: int = 0, pend: _Pending | None = None,
                   path: int = 0) -> None: ...
         def _now(self) -> int: ...
+        def _after(self, row: dict[str, Any], c: int, d: int) -> None: ...
+        def _plan_reclaim(self, d: int, n: int, t: int) -> tuple[list[int], int]: ...
+        def _reclaim(self, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, iid: int,
+                     plan: tuple[list[int], int]) -> int: ...
+        def _purge_retired(self) -> None: ...
+        def lease(self, lease_id: int) -> Lease: ...
         def _push(self, t: int, kind: int, ident: int) -> None: ...
         def _reserve(self, leases: int, slots: int) -> None: ...
         def _serve_pending(self, t: int) -> None: ...
