@@ -29,8 +29,9 @@ CORE_INCLUDE = [f"{CORE}/include", f"{CORE}/src"]
 CORE_HEADERS = sorted(glob.glob(f"{CORE}/include/*.h") + glob.glob(f"{CORE}/src/*.h")
                       + glob.glob(f"{CORE}/src/*.c"))
 # Cython modules that bind the core: each includes what it uses (the whole core as
-# core/src/unity.c, or the inline rules of a header), so the compiler can inline it
-BINDS_CORE = {"_buckets", "_flow", "_engine"}
+# core/src/unity.c, or the inline rules of a header), so the compiler can inline it;
+# _acquire and _results cimport the engine's declarations (_engine.pxd, over engine.h)
+BINDS_CORE = {"_buckets", "_flow", "_engine", "_acquire", "_results"}
 LIBRARY = "bursarcore.core.libbursarcore"
 
 extra = ["-O3"] if os.name != "nt" else ["/O2"]

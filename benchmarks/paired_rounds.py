@@ -11,8 +11,9 @@ rounds is the measure, summarised by its quartiles.
         [--pairs 3] [--rounds 40]
 
 ``OLD/src`` and ``NEW/src`` are the ``src`` directories of two checkouts with their
-extensions built in place (``BURSAR_BUILD_ONLY=_engine python setup.py build_ext
---inplace``). Workloads (``benchmarks/test_bench_engine.py``):
+extensions built in place (``BURSAR_BUILD_ONLY=_engine,_acquire,_results python setup.py
+build_ext --inplace``: the modules that compile the engine's rules). Workloads
+(``benchmarks/test_bench_engine.py``):
 
 - ``summary-batch``: ``admit_batch`` of 10,000 at 10,000 campaigns, every intent granted,
   the lease store grown beforehand (so no round pays for a growth);

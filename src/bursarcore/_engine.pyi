@@ -4,7 +4,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import disjoint_base
 
 from .admission.state import EngineState
 
@@ -45,14 +44,3 @@ def admit_batch(st: EngineState, camps: Sequence[int] | _I64, ks: Sequence[int] 
                 nmaxs: Sequence[int] | _I64, durs: Sequence[int] | _I64, t: int,
                 intent0: int, out_n: _I64, out_reason: _I64, out_lease: _I64,
                 start: int, rec: _I64 | None = ...) -> int: ...
-
-@disjoint_base                    # a cdef class: no second base with a layout of its own
-class FastAcquire:
-    """``Broker.acquire``'s common case in one call."""
-
-    def __init__(self, broker: Any, queue: Any, Decision: type, Lease: type, Event: type,
-                 Intent: type) -> None: ...
-    def acquire(self, intent: Any) -> Any | None: ...
-    def __call__(self, intent: Any) -> Any | None: ...
-    def expire(self, t: int) -> int: ...
-    def events(self, ev: list[Any], take: bool) -> list[Any]: ...

@@ -8,7 +8,7 @@ on an :class:`~bursarcore.admission.state.EngineState`. ``Broker(backend="refere
 :class:`bursarcore.reference.ReferenceBroker`, written from the specification: the same API
 and, bit for bit, the same decisions.
 
-With the Cython binding, ``acquire`` and the expiries first try ``_engine.FastAcquire``: the
+With the Cython binding, ``acquire`` and the expiries first try ``_acquire.FastAcquire``: the
 common case — plain intent values, no policy event due — in one C call, building the same
 :class:`Decision`, :class:`Lease` and :class:`Event` objects and, with a journal, the same
 records (then ``end_op``, as ``@_op`` does); anything else takes the general path.
@@ -248,8 +248,14 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self.journal = journal
         self.durable = bool(durable)   # sync the journal at the end of every operation
         self._fast = None
-        if backend == "compiled" and hasattr(self._k, "FastAcquire"):
-            self._fast = self._k.FastAcquire(self, self._queue, Decision, Lease, Event, Intent)
+        if backend == "compiled" and self._k.backend == "compiled":   # the Cython binding's
+            try:                                 # fast path, a module built beside it
+                from . import _acquire
+            except ImportError:                  # (a build without it: the general path)
+                pass
+            else:
+                self._fast = _acquire.FastAcquire(self, self._queue, Decision, Lease, Event,
+                                                  Intent)
         if journal is not None:
             # built only here: the slot map as JSON lists is one list object per node (125k
             # for a 1M-GPU pool), and long-lived container objects make every full

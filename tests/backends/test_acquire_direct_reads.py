@@ -1,4 +1,4 @@
-"""What ``_engine.FastAcquire`` reads without Python's attribute machinery, and the slotted
+"""What ``_acquire.FastAcquire`` reads without Python's attribute machinery, and the slotted
 :class:`Intent` it reads from.
 
 The fast path reads the intent's slots, the broker's instance dict and a ManualClock's
@@ -21,10 +21,11 @@ import pytest
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore import clock as clock_mod
 from bursarcore.admission import state as state_mod
-from bursarcore.broker import BACKENDS, ENGINES
+from bursarcore.broker import BACKENDS
 
-compiled = pytest.mark.skipif(not hasattr(ENGINES.get("compiled"), "FastAcquire"),
-                              reason="no compiled FastAcquire (not built, or the cffi binding)")
+compiled = pytest.mark.skipif(
+    "compiled" not in BACKENDS or Broker(Pool(gpu=1), backend="compiled")._fast is None,
+    reason="no compiled FastAcquire (not built, or the cffi binding)")
 
 
 def _broker(backend="compiled", **kw):

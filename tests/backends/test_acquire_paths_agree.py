@@ -5,7 +5,7 @@ A hypothesis state machine drives, with the same operations, three brokers:
 
 * ``reference`` — the reference broker, written from the specification;
 * ``general`` — the compiled backend with its fast path off (when built);
-* ``compiled`` — the compiled backend with ``_engine.FastAcquire`` (when built).
+* ``compiled`` — the compiled backend with ``_acquire.FastAcquire`` (when built).
 
 The broker also expires leases through ``FastAcquire.expire`` (no subscriber), so every
 clock move and poll compares that too.

@@ -26,7 +26,8 @@ PUBLIC = ["__init__.py", "errors.py", "units.py", "clock.py", "buckets.py", "bro
           "admission/state.py", "admission/results.py", "admission/batch.py",
           "leases/__init__.py", "leases/types.py", "flow.py"]
 # the compiled modules with a stub beside them
-COMPILED = ["_engine", "_buckets", "_flow", "_batchprep", "_journalfill", "_cffi_core"]
+COMPILED = ["_engine", "_acquire", "_results", "_buckets", "_flow", "_batchprep", "_journalfill",
+            "_cffi_core"]
 
 
 @pytest.fixture(scope="module")

@@ -265,7 +265,7 @@ class Intent:
     campaign, dimension and class); the numbers are kept as plain ints and floats.
 
     Slotted: every acquire reads all seven fields, and the compiled fast path reads them
-    at their slot offsets (``_engine.FastAcquire``) instead of through an instance dict;
+    at their slot offsets (``_acquire.FastAcquire``) instead of through an instance dict;
     a slotted intent is also one compact block, not an object plus a dict.
 
     Parameters

@@ -4,8 +4,8 @@ release, the supply signals (:class:`Supply`, :class:`DimSupply`), the what-if g
 (:class:`BatchResult`).
 
 A denial is one of these values with a reason code, never an exception. ``Decision`` is a
-frozen, slotted dataclass the compiled engine fills slot by slot (``_engine.FastAcquire``):
-its fields, order and slots are part of the contract with it.
+frozen, slotted dataclass the compiled engine fills slot by slot (``_results``, for
+``_acquire.FastAcquire``): its fields, order and slots are part of the contract with it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 :class:`Event` that reports what time did to leases and pending intents.
 
 Both are frozen, slotted dataclasses: the compiled engine fills their slots in place
-(``_engine.FastAcquire``), so their fields, order and slots are part of the contract
-with it.
+(``_results``, for ``_acquire.FastAcquire``), so their fields, order and slots are part of
+the contract with it.
 """
 
 from __future__ import annotations

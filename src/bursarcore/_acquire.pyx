@@ -1,0 +1,760 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""``Broker.acquire``'s common case in one call (:class:`FastAcquire`), over the Cython binding
+of the C core's engine. Private: a compiled broker makes one when its engine is
+``bursarcore._engine``.
+
+``FastAcquire`` does the common case (validate a plain ``Intent``, read the clock, expire,
+admit, build the ``Decision`` and its ``Lease``, queue the ``expired`` events) in one C
+call; it hands everything else back to the broker's general path (returns None before
+changing anything) or calls the broker's own methods (``_serve_pending``, ``_slow``,
+``_retry_after``, ``_reserve``) where the general path would. The decisions, events and
+state are checked against the general path by ``tests/backends/test_acquire_paths_agree.py``.
+It calls the engine's kernels (declared in ``_engine.pxd`` and compiled in here, so they
+inline) on ``_engine``'s view of the state, and builds its result objects with
+``_results``.
+"""
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, INT64_MIN
+from cpython.list cimport PyList_Append, PyList_GET_SIZE
+from cpython.ref cimport PyObject
+from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem, PyDict_Next
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.math cimport rint, isfinite, fabs
+
+from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_advance,
+                       k_cong_mult, k_decide, k_dim_figures, k_free, k_reusable,
+                       k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
+                       RANK, ROW_MASK, R_CAPACITY, R_TOKENS)
+from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_type_tag,
+                        MAKER_MAX, RUN_W)
+from .admission import state as _state
+
+cnp.import_array()
+
+DEF ADV_CHUNK = 256
+DEF J_ACQUIRE = 2
+DEF J_EXPIRE = 7
+DEF J_ADVANCE = 12
+
+cdef double _MAX_S = <double>(1 << 62) / 1e9
+cdef double _MAX_FIXED_S = <double>(1 << 62) / 1e6
+cdef object _NONE = None
+cdef tuple _REASON_NAMES = tuple(_state.REASONS)
+cdef int64_t _R_DEADLINE = _state.REASONS.index("deadline")
+cdef object _NAN = float("nan")
+cdef dict _OUTCOME_CODE = {"granted": 1, "pending": 2, "refused": 3}
+cdef dict _PATH_CODE = {"warm": 1, "reclaim": 2}
+
+# the fields FastAcquire reads, in Intent's order (checked when it is built)
+cdef tuple _INTENT_FIELDS = ("campaign", "units", "duration", "deadline", "max_spend",
+                             "service_class", "ttl")
+cdef enum:
+    IN_CAMPAIGN, IN_UNITS, IN_DURATION, IN_DEADLINE, IN_MAX_SPEND, IN_CLASS, IN_TTL, IN_N
+# ManualClock and its own ``now`` (``return self._t``), taken when this module is imported
+# (by the first compiled Broker made): a ``now`` patched in later is not this one, and
+# FastAcquire then calls it
+from .clock import ManualClock as _ManualClock
+cdef object _MANUAL_NOW = _ManualClock.__dict__["now"]
+# the broker's attributes FastAcquire reads (``_t`` and ``_next_intent``: and writes) as
+# entries of its instance dict
+cdef tuple _BROKER_ATTRS = ("journal", "durable", "_t_force", "ttl", "clock", "_t",
+                            "_next_intent", "_default_cls", "_events", "_deficit_last")
+
+
+cdef inline bint _count(object v, int64_t* out):
+    """A plain int in [0, 2**62) (False: anything else, which the general path handles)."""
+    cdef int ovf = 0
+    cdef long long x
+    if type(v) is not int:
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &ovf)
+    if ovf or x < 0 or x >= (1LL << 62):
+        return False
+    out[0] = x
+    return True
+
+
+cdef inline bint _sec_ns(object x, int64_t* out):
+    """units.to_ns for a plain float or a small int (False: anything else, or out of range,
+    which the general path reports)."""
+    cdef double v
+    cdef int ovf = 0
+    cdef long long i
+    if type(x) is float:
+        v = <double>x
+    elif type(x) is int:
+        i = PyLong_AsLongLongAndOverflow(x, &ovf)
+        if ovf or not (-(1LL << 52) < i < (1LL << 52)):
+            return False
+        v = <double>i
+    else:
+        return False
+    if not isfinite(v) or fabs(v) > _MAX_S:
+        return False
+    out[0] = <int64_t>rint(v * 1e9)
+    return True
+
+
+cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
+    """journal.records.deadline_field: -1 for none, INT64_MIN for a deadline of -1 ns."""
+    if not has_dl:
+        return -1
+    return INT64_MIN if dl == -1 else dl
+
+
+cdef class FastAcquire:
+    """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
+    values, no policy event due (the pending queue is served through
+    ``Broker._serve_pending`` when the broker would serve it and a key's wake-up is due;
+    with none due that pass would only count itself, done here: ``_serve``), a warm grant, a
+    refusal or a decision that needs the policy layer (``Broker._slow``). With a journal
+    (one whose ``Journal.add`` is not overridden) it writes the general path's records —
+    ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
+    ``journal.end_op(durable)`` as ``@_op`` does. Returns the :class:`Decision`, or None
+    with nothing changed: the broker then takes its general path (which also raises every
+    error). The specification is the broker's general path.
+
+    Where the time of a call goes is Python's attribute machinery, so the hot reads skip
+    it without caching anything the broker owns:
+
+    * the intent's fields are read at their slot offsets (``Intent`` is slotted; the
+      type is checked exactly, so the offsets are those of its member descriptors);
+    * the broker's attributes (``_t``, ``_next_intent``, ``journal``, ``clock``...) are
+      read and written as entries of its instance dict — what ``getattr``/``setattr`` do
+      when the class defines no descriptor of that name and does not override attribute
+      access, which is checked when this is built (otherwise: the general path). The
+      broker stays the only place they live;
+    * a :class:`~bursarcore.clock.ManualClock` (that class exactly, while its ``now`` is
+      its own and the instance has none: checked again whenever the type's version tag
+      moves, which it does on any change to the class) is read without calling ``now`` —
+      it returns ``self._t``;
+    * a campaign's default class comes from ``Broker._default_cls`` (set at registration
+      from the envelope, which is immutable and registered once), not its envelope;
+    * the view of the state (``_Ctx``) is fetched from the state's dict, and let go before
+      any call that can grow the state, so ``EngineState._resize`` grows the lease store
+      in place (``ndarray.resize`` refuses an array anything else references, and copies
+      it instead) — and re-fetched after, as the arrays may have moved.
+    """
+
+    cdef object b, st, Intent
+    cdef object q             # the broker's PendingQueue: its public intents and wake-ups
+    cdef dict bd, sd
+    cdef bint plain
+    cdef Py_ssize_t ioff[MAKER_MAX]
+    cdef _Results res          # the Decision, Lease and Event objects it returns
+    cdef dict cindex, dim_index, cls_index, pending
+    cdef list names, pyev, opp, revoking, subscribers, draining
+    cdef int64_t adv[ADV_CHUNK]
+    # Broker._default_cls as last seen (register replaces the array) and its data
+    cdef object dcls
+    cdef const int64_t* dcls_p
+    cdef Py_ssize_t dcls_n
+    # ManualClock, its own now(), the version tag it had when now() was checked (0: not
+    # checked or not usable), the last clock read and its instance dict
+    cdef object MClock, mc_now, clk
+    cdef unsigned int mc_tag
+    cdef dict clkd
+    # the journal the broker had at the last call, and how to add to it: 0 not at all
+    # (Journal.add is overridden: the general path), 1 through its _store_one, 2 straight
+    # onto a MemoryJournal's buffered tuples
+    cdef object jobj, Journal, MemoryJournal, replace
+    cdef int jmode
+    cdef bint jend
+    # runs of expiries queued in Broker._events since the last poll (_ExpiredRun)
+    cdef Py_ssize_t nrun
+    # the pending queue's wake-up check done here (_serve): the broker's own _serve_pending
+    # and _wake_due (not a subclass's), and the kernel module it was built with
+    cdef bint cprobe
+    cdef object kmod
+
+    def __init__(self, broker, queue, Decision, Lease, Event, Intent):
+        b = broker
+        self.b = b
+        self.q = queue
+        self.st = b.st
+        self.sd = b.st.__dict__
+        tp = type(b)
+        self.plain = (tp.__getattribute__ is object.__getattribute__
+                      and tp.__setattr__ is object.__setattr__
+                      and not any(hasattr(tp, name) for name in _BROKER_ATTRS))
+        self.bd = b.__dict__
+        self.res = _Results(b, Decision, Lease, Event)
+        self.Intent = Intent
+        _slot_offsets(Intent, _INTENT_FIELDS, self.ioff)
+        self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
+        self.pending = queue.intents
+        self.names = b._names
+        self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
+        self.subscribers, self.draining = b._subscribers, b._draining
+        self.dcls = None
+        import dataclasses
+        from .journal import records as _jr
+        from .journal.base import Journal
+        from .journal.memory import MemoryJournal
+        self.MClock, self.mc_now, self.mc_tag = _ManualClock, _MANUAL_NOW, 0
+        if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
+                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33 \
+                or (_jr.deadline_field(None), _jr.deadline_field(-1)) != (-1, _dl_field(1, -1)):
+            raise RuntimeError("FastAcquire: journal record codes moved")
+        self.Journal, self.MemoryJournal, self.replace = Journal, MemoryJournal, dataclasses.replace
+        self.jobj = None
+        self.jmode = 0
+        self.jend = False
+        self.nrun = 0
+        from .broker import Broker as _Broker
+        self.cprobe = (getattr(tp, "_serve_pending", None) is _Broker._serve_pending
+                       and getattr(tp, "_wake_due", None) is _Broker._wake_due)
+        self.kmod = b._k
+
+    def __call__(self, intent):
+        return self.acquire(intent)
+
+    # -- reads that skip the attribute machinery (see the class docstring) ----------------
+    cdef inline object _attr(self, str name):
+        """``getattr(broker, name)`` for a plain broker: its instance dict's entry."""
+        cdef PyObject* p = PyDict_GetItemWithError(self.bd, name)
+        if p == NULL:
+            return getattr(self.b, name)      # raises the AttributeError
+        return <object>p
+
+    cdef inline _Ctx _cx(self):
+        """``_ctx(st)``: the cached view, checked against the state's dict entries."""
+        cdef PyObject* p = PyDict_GetItemWithError(self.sd, "_cctx")
+        cdef PyObject* q
+        cdef _Ctx x
+        if p != NULL and type(<object>p) is _Ctx:
+            x = <_Ctx><object>p
+            q = PyDict_GetItemWithError(self.sd, "version")
+            if q != NULL and type(<object>q) is int and x.owner == <void*>self.st \
+                    and x.version == <Py_ssize_t><object>q:
+                return x
+        return _ctx(self.st)
+
+    cdef object _now(self, object clock):
+        """``clock.now()``; a ManualClock's ``_t`` read directly (see the class docstring)."""
+        cdef PyObject* p
+        cdef unsigned int tag
+        if type(clock) is self.MClock:
+            tag = bc_type_tag(self.MClock)
+            if tag == 0 or tag != self.mc_tag:
+                tag = self._manual_clock_tag()
+            if tag != 0:
+                if clock is not self.clk:
+                    self.clkd = clock.__dict__
+                    self.clk = clock
+                if PyDict_GetItemWithError(self.clkd, "now") == NULL:
+                    p = PyDict_GetItemWithError(self.clkd, "_t")
+                    if p != NULL:
+                        return <object>p
+        return clock.now()
+
+    cdef unsigned int _manual_clock_tag(self):
+        """ManualClock's version tag if its ``now`` is still its own (``return self._t``)
+        and attribute access is the default; else 0."""
+        tp = self.MClock
+        self.mc_tag = 0
+        if (tp.now is self.mc_now and tp.__getattribute__ is object.__getattribute__
+                and not hasattr(tp, "_t")):
+            self.mc_tag = bc_type_tag(tp)     # the lookups above gave it one
+        return self.mc_tag
+
+    cdef Py_ssize_t _default_class(self, Py_ssize_t c) except -2:
+        """The class of campaign c's envelope (``Broker._default_cls[c]``), or -1."""
+        cdef object a = self._attr("_default_cls")
+        cdef cnp.ndarray arr
+        if a is not self.dcls:
+            self.dcls = None
+            if type(a) is not np.ndarray:
+                return -1
+            arr = <cnp.ndarray>a
+            if cnp.PyArray_TYPE(arr) != cnp.NPY_INT64 or cnp.PyArray_NDIM(arr) != 1 \
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+                return -1
+            self.dcls, self.dcls_p, self.dcls_n = a, <const int64_t*>cnp.PyArray_DATA(arr), \
+                cnp.PyArray_DIM(arr, 0)
+        if c < 0 or c >= self.dcls_n:
+            return -1
+        return self.dcls_p[c]
+
+    # -- the journal --------------------------------------------------------------------------
+    cdef int _journal_mode(self, object j) except -1:
+        """How records reach ``j`` (see ``jmode``), cached per journal object."""
+        cdef type tp
+        if j is not self.jobj:
+            tp = type(j)
+            self.jobj = j
+            if tp.add is not self.Journal.add:
+                self.jmode = 0
+            elif (tp._store_one is self.MemoryJournal._store_one
+                  and tp._settle is self.MemoryJournal._settle):
+                self.jmode = 2
+            else:
+                self.jmode = 1
+            self.jend = tp.end_op is not self.Journal.end_op
+        return self.jmode
+
+    cdef int64_t _jadd(self, object j, tuple rec) except? -1:
+        """Journal.add of a record already in field order (its seq is rec[0], read from
+        ``j.next_seq`` by the caller)."""
+        cdef int64_t seq = rec[0]
+        cdef list lst
+        if self.jmode == 2:
+            lst = j._tuples
+            PyList_Append(lst, rec)
+            if len(lst) >= 4096:
+                j._settle()
+        else:
+            j._store_one(rec, None, seq)
+        j.next_seq = seq + 1
+        return seq
+
+    cdef int _jend(self, object j) except -1:
+        """The end of an operation (what ``@_op`` does)."""
+        cdef bint durable = self._attr("durable")
+        if durable or self.jend:
+            j.end_op(durable)
+        return 0
+
+    cdef int _admit(self, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin,
+                    int64_t nmax, int64_t dur, int64_t spend, int64_t t, int64_t iid,
+                    int64_t* buf) except -1:
+        """``k_admit`` with room made first (the broker's ``_reserve``) and the expiry heap
+        grown if it fills; raises on an engine error. The caller holds no ``_Ctx`` across
+        the call (the store can grow in place) and re-fetches it after: growing moves the
+        arrays."""
+        cdef _Ctx cx = self._cx()
+        cdef Eng* e = &cx.e
+        cdef int r
+        if c < 0 or c >= e.calloc or k < 0 or k >= e.K or d < 0 or d >= e.D:
+            raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
+        if (e.scal[2] + 1 > e.L and not k_reusable(e)) or e.arena_top[0] + nmax > e.A \
+                or e.scal[3] + 2 > e.HC:
+            cx = None
+            self.b._reserve(1, nmax)
+            cx = self._cx()
+            e = &cx.e
+        r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf, NULL)
+        if r == E_HEAPFULL:
+            cx = None
+            self.st.grow_heap()
+            cx = self._cx()
+            e = &cx.e
+            r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf, NULL)
+        if r < 0:
+            _raise(r, nmax)
+        return r
+
+    # -- acquire ----------------------------------------------------------------------------
+    cdef int _serve(self, int64_t t) except -1:
+        """``Broker._serve_pending(t)`` (queue not empty). When no key's wake-up is due
+        (``_due``: ``Broker._wake_due``), that pass would only count itself, which is
+        done here; otherwise the broker's method."""
+        if self.cprobe and self._attr("_k") is self.kmod \
+                and self._attr("_queue_by_key") is True and not self._due(t):
+            self.q.passes += 1
+            return 0
+        self.b._serve_pending(t)
+        return 0
+
+    cdef bint _due(self, int64_t t) except -1:
+        """``Broker._wake_due(t)``: a key woken, a campaign's lease ended, a token wake time
+        reached, or a dimension's free / reachable / firm-room units at a key's threshold
+        or its congestion multiplier below one a key failed at (the heaps' tops)."""
+        cdef object h, hf, hr, ho, hp
+        cdef list lf, lr, lo, lp
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef Py_ssize_t d, D
+        cdef int64_t fig[3]
+        cdef object q = self.q
+        if len(q.woken) or len(q.ended):
+            return True
+        h = q.wtime
+        if h and h[0][0] <= t:
+            return True
+        lf, lr, lo, lp = q.wfree, q.wreach, q.wroom, q.wprice
+        cx = self._cx()
+        e = &cx.e
+        D = e.D
+        if len(lf) != D or len(lr) != D or len(lo) != D or len(lp) != D:
+            return True
+        for d in range(D):
+            hf, hr, ho, hp = lf[d], lr[d], lo[d], lp[d]
+            if hf or hr or ho:
+                k_dim_figures(e, d, fig)
+                if hf and hf[0][0] <= fig[0]:
+                    return True
+                if hr and hr[0][0] <= fig[1]:
+                    return True
+                if ho and ho[0][0] <= fig[2]:
+                    return True
+            if hp and hp[0][0] < -k_cong_mult(e, d):
+                return True
+        return False
+
+    cpdef object acquire(self, object intent):
+        cdef object b = self.b, v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
+        cdef PyObject* f[IN_N]
+        cdef PyObject* p
+        cdef PyObject* pk
+        cdef PyObject* pv
+        cdef Py_ssize_t c, d, k, i, pos = 0
+        cdef int64_t nmin, nmax, dur, spend, dl = 0, ttl, t, told, iid, lid
+        cdef bint has_dl = False, moved, due
+        cdef Py_ssize_t freed
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef int r
+        cdef double fv
+        cdef int64_t buf[4]
+        if type(intent) is not self.Intent or not self.plain:
+            return None
+        jn = self._attr("journal")
+        if jn is not None and self._journal_mode(jn) == 0:
+            return None
+        if self._attr("_t_force") is not None:
+            return None
+        # -- the intent, as Broker._acquire reads it (anything unusual: the general path)
+        for i in range(IN_N):
+            f[i] = bc_slot(intent, self.ioff[i])
+            if f[i] == NULL:
+                return None
+        cname = <object>f[IN_CAMPAIGN]
+        um = <object>f[IN_UNITS]
+        sc = <object>f[IN_CLASS]
+        # (exact str keys: a lookup cannot run Python code or fail)
+        if type(cname) is not str or not (sc is None or type(sc) is str):
+            return None
+        p = PyDict_GetItemWithError(self.cindex, cname)
+        if p == NULL:
+            return None
+        c = <Py_ssize_t><object>p
+        if type(um) is not dict or len(<dict>um) != 1:
+            return None
+        PyDict_Next(um, &pos, &pk, &pv)
+        key, v = <object>pk, <object>pv
+        if type(key) is not str:
+            return None
+        p = PyDict_GetItemWithError(self.dim_index, key)
+        if p == NULL:
+            return None
+        d = <Py_ssize_t><object>p
+        if sc is None:
+            k = self._default_class(c)
+            if k < 0:
+                return None
+        else:
+            p = PyDict_GetItemWithError(self.cls_index, sc)
+            if p == NULL:
+                return None
+            k = <Py_ssize_t><object>p
+        if type(v) is int:
+            if not _count(v, &nmin):
+                return None
+            nmax = nmin
+        elif (type(v) is tuple or type(v) is list) and len(v) == 2:
+            if not (_count(v[0], &nmin) and _count(v[1], &nmax)):
+                return None
+        else:
+            return None
+        if not _sec_ns(<object>f[IN_DURATION], &dur):
+            return None
+        x = <object>f[IN_MAX_SPEND]
+        if x is None:
+            spend = -1
+        elif type(x) is float and isfinite(<double>x) and fabs(<double>x) < _MAX_FIXED_S:
+            spend = <int64_t>rint(<double>x * 1e6)
+        else:
+            return None
+        x = <object>f[IN_DEADLINE]
+        if x is not None:
+            if not _sec_ns(x, &dl):
+                return None
+            has_dl = True
+        x = <object>f[IN_TTL]
+        if not _sec_ns(self._attr("ttl") if x is None else x, &ttl):
+            return None
+        # -- the clock, as Broker._now reads it
+        x = self._now(self._attr("clock"))
+        if type(x) is not float:
+            return None
+        fv = <double>x
+        if not isfinite(fv) or fabs(fv) > _MAX_S:
+            return None
+        t = <int64_t>rint(fv * 1e9)
+        told = self._attr("_t")
+        if t < told:
+            return None
+        # -- Broker._advance(t) when no python event is due and no subscriber would be
+        # called back from inside the expiry loop
+        if self.pyev and self.pyev[0][0] <= t:
+            return None
+        for x in self.draining:
+            if x:
+                return None
+        moved = t > told
+        cx = self._cx()
+        e = &cx.e
+        due = e.scal[3] > 0 and e.heap_t[0] <= t
+        if due and self.subscribers:
+            return None
+        if jn is not None:
+            cx = None
+            return self._acquire_j(jn, c, d, k, nmin, nmax, dur, spend, has_dl, dl, ttl, t,
+                                   moved, due, intent)
+        k_ring_advance(e, t)
+        freed = 0
+        if due:
+            freed = self._expire(e, t, None)
+        cx = None                     # the calls below may grow the state
+        if self.pending and (moved or freed):
+            self._serve(t)
+        if moved and t > <int64_t>self._attr("_t"):  # max(): a subscriber may have moved it
+            PyDict_SetItem(self.bd, "_t", t)
+        # -- Broker._acquire_ns / _decide_one
+        iid_obj = self._attr("_next_intent")
+        iid = iid_obj
+        if type(iid_obj) is not int:
+            iid_obj = iid
+        PyDict_SetItem(self.bd, "_next_intent", iid + 1)
+        name = self.names[c]
+        if has_dl and dl < t:
+            return self.res.decision("refused", iid_obj, name, 0, None, None, "deadline",
+                                     None, 0.0, -1)
+        r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+        if r == O_GRANTED:
+            cx = self._cx()               # the state may have grown
+            e = &cx.e
+            lid = buf[2]
+            lid_obj = lid
+            if e.lr[lid & ROW_MASK].firm == 0:
+                PySet_Add(self.opp[d], lid_obj)
+            return self.res.decision("granted", iid_obj, name, buf[0],
+                                     self.res.lease(e, lid, lid_obj, iid, iid_obj), "warm",
+                                     None, None, _div(buf[3], 1000000), -1)
+        if r == O_REFUSED:
+            retry = None
+            if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
+                retry = b._retry_after(c, d, nmin, dur, buf[1])
+            return self.res.decision("refused", iid_obj, name, 0, None, None,
+                                     _REASON_NAMES[buf[1]], retry, 0.0, -1)
+        return b._slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
+                       intent)
+
+    cdef object _acquire_j(self, object jn, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k,
+                           int64_t nmin, int64_t nmax, int64_t dur, int64_t spend, bint has_dl,
+                           int64_t dl, int64_t ttl, int64_t t, bint moved, bint due,
+                           object intent):
+        """The rest of ``acquire`` with a journal (validated, nothing changed yet): the
+        records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
+        does at the end of an operation (``journal.end_op``)."""
+        cdef object b = self.b, dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
+        cdef object iid_obj, lid_obj
+        cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
+        retry = None
+        lease_obj = None
+        cdef Py_ssize_t freed = 0, i
+        cdef int64_t iid, seq, lid, tb, cb, fr, un, rank, units = 0, cost = 0, lease = -1
+        cdef int64_t outcome = 0, reason = 0, path = 0
+        cdef int r, err
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef Dec dc
+        cdef int64_t buf[4]
+        try:
+            cx = self._cx()
+            e = &cx.e
+            k_ring_advance(e, t)
+            if due:
+                freed = self._expire(e, t, jn)
+            cx = None
+            if self.pending and (moved or freed):
+                self._serve(t)
+            if moved and t > <int64_t>self._attr("_t"):
+                PyDict_SetItem(self.bd, "_t", t)
+            if note:
+                seq = jn.next_seq
+                self._jadd(jn, (seq, t, J_ADVANCE, 4, 0, 0, 0, 0, -1, -1, -1, 0, 0, 0, -1, -1,
+                                -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+            # -- Broker._acquire_ns: the request row (rule inputs before the decision)
+            iid_obj = self._attr("_next_intent")
+            iid = iid_obj
+            if type(iid_obj) is not int:
+                iid_obj = iid
+            PyDict_SetItem(self.bd, "_next_intent", iid + 1)
+            cx = self._cx()
+            e = &cx.e
+            if c >= e.calloc or k >= e.K or d >= e.D:
+                raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
+            rank = e.cls[k * NCOL + RANK]
+            deficit = self._attr("_deficit_last")[c]
+            err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc, NULL)
+            if err:
+                _raise(err)
+            i = c * e.D + d
+            tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
+            l0 = imin(dc.lim_ceil, MAXV)
+            l1 = imin(dc.lim_cap, MAXV)
+            l2 = imin(dc.lim_tok, MAXV)
+            l3 = _pyint(dc.lim_cred if dc.lim_cred < MAXV else MAXV)
+            # -- Broker._decide_one
+            name = self.names[c]
+            if has_dl and dl < t:
+                outcome, reason = 3, _R_DEADLINE
+                dec = None
+            else:
+                cx = None
+                r = self._admit(c, d, k, nmin, nmax, dur, spend, t, iid, buf)
+                cx = self._cx()           # the state may have grown
+                e = &cx.e
+                if r == O_GRANTED:
+                    lid = buf[2]
+                    lid_obj = lid
+                    if e.lr[lid & ROW_MASK].firm == 0:
+                        PySet_Add(self.opp[d], lid_obj)
+                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.lr[lid & ROW_MASK].cost
+                    lease_obj = self.res.lease(e, lid, lid_obj, iid, iid_obj)
+                    cx = self._cx()
+                    e = &cx.e
+                    dec = None
+                elif r == O_REFUSED:
+                    outcome, reason = 3, buf[1]
+                    retry = None
+                    if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
+                        cx = None
+                        retry = b._retry_after(c, d, nmin, dur, buf[1])
+                        cx = self._cx()
+                        e = &cx.e
+                    dec = None
+                else:
+                    cx = None
+                    dec = b._slow(iid, c, d, k, nmin, nmax, dur, spend,
+                                  dl if has_dl else None, ttl, t, intent)
+                    outcome = _OUTCOME_CODE.get(dec.outcome, 4)
+                    x = dec.reason
+                    reason = _state.REASONS.index(x) if x else 0
+                    x = dec.path
+                    path = _PATH_CODE.get(x or "", 0)
+                    units = dec.units
+                    x = dec.lease
+                    cx = self._cx()
+                    e = &cx.e
+                    if x is not None:
+                        lease = x.id
+                        if k_row(e, lease) < 0:
+                            raise IndexError(f"lease {lease} out of range or stale")
+                        cost = e.lr[lease & ROW_MASK].cost
+            # -- Broker._record_decision, journal.add
+            i = c * e.D + d
+            seq = jn.next_seq
+            self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
+                            nmax, dur, spend, _dl_field(has_dl, dl), ttl, units, lease, iid,
+                            cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.cd[i].T, e.cr[c].left,
+                            e.cd[i].H))
+            if dec is not None:
+                return self.replace(dec, seq=seq)
+            if outcome == 1:
+                return self.res.decision("granted", iid_obj, name, units, lease_obj, "warm",
+                                         None, None, _div(buf[3], 1000000), seq)
+            if reason == _R_DEADLINE and has_dl and dl < t:
+                return self.res.decision("refused", iid_obj, name, 0, None, None, "deadline",
+                                         None, 0.0, seq)
+            return self.res.decision("refused", iid_obj, name, 0, None, None,
+                                     _REASON_NAMES[reason], retry, 0.0, seq)
+        finally:
+            self._jend(jn)
+
+    cpdef Py_ssize_t expire(self, int64_t t) except? -2:
+        """Broker._expire_until(t) when it has no subscriber and no retired slot draining
+        (the broker checks): returns how many leases expired, or -1 (nothing done) when its
+        journal takes records only through an overridden ``add`` (or the broker is not
+        plain: see the class docstring)."""
+        if not self.plain:
+            return -1
+        cdef object jn = self._attr("journal")
+        if jn is not None and self._journal_mode(jn) == 0:
+            return -1
+        cdef _Ctx cx = self._cx()
+        if cx.e.scal[3] > 0 and cx.e.heap_t[0] <= t:
+            return self._expire(&cx.e, t, jn)
+        return 0
+
+    cdef Py_ssize_t _expire(self, Eng* e, int64_t t, object jn) except -1:
+        """Broker._expire_until: expire, drop from the victim sets, and queue an
+        ``expired`` event per lease (no subscriber: checked by the caller) — as fields in
+        the run of expiries ``Broker._events`` ends with (a new one if it ends with
+        anything else), built by :meth:`events` when ``poll`` takes them. With a journal,
+        one lease at a time, each with its ``expire`` record (state right after it).
+        Returns how many expired. Calls no code that can grow the state."""
+        cdef int err = 0
+        cdef Py_ssize_t m, j, chunk = ADV_CHUNK if jn is None else 1
+        cdef int64_t lid, d, c, i, seq, r
+        cdef int64_t* q
+        cdef list events
+        cdef object opp, rv, last
+        cdef _ExpiredRun run = None
+        cdef Py_ssize_t total = 0
+        # the campaigns with queue keys to wake when a lease of theirs ends (the queue's
+        # wown), and the set of those that had one (its ended: PendingQueue.lease_ended)
+        cdef dict wown = self.q.wown
+        cdef set ended = self.q.ended if len(wown) else None
+        while True:
+            m = k_advance(e, t, self.adv, chunk, &err)
+            total += m
+            if m:
+                if run is None:
+                    events = self._attr("_events")
+                    j = PyList_GET_SIZE(events)
+                    last = events[j - 1] if j else None
+                    if type(last) is _ExpiredRun and (<_ExpiredRun>last).owner is self:
+                        run = <_ExpiredRun>last
+                    else:
+                        run = _ExpiredRun.__new__(_ExpiredRun)
+                        run.owner = self
+                        PyList_Append(events, run)
+                        self.nrun += 1
+                run.reserve(m)
+            for j in range(m):
+                lid = self.adv[j]
+                r = lid & ROW_MASK
+                d = e.lr[r].dim
+                if e.lr[r].firm == 0:
+                    opp = self.opp[d]
+                    if PySet_GET_SIZE(opp):
+                        PySet_Discard(opp, lid)
+                rv = self.revoking[d]
+                if PySet_GET_SIZE(rv):
+                    PySet_Discard(rv, lid)
+                if ended is not None and e.lr[r].camp in wown:
+                    PySet_Add(ended, e.lr[r].camp)
+                q = run.rec + run.n * RUN_W
+                q[0] = e.lr[r].t_end
+                q[1] = e.lr[r].camp
+                q[2] = lid
+                q[3] = e.lr[r].units
+                run.n += 1
+                if jn is not None:
+                    c = e.lr[r].camp
+                    i = c * e.D + d
+                    seq = jn.next_seq
+                    self._jadd(jn, (seq, e.lr[r].t_end, J_EXPIRE, 0, 0, 0, 0, 0, d, e.lr[r].lcls,
+                                    c, 0, 0, 0, -1, -1, -1, e.lr[r].units, lid, e.lr[r].intent,
+                                    e.lr[r].cost, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
+                                    e.cr[c].left, e.cd[i].H))
+            if err:
+                _raise(err, "a lease id in the expiry heap")
+            if m < chunk:
+                return total
+
+    cpdef list events(self, list ev, bint take):
+        """``ev`` (``Broker._events``) with each run of expiries it holds replaced, where
+        it stands, by their :class:`Event` objects: a new list (``ev`` itself if it holds
+        none). ``take``: ``poll`` is taking them (the broker's list starts anew)."""
+        if self.nrun == 0:
+            return ev
+        if take:
+            self.nrun = 0
+        return self.res.events(ev)
