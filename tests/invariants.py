@@ -88,3 +88,17 @@ def _check_engine(b: Any) -> None:
             assert int(st.left[c]) + int(st.escrow[c]) + int(st.spent[c]) == int(st.budget[c])
     U = sum(max(0, int(st.g[c, d]) - int(st.Hf[c, d])) for c in range(st.C) for d in range(st.D))
     assert U == int(st.U.sum())
+
+
+def next_intent(b) -> int:
+    """The id the broker's next intent gets (the compiled broker keeps it in its cursor)."""
+    cur = getattr(b, "_cur", None)
+    return cur.next_intent if cur is not None else b._next_intent
+
+
+def set_pass_by_key(b, by_key: bool) -> None:
+    """Serve the pending queue key by key (True, the default) or intent by intent (False,
+    the specification's procedure, which the reference broker always follows)."""
+    q = getattr(b, "_queue", None)
+    if q is not None and hasattr(q, "by_key"):
+        q.by_key = by_key

@@ -6,8 +6,11 @@ of the C core's engine. Private: a compiled broker makes one when its engine is
 ``FastAcquire`` does the common case (validate a plain ``Intent``, read the clock, expire,
 admit, build the ``Decision`` and its ``Lease``, queue the ``expired`` events) in one C
 call; it hands everything else back to the broker's general path (returns None before
-changing anything) or calls the broker's own methods (``_serve_pending``, ``_slow``,
-``_retry_after``, ``_reserve``) where the general path would. The decisions, events and
+changing anything) or calls the broker's steps it was given (its :class:`AcquirePort`:
+``serve_pending``, ``slow``, ``retry_after``, ``reserve``, ``lease``) where the general
+path would. It reaches the broker only through that port: the broker's tables and steps,
+and the :class:`~bursarcore._brokerbase.Cursor` whose public fields (time, next intent id,
+journal, clock, queued events...) both paths read and write. The decisions, events and
 state are checked against the general path by ``tests/backends/test_acquire_paths_agree.py``.
 It calls the engine's kernels (declared in ``_engine.pxd`` and compiled in here, so they
 inline) on ``_engine``'s view of the state, and builds its result objects with
@@ -20,7 +23,7 @@ from libc.stdint cimport int64_t, INT64_MIN
 from cpython.list cimport PyList_Append, PyList_GET_SIZE
 from cpython.ref cimport PyObject
 from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
-from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem, PyDict_Next
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport rint, isfinite, fabs
 
@@ -28,7 +31,7 @@ from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_ad
                        k_cong_mult, k_decide, k_dim_figures, k_free, k_reusable,
                        k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
                        RANK, ROW_MASK, R_CAPACITY, R_TOKENS)
-from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_type_tag,
+from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_set,
                         MAKER_MAX, RUN_W)
 from .admission import state as _state
 
@@ -53,15 +56,13 @@ cdef tuple _INTENT_FIELDS = ("campaign", "units", "duration", "deadline", "max_s
                              "service_class", "ttl")
 cdef enum:
     IN_CAMPAIGN, IN_UNITS, IN_DURATION, IN_DEADLINE, IN_MAX_SPEND, IN_CLASS, IN_TTL, IN_N
-# ManualClock and its own ``now`` (``return self._t``), taken when this module is imported
-# (by the first compiled Broker made): a ``now`` patched in later is not this one, and
-# FastAcquire then calls it
-from .clock import ManualClock as _ManualClock
-cdef object _MANUAL_NOW = _ManualClock.__dict__["now"]
-# the broker's attributes FastAcquire reads (``_t`` and ``_next_intent``: and writes) as
-# entries of its instance dict
-cdef tuple _BROKER_ATTRS = ("journal", "durable", "_t_force", "ttl", "clock", "_t",
-                            "_next_intent", "_default_cls", "_events", "_deficit_last")
+# the Cursor's fields, in its order (checked when FastAcquire is built): read and written
+# at their slot offsets
+cdef tuple _CURSOR_FIELDS = ("journal", "durable", "clock", "ttl", "t", "t_force",
+                             "next_intent", "events", "default_cls", "deficit_last")
+cdef enum:
+    CU_JOURNAL, CU_DURABLE, CU_CLOCK, CU_TTL, CU_T, CU_T_FORCE, CU_NEXT, CU_EVENTS, CU_DCLS, \
+        CU_DEFICIT, CU_N
 
 
 cdef inline bint _count(object v, int64_t* out):
@@ -107,11 +108,12 @@ cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
 
 cdef class FastAcquire:
     """``Broker.acquire`` for the common case, in one call: an :class:`Intent` of plain
-    values, no policy event due (the pending queue is served through
-    ``Broker._serve_pending`` when the broker would serve it and a key's wake-up is due;
-    with none due that pass would only count itself, done here: ``_serve``), a warm grant, a
-    refusal or a decision that needs the policy layer (``Broker._slow``). With a journal
-    (one whose ``Journal.add`` is not overridden) it writes the general path's records —
+    values, no policy event due (the pending queue is served through the port's
+    ``serve_pending`` when the broker would serve it and a key's wake-up is due; with none
+    due that pass would only count itself, done here: ``_serve``), a warm grant, a refusal
+    or a decision that needs the policy layer (the port's ``slow``). With a journal (one
+    whose ``Journal.add`` is not overridden) it writes, through ``Journal.add_record``, the
+    general path's records —
     ``expire`` per expiry, ``advance``, ``acquire`` — and ends the operation with
     ``journal.end_op(durable)`` as ``@_op`` does. Returns the :class:`Decision`, or None
     with nothing changed: the broker then takes its general path (which also raises every
@@ -122,107 +124,97 @@ cdef class FastAcquire:
 
     * the intent's fields are read at their slot offsets (``Intent`` is slotted; the
       type is checked exactly, so the offsets are those of its member descriptors);
-    * the broker's attributes (``_t``, ``_next_intent``, ``journal``, ``clock``...) are
-      read and written as entries of its instance dict — what ``getattr``/``setattr`` do
-      when the class defines no descriptor of that name and does not override attribute
-      access, which is checked when this is built (otherwise: the general path). The
-      broker stays the only place they live;
-    * a :class:`~bursarcore.clock.ManualClock` (that class exactly, while its ``now`` is
-      its own and the instance has none: checked again whenever the type's version tag
-      moves, which it does on any change to the class) is read without calling ``now`` —
-      it returns ``self._t``;
-    * a campaign's default class comes from ``Broker._default_cls`` (set at registration
-      from the envelope, which is immutable and registered once), not its envelope;
+    * the broker's running fields (time, next intent id, journal, clock, queued events...)
+      are its :class:`~bursarcore._brokerbase.Cursor`'s, read and written at that slotted
+      class's slot offsets (checked when this is built). The cursor is the only place they
+      live, for the broker's Python steps as for this;
+    * a campaign's default class comes from the cursor's ``default_cls`` (set at
+      registration from the envelope, which is immutable and registered once), not its
+      envelope;
     * the view of the state (``_Ctx``) is fetched from the state's dict, and let go before
       any call that can grow the state, so ``EngineState._resize`` grows the lease store
       in place (``ndarray.resize`` refuses an array anything else references, and copies
       it instead) — and re-fetched after, as the arrays may have moved.
     """
 
-    cdef object b, st, Intent
+    cdef object st, Intent
     cdef object q             # the broker's PendingQueue: its public intents and wake-ups
-    cdef dict bd, sd
-    cdef bint plain
+    cdef object cur           # the broker's Cursor, and its fields' slot offsets
+    cdef Py_ssize_t coff[MAKER_MAX]
+    cdef dict sd
     cdef Py_ssize_t ioff[MAKER_MAX]
+    # the broker's steps for what leaves the common case (its AcquirePort)
+    cdef object serve_pending, slow, retry_after, reserve
     cdef _Results res          # the Decision, Lease and Event objects it returns
     cdef dict cindex, dim_index, cls_index, pending
     cdef list names, pyev, opp, revoking, subscribers, draining
     cdef int64_t adv[ADV_CHUNK]
-    # Broker._default_cls as last seen (register replaces the array) and its data
+    # the cursor's default_cls as last seen (register replaces the array) and its data
     cdef object dcls
     cdef const int64_t* dcls_p
     cdef Py_ssize_t dcls_n
-    # ManualClock, its own now(), the version tag it had when now() was checked (0: not
-    # checked or not usable), the last clock read and its instance dict
-    cdef object MClock, mc_now, clk
-    cdef unsigned int mc_tag
-    cdef dict clkd
     # the journal the broker had at the last call, and how to add to it: 0 not at all
-    # (Journal.add is overridden: the general path), 1 through its _store_one, 2 straight
-    # onto a MemoryJournal's buffered tuples
-    cdef object jobj, Journal, MemoryJournal, replace
+    # (Journal.add is overridden: the general path), 1 through its add_record
+    cdef object jobj, Journal, replace
     cdef int jmode
     cdef bint jend
-    # runs of expiries queued in Broker._events since the last poll (_ExpiredRun)
+    # runs of expiries queued in the cursor's events since the last poll (_ExpiredRun)
     cdef Py_ssize_t nrun
-    # the pending queue's wake-up check done here (_serve): the broker's own _serve_pending
-    # and _wake_due (not a subclass's), and the kernel module it was built with
-    cdef bint cprobe
-    cdef object kmod
+    # whether the pending queue's wake-up check may be done here (_serve): the port says
+    # so when the broker's serve_pending and wake-up test are its own (not a subclass's)
+    cdef bint shortcut
 
-    def __init__(self, broker, queue, Decision, Lease, Event, Intent):
-        b = broker
-        self.b = b
-        self.q = queue
-        self.st = b.st
-        self.sd = b.st.__dict__
-        tp = type(b)
-        self.plain = (tp.__getattribute__ is object.__getattribute__
-                      and tp.__setattr__ is object.__setattr__
-                      and not any(hasattr(tp, name) for name in _BROKER_ATTRS))
-        self.bd = b.__dict__
-        self.res = _Results(b, Decision, Lease, Event)
+    def __init__(self, port, Decision, Lease, Event, Intent, Cursor):
+        self.q = port.queue
+        self.st = port.state
+        self.sd = port.state.__dict__
+        self.cur = port.cursor
+        if type(self.cur) is not Cursor:
+            raise TypeError("FastAcquire: the port's cursor must be a Cursor")
+        _slot_offsets(Cursor, _CURSOR_FIELDS, self.coff)
+        self.res = _Results(port, Decision, Lease, Event)
         self.Intent = Intent
         _slot_offsets(Intent, _INTENT_FIELDS, self.ioff)
-        self.cindex, self.dim_index, self.cls_index = b._cindex, b._dim_index, b._cls_index
-        self.pending = queue.intents
-        self.names = b._names
-        self.pyev, self.opp, self.revoking = b._pyev, b._opp_active, b._revoking
-        self.subscribers, self.draining = b._subscribers, b._draining
+        self.cindex, self.dim_index, self.cls_index = \
+            port.campaign_index, port.dim_index, port.class_index
+        self.pending = self.q.intents
+        self.names = port.names
+        self.pyev, self.opp, self.revoking = port.python_events, port.opportunistic, port.revoking
+        self.subscribers, self.draining = port.subscribers, port.draining
+        self.serve_pending, self.slow = port.serve_pending, port.slow
+        self.retry_after, self.reserve = port.retry_after, port.reserve
+        self.shortcut = bool(port.wake_shortcut)
         self.dcls = None
         import dataclasses
         from .journal import records as _jr
         from .journal.base import Journal
-        from .journal.memory import MemoryJournal
-        self.MClock, self.mc_now, self.mc_tag = _ManualClock, _MANUAL_NOW, 0
         if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
                 (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33 \
                 or (_jr.deadline_field(None), _jr.deadline_field(-1)) != (-1, _dl_field(1, -1)):
             raise RuntimeError("FastAcquire: journal record codes moved")
-        self.Journal, self.MemoryJournal, self.replace = Journal, MemoryJournal, dataclasses.replace
+        self.Journal, self.replace = Journal, dataclasses.replace
         self.jobj = None
         self.jmode = 0
         self.jend = False
         self.nrun = 0
-        from .broker import Broker as _Broker
-        self.cprobe = (getattr(tp, "_serve_pending", None) is _Broker._serve_pending
-                       and getattr(tp, "_wake_due", None) is _Broker._wake_due)
-        self.kmod = b._k
 
     def __call__(self, intent):
         return self.acquire(intent)
 
-    # -- reads that skip the attribute machinery (see the class docstring) ----------------
-    cdef inline object _attr(self, str name):
-        """``getattr(broker, name)`` for a plain broker: its instance dict's entry."""
-        cdef PyObject* p = PyDict_GetItemWithError(self.bd, name)
+    # -- the cursor's fields (see the class docstring) --------------------------------------
+    cdef inline object _get(self, int i):
+        """The cursor's field ``_CURSOR_FIELDS[i]``."""
+        cdef PyObject* p = bc_slot(self.cur, self.coff[i])
         if p == NULL:
-            return getattr(self.b, name)      # raises the AttributeError
+            raise AttributeError(f"Cursor.{_CURSOR_FIELDS[i]} is not set")
         return <object>p
+
+    cdef inline void _set(self, int i, object v) noexcept:
+        bc_set(self.cur, self.coff[i], v)
 
     cdef inline _Ctx _cx(self):
         """``_ctx(st)``: the cached view, checked against the state's dict entries."""
-        cdef PyObject* p = PyDict_GetItemWithError(self.sd, "_cctx")
+        cdef PyObject* p = PyDict_GetItemWithError(self.sd, "binding_view")
         cdef PyObject* q
         cdef _Ctx x
         if p != NULL and type(<object>p) is _Ctx:
@@ -233,37 +225,9 @@ cdef class FastAcquire:
                 return x
         return _ctx(self.st)
 
-    cdef object _now(self, object clock):
-        """``clock.now()``; a ManualClock's ``_t`` read directly (see the class docstring)."""
-        cdef PyObject* p
-        cdef unsigned int tag
-        if type(clock) is self.MClock:
-            tag = bc_type_tag(self.MClock)
-            if tag == 0 or tag != self.mc_tag:
-                tag = self._manual_clock_tag()
-            if tag != 0:
-                if clock is not self.clk:
-                    self.clkd = clock.__dict__
-                    self.clk = clock
-                if PyDict_GetItemWithError(self.clkd, "now") == NULL:
-                    p = PyDict_GetItemWithError(self.clkd, "_t")
-                    if p != NULL:
-                        return <object>p
-        return clock.now()
-
-    cdef unsigned int _manual_clock_tag(self):
-        """ManualClock's version tag if its ``now`` is still its own (``return self._t``)
-        and attribute access is the default; else 0."""
-        tp = self.MClock
-        self.mc_tag = 0
-        if (tp.now is self.mc_now and tp.__getattribute__ is object.__getattribute__
-                and not hasattr(tp, "_t")):
-            self.mc_tag = bc_type_tag(tp)     # the lookups above gave it one
-        return self.mc_tag
-
     cdef Py_ssize_t _default_class(self, Py_ssize_t c) except -2:
-        """The class of campaign c's envelope (``Broker._default_cls[c]``), or -1."""
-        cdef object a = self._attr("_default_cls")
+        """The class of campaign c's envelope (the cursor's ``default_cls[c]``), or -1."""
+        cdef object a = self._get(CU_DCLS)
         cdef cnp.ndarray arr
         if a is not self.dcls:
             self.dcls = None
@@ -286,34 +250,18 @@ cdef class FastAcquire:
         if j is not self.jobj:
             tp = type(j)
             self.jobj = j
-            if tp.add is not self.Journal.add:
-                self.jmode = 0
-            elif (tp._store_one is self.MemoryJournal._store_one
-                  and tp._settle is self.MemoryJournal._settle):
-                self.jmode = 2
-            else:
-                self.jmode = 1
+            self.jmode = 0 if tp.add is not self.Journal.add else 1
             self.jend = tp.end_op is not self.Journal.end_op
         return self.jmode
 
     cdef int64_t _jadd(self, object j, tuple rec) except? -1:
-        """Journal.add of a record already in field order (its seq is rec[0], read from
-        ``j.next_seq`` by the caller)."""
-        cdef int64_t seq = rec[0]
-        cdef list lst
-        if self.jmode == 2:
-            lst = j._tuples
-            PyList_Append(lst, rec)
-            if len(lst) >= 4096:
-                j._settle()
-        else:
-            j._store_one(rec, None, seq)
-        j.next_seq = seq + 1
-        return seq
+        """``Journal.add_record`` of a record already in field order (its seq is rec[0],
+        read from ``j.next_seq`` by the caller)."""
+        return j.add_record(rec)
 
     cdef int _jend(self, object j) except -1:
         """The end of an operation (what ``@_op`` does)."""
-        cdef bint durable = self._attr("durable")
+        cdef bint durable = self._get(CU_DURABLE)
         if durable or self.jend:
             j.end_op(durable)
         return 0
@@ -333,7 +281,7 @@ cdef class FastAcquire:
         if (e.scal[2] + 1 > e.L and not k_reusable(e)) or e.arena_top[0] + nmax > e.A \
                 or e.scal[3] + 2 > e.HC:
             cx = None
-            self.b._reserve(1, nmax)
+            self.reserve(1, nmax)
             cx = self._cx()
             e = &cx.e
         r = k_admit(e, c, d, k, nmin, nmax, dur, spend, t, iid, buf, NULL)
@@ -349,14 +297,13 @@ cdef class FastAcquire:
 
     # -- acquire ----------------------------------------------------------------------------
     cdef int _serve(self, int64_t t) except -1:
-        """``Broker._serve_pending(t)`` (queue not empty). When no key's wake-up is due
+        """The port's ``serve_pending(t)`` (queue not empty). When no key's wake-up is due
         (``_due``: ``Broker._wake_due``), that pass would only count itself, which is
-        done here; otherwise the broker's method."""
-        if self.cprobe and self._attr("_k") is self.kmod \
-                and self._attr("_queue_by_key") is True and not self._due(t):
+        done here; otherwise the broker's pass."""
+        if self.shortcut and self.q.by_key is True and not self._due(t):
             self.q.passes += 1
             return 0
-        self.b._serve_pending(t)
+        self.serve_pending(t)
         return 0
 
     cdef bint _due(self, int64_t t) except -1:
@@ -396,7 +343,7 @@ cdef class FastAcquire:
         return False
 
     cpdef object acquire(self, object intent):
-        cdef object b = self.b, v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
+        cdef object v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
         cdef PyObject* f[IN_N]
         cdef PyObject* p
         cdef PyObject* pk
@@ -410,12 +357,12 @@ cdef class FastAcquire:
         cdef int r
         cdef double fv
         cdef int64_t buf[4]
-        if type(intent) is not self.Intent or not self.plain:
+        if type(intent) is not self.Intent:
             return None
-        jn = self._attr("journal")
+        jn = self._get(CU_JOURNAL)
         if jn is not None and self._journal_mode(jn) == 0:
             return None
-        if self._attr("_t_force") is not None:
+        if self._get(CU_T_FORCE) is not None:
             return None
         # -- the intent, as Broker._acquire reads it (anything unusual: the general path)
         for i in range(IN_N):
@@ -475,17 +422,17 @@ cdef class FastAcquire:
                 return None
             has_dl = True
         x = <object>f[IN_TTL]
-        if not _sec_ns(self._attr("ttl") if x is None else x, &ttl):
+        if not _sec_ns(self._get(CU_TTL) if x is None else x, &ttl):
             return None
         # -- the clock, as Broker._now reads it
-        x = self._now(self._attr("clock"))
+        x = self._get(CU_CLOCK).now()
         if type(x) is not float:
             return None
         fv = <double>x
         if not isfinite(fv) or fabs(fv) > _MAX_S:
             return None
         t = <int64_t>rint(fv * 1e9)
-        told = self._attr("_t")
+        told = self._get(CU_T)
         if t < told:
             return None
         # -- Broker._advance(t) when no python event is due and no subscriber would be
@@ -512,14 +459,14 @@ cdef class FastAcquire:
         cx = None                     # the calls below may grow the state
         if self.pending and (moved or freed):
             self._serve(t)
-        if moved and t > <int64_t>self._attr("_t"):  # max(): a subscriber may have moved it
-            PyDict_SetItem(self.bd, "_t", t)
+        if moved and t > <int64_t>self._get(CU_T):  # max(): a subscriber may have moved it
+            self._set(CU_T, t)
         # -- Broker._acquire_ns / _decide_one
-        iid_obj = self._attr("_next_intent")
+        iid_obj = self._get(CU_NEXT)
         iid = iid_obj
         if type(iid_obj) is not int:
             iid_obj = iid
-        PyDict_SetItem(self.bd, "_next_intent", iid + 1)
+        self._set(CU_NEXT, iid + 1)
         name = self.names[c]
         if has_dl and dl < t:
             return self.res.decision("refused", iid_obj, name, 0, None, None, "deadline",
@@ -538,10 +485,10 @@ cdef class FastAcquire:
         if r == O_REFUSED:
             retry = None
             if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
-                retry = b._retry_after(c, d, nmin, dur, buf[1])
+                retry = self.retry_after(c, d, nmin, dur, buf[1])
             return self.res.decision("refused", iid_obj, name, 0, None, None,
                                      _REASON_NAMES[buf[1]], retry, 0.0, -1)
-        return b._slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
+        return self.slow(iid, c, d, k, nmin, nmax, dur, spend, dl if has_dl else None, ttl, t,
                        intent)
 
     cdef object _acquire_j(self, object jn, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k,
@@ -551,7 +498,7 @@ cdef class FastAcquire:
         """The rest of ``acquire`` with a journal (validated, nothing changed yet): the
         records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
         does at the end of an operation (``journal.end_op``)."""
-        cdef object b = self.b, dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
+        cdef object dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
         cdef object iid_obj, lid_obj
         cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
         retry = None
@@ -573,24 +520,24 @@ cdef class FastAcquire:
             cx = None
             if self.pending and (moved or freed):
                 self._serve(t)
-            if moved and t > <int64_t>self._attr("_t"):
-                PyDict_SetItem(self.bd, "_t", t)
+            if moved and t > <int64_t>self._get(CU_T):
+                self._set(CU_T, t)
             if note:
                 seq = jn.next_seq
                 self._jadd(jn, (seq, t, J_ADVANCE, 4, 0, 0, 0, 0, -1, -1, -1, 0, 0, 0, -1, -1,
                                 -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             # -- Broker._acquire_ns: the request row (rule inputs before the decision)
-            iid_obj = self._attr("_next_intent")
+            iid_obj = self._get(CU_NEXT)
             iid = iid_obj
             if type(iid_obj) is not int:
                 iid_obj = iid
-            PyDict_SetItem(self.bd, "_next_intent", iid + 1)
+            self._set(CU_NEXT, iid + 1)
             cx = self._cx()
             e = &cx.e
             if c >= e.calloc or k >= e.K or d >= e.D:
                 raise IndexError(f"campaign {c} / class {k} / dim {d} out of range")
             rank = e.cls[k * NCOL + RANK]
-            deficit = self._attr("_deficit_last")[c]
+            deficit = self._get(CU_DEFICIT)[c]
             err = k_decide(e, c, d, k, nmin, nmax, dur, spend, t, True, &dc, NULL)
             if err:
                 _raise(err)
@@ -625,13 +572,13 @@ cdef class FastAcquire:
                     retry = None
                     if buf[1] == R_TOKENS or buf[1] == R_CAPACITY:
                         cx = None
-                        retry = b._retry_after(c, d, nmin, dur, buf[1])
+                        retry = self.retry_after(c, d, nmin, dur, buf[1])
                         cx = self._cx()
                         e = &cx.e
                     dec = None
                 else:
                     cx = None
-                    dec = b._slow(iid, c, d, k, nmin, nmax, dur, spend,
+                    dec = self.slow(iid, c, d, k, nmin, nmax, dur, spend,
                                   dl if has_dl else None, ttl, t, intent)
                     outcome = _OUTCOME_CODE.get(dec.outcome, 4)
                     x = dec.reason
@@ -670,11 +617,8 @@ cdef class FastAcquire:
     cpdef Py_ssize_t expire(self, int64_t t) except? -2:
         """Broker._expire_until(t) when it has no subscriber and no retired slot draining
         (the broker checks): returns how many leases expired, or -1 (nothing done) when its
-        journal takes records only through an overridden ``add`` (or the broker is not
-        plain: see the class docstring)."""
-        if not self.plain:
-            return -1
-        cdef object jn = self._attr("journal")
+        journal takes records only through an overridden ``add``."""
+        cdef object jn = self._get(CU_JOURNAL)
         if jn is not None and self._journal_mode(jn) == 0:
             return -1
         cdef _Ctx cx = self._cx()
@@ -685,7 +629,7 @@ cdef class FastAcquire:
     cdef Py_ssize_t _expire(self, Eng* e, int64_t t, object jn) except -1:
         """Broker._expire_until: expire, drop from the victim sets, and queue an
         ``expired`` event per lease (no subscriber: checked by the caller) — as fields in
-        the run of expiries ``Broker._events`` ends with (a new one if it ends with
+        the run of expiries the cursor's ``events`` ends with (a new one if it ends with
         anything else), built by :meth:`events` when ``poll`` takes them. With a journal,
         one lease at a time, each with its ``expire`` record (state right after it).
         Returns how many expired. Calls no code that can grow the state."""
@@ -706,7 +650,7 @@ cdef class FastAcquire:
             total += m
             if m:
                 if run is None:
-                    events = self._attr("_events")
+                    events = self._get(CU_EVENTS)
                     j = PyList_GET_SIZE(events)
                     last = events[j - 1] if j else None
                     if type(last) is _ExpiredRun and (<_ExpiredRun>last).owner is self:
@@ -750,7 +694,7 @@ cdef class FastAcquire:
                 return total
 
     cpdef list events(self, list ev, bint take):
-        """``ev`` (``Broker._events``) with each run of expiries it holds replaced, where
+        """``ev`` (the cursor's ``events``) with each run of expiries it holds replaced, where
         it stands, by their :class:`Event` objects: a new list (``ev`` itself if it holds
         none). ``take``: ``poll`` is taking them (the broker's list starts anew)."""
         if self.nrun == 0:

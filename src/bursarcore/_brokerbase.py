@@ -12,6 +12,7 @@ the type checker, the fields and the steps (``_now``, ``_advance``, ...) that
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from .journal.base import Journal
     from .leases.types import Lease
 
-__all__ = ["BrokerBase", "NS"]
+__all__ = ["BrokerBase", "Cursor", "NS"]
 
 NS = units.NS
 _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
@@ -60,34 +61,90 @@ def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _
     return wrapper
 
 
-class BrokerBase:
-    """The broker's fields and steps, declared for the parts (defined by ``Broker``)."""
+@dataclasses.dataclass(slots=True, eq=False, repr=False)
+class Cursor:
+    """Where the broker stands between operations: the fields that both its Python steps
+    and the compiled common case of ``acquire`` (``_acquire.FastAcquire``) read and write.
+    They live here and nowhere else, so the two paths see one state; the compiled path
+    reads and writes them at this slotted class's slot offsets (checked when it is built),
+    never through the broker. The field order is part of that contract."""
 
-    journal: Journal | None
-    durable: bool
+    journal: Any                      # the Journal every decision is recorded in, or None
+    durable: bool                     # sync the journal at the end of every operation
+    clock: Any                        # now() -> seconds
+    ttl: float                        # the longest wait of a pending intent (s), by default
+    t: int                            # the time of the last operation (ns)
+    t_force: int | None = None        # replay: the time of the input re-executed (ns)
+    next_intent: int = 0              # the id of the next intent
+    events: list[Any] = dataclasses.field(default_factory=list)   # not yet polled, in order
+    # per campaign: the class row of its envelope's service class, and its fair-share
+    # deficit at its last decision (both replaced, never resized in place, on register)
+    default_cls: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64))
+    deficit_last: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+
+class BrokerBase:
+    """The broker's fields and steps, declared for the parts (defined by ``Broker``).
+
+    ``journal``, ``durable``, ``clock`` and ``ttl`` are the broker's public attributes,
+    kept in its :class:`Cursor`."""
+
+    _cur: Cursor
+
+    @property
+    def journal(self) -> Journal | None:
+        """The journal every decision is recorded in (SPEC §9), or None."""
+        return self._cur.journal
+
+    @journal.setter
+    def journal(self, value: Journal | None) -> None:
+        self._cur.journal = value
+
+    @property
+    def durable(self) -> bool:
+        """Whether the journal is synced at the end of every operation."""
+        return self._cur.durable
+
+    @durable.setter
+    def durable(self, value: bool) -> None:
+        self._cur.durable = value
+
+    @property
+    def clock(self) -> Any:
+        """The clock decisions are taken at (``now() -> seconds``)."""
+        return self._cur.clock
+
+    @clock.setter
+    def clock(self, value: Any) -> None:
+        self._cur.clock = value
+
+    @property
+    def ttl(self) -> float:
+        """The longest wait of a pending intent, in seconds, unless the intent says."""
+        return self._cur.ttl
+
+    @ttl.setter
+    def ttl(self, value: float) -> None:
+        self._cur.ttl = value
 
     if TYPE_CHECKING:
         pool: Pool
-        clock: Any
         classes: tuple[ServiceClass, ...]
         backend: str
         dims: list[str]
         flow_dims: list[str]
         flow: Any
-        ttl: float
         cold_wait: Any
         envelopes: dict[str, Envelope]
         st: EngineState
         _k: Any
-        _t: int
-        _next_intent: int
         _names: list[str]
+        _cindex: dict[str, int]
         _cls_index: dict[str, int]
         _dim_index: dict[str, int]
         _flow_index: dict[str, int]
         _flow_price: np.ndarray
-        _default_cls: np.ndarray
-        _deficit_last: np.ndarray
         _one_cls: int | None
         _opp_default: bool
         _opp_active: list[set[int]]
@@ -102,7 +159,6 @@ class BrokerBase:
         _fast: Any                       # the compiled common case of acquire, or None
         _pyev: list[tuple[int, int, int, int]]
         _seq: int
-        _events: list[Any]
         _activation: dict[int, int]
         _expired_buf: np.ndarray
         _one_buf: np.ndarray

@@ -129,11 +129,11 @@ class _Ctx:
 
 
 def _ctx(st: Any) -> _Ctx:
-    x = st._cctx
+    x = st.binding_view
     if type(x) is _Ctx and x.owner is st and x.version == st.version:
         return x
     x = _Ctx(st)
-    st._cctx = x
+    st.binding_view = x
     return x
 
 

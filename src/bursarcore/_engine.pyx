@@ -13,7 +13,7 @@ Design
 ------
 * **A cached view of the state.** Fetching ~50 arrays from ``st`` on every call would
   cost more than the decision, so a :class:`_Ctx` holds raw pointers to all of them. It is
-  cached on the state (``st._cctx``) and rebuilt when ``st.version`` moves, which
+  cached on the state (``st.binding_view``) and rebuilt when ``st.version`` moves, which
   ``EngineState`` bumps on every attribute assignment (array growth, ``C``).
 * **The kernels are the C core's.** Every rule is one inline function of
   ``core/src/engine.h`` over the pointer struct ``bc_eng`` (here :c:type:`Eng`), with the
@@ -188,13 +188,13 @@ cdef _Ctx _build(object st):
     x.refs = refs
     x.version = st.version
     x.owner = <void*>st
-    st._cctx = x
+    st.binding_view = x
     return x
 
 
 cdef inline _Ctx _ctx(object st):
     """The cached view of ``st``, rebuilt if its arrays moved (``st.version``)."""
-    cdef object o = st._cctx
+    cdef object o = st.binding_view
     cdef _Ctx x
     if type(o) is _Ctx:
         x = <_Ctx>o

@@ -1,6 +1,6 @@
 # Declarations of bursarcore._results, cimported by bursarcore._acquire: the makers of the
 # broker's result objects (see _results.pyx), the runs of queued expired events, and the C
-# helpers that read and set the slots of slotted dataclass instances (bc_slot, bc_fill).
+# helpers that read and set the slots of slotted dataclass instances (bc_slot, bc_fill, bc_set).
 
 from libc.stdint cimport int64_t
 from cpython.ref cimport PyObject
@@ -26,16 +26,19 @@ cdef extern from *:
         Py_INCREF(v);
         *(PyObject**)((char*)o + off) = v;
     }
-    /* a type's version tag: it changes whenever the type (or a base) is modified; 0: none */
-    static CYTHON_INLINE unsigned int bc_type_tag(PyObject* tp) {
-        PyTypeObject* t = (PyTypeObject*)tp;
-        return PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+    /* replace a slot's value (of a live object: the old value is released) */
+    static CYTHON_INLINE void bc_set(PyObject* o, Py_ssize_t off, PyObject* v) {
+        PyObject** slot = (PyObject**)((char*)o + off);
+        PyObject* old = *slot;
+        Py_INCREF(v);
+        *slot = v;
+        Py_XDECREF(old);
     }
     """
     object bc_alloc(object cls)
     PyObject* bc_slot(object o, Py_ssize_t off) noexcept
     void bc_fill(object o, Py_ssize_t off, object v) noexcept
-    unsigned int bc_type_tag(object tp) noexcept
+    void bc_set(object o, Py_ssize_t off, object v) noexcept
     void PyObject_GC_UnTrack(object o)
 
 
@@ -74,7 +77,7 @@ cdef class _ExpiredRun:
 
 
 cdef class _Results:
-    cdef object b
+    cdef object lease_view          # the broker's lease(lid), for what it does not build
     cdef _Maker Decision, Lease, Event
     cdef list names, dims, cls_names, node_of_slot, node_names
     cdef object decision(self, object outcome, object iid, object name, object units,

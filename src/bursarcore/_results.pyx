@@ -8,7 +8,7 @@ class's member descriptors; its fields are checked against the lists below when 
 is made) instead of through its ``__init__``. :class:`_Results` makes one broker's: a
 ``Decision``, the ``Lease`` of a grant from the engine's lease record (its placement from
 the slots), and the ``expired`` events. Those are queued as fields (:class:`_ExpiredRun`, in
-their place in ``Broker._events``) and built when ``Broker.poll`` takes them
+their place in the cursor's ``events``) and built when ``Broker.poll`` takes them
 (``_Results.events``): an expiry then touches no Python object, and the events are built in
 one loop that prefetches the campaign names. ``_results.pxd`` declares these for
 ``_acquire``, with the C helpers that read and set slots (``FastAcquire`` reads an
@@ -88,7 +88,7 @@ cdef class _Maker:
 
 
 cdef class _ExpiredRun:
-    """``expired`` events that ``FastAcquire._expire`` queued in ``Broker._events``, built
+    """``expired`` events that ``FastAcquire._expire`` queued in the cursor's ``events``, built
     into :class:`Event` objects only when :meth:`Broker.poll` takes them
     (``FastAcquire.events``). Each is the fields its event needs, copied from the lease's
     row as it expired: by the time of the poll, the row can hold a later lease."""
@@ -122,15 +122,14 @@ cdef class _Results:
     and ``expired`` :class:`Event` dataclasses' makers, and the names they carry (campaigns,
     dimensions, classes, nodes) as the broker holds them."""
 
-    def __init__(self, broker, Decision, Lease, Event):
-        b = broker
-        self.b = b
+    def __init__(self, port, Decision, Lease, Event):
+        self.lease_view = port.lease
         self.Decision = _Maker(Decision, _DECISION_FIELDS)
         self.Lease = _Maker(Lease, _LEASE_FIELDS)
         self.Event = _Maker(Event, _EVENT_FIELDS)
-        self.names, self.dims = b._names, list(b.dims)
-        self.cls_names = [c.name for c in b.classes]
-        self.node_of_slot, self.node_names = b._node_of_slot, b._node_names
+        self.names, self.dims = port.names, list(port.dims)
+        self.cls_names = list(port.class_names)
+        self.node_of_slot, self.node_names = port.node_of_slot, port.node_names
 
     cdef object decision(self, object outcome, object iid, object name, object units,
                          object lease, object path, object reason, object retry,
@@ -164,7 +163,7 @@ cdef class _Results:
         return m.done(o)
 
     cdef list events(self, list ev):
-        """``ev`` (``Broker._events``) with each run of expiries it holds replaced, where
+        """``ev`` (the cursor's ``events``) with each run of expiries it holds replaced, where
         it stands, by their :class:`Event` objects: a new list (``ev`` itself if it holds
         none)."""
         cdef Py_ssize_t i, j, n = PyList_GET_SIZE(ev), total = 0, k = 0, nn
@@ -227,7 +226,7 @@ cdef class _Results:
         cdef object intent
         cdef _Maker mk = self.Lease
         if n > PLACE_MAX or off < 0:
-            return self.b.lease(lid)
+            return self.lease_view(lid)
         owner_arr = <cnp.ndarray>self.node_of_slot[d]
         owner = <const int64_t*>cnp.PyArray_DATA(owner_arr)
         nslots = cnp.PyArray_DIM(owner_arr, 0)

@@ -48,7 +48,7 @@ from .journal.replay import replay_common
 from .leases.lifecycle import LifecycleMixin
 from .leases.nodes import NodesMixin
 from .leases.types import Event, Lease
-from ._brokerbase import NS, _op
+from ._brokerbase import NS, Cursor, _op
 
 __all__ = ["Broker", "Decision", "Lease", "Event", "Supply", "DimSupply", "Quote",
            "BatchResult", "Consumption", "BACKENDS", "ENGINES"]
@@ -142,7 +142,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
         self.pool = pool
-        self.clock = clock if clock is not None else ManualClock(0.0)
+        clock = clock if clock is not None else ManualClock(0.0)
+        self._cur = Cursor(journal=None, durable=False, clock=clock, ttl=900.0,
+                           t=units.to_ns(clock.now()))
         self.classes = tuple(classes) if classes is not None else DEFAULT_CLASSES
         names = [c.name for c in self.classes]
         if not self.classes or len(set(names)) != len(names):
@@ -183,7 +185,6 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self.price.update({d: units.real(price.get(d, 0.0), f"price[{d}]", hi=units.MAX_PRICE)
                            for d in self.flow_dims})
         self.cold_wait = cold_wait  # callable(dim) -> seconds, from a facility binding
-        self._t = units.to_ns(self.clock.now())
         self.st = EngineState(
             capacity=[pool.capacity[d] for d in self.dims],
             headroom=[pool.warm_headroom[d] for d in self.dims],
@@ -196,9 +197,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             cong_mult=[round(x * PPM) for x in self.congestion.multipliers],
             window_ns=units.to_ns(self.congestion.window), bins=self.congestion.bins,
             instant=enforcement == "instant",
-            half_life_ns=max(1, units.to_ns(self.half_life, "half_life")), epoch_ns=self._t,
+            half_life_ns=max(1, units.to_ns(self.half_life, "half_life")), epoch_ns=self._cur.t,
             reuse_after=reuse_after)
-        self.st.scal[0] = self._t // self.st.bin_ns
+        self.st.scal[0] = self._cur.t // self.st.bin_ns
         self._flow_index = {d: i for i, d in enumerate(self.flow_dims)}
         self._flow_price = np.array([round(self.price[d] * CREDIT) for d in self.flow_dims],
                                     dtype=np.int64)
@@ -206,7 +207,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         if self.flow_dims:
             from .flow import FLOW_BACKENDS
             fcls = FLOW_BACKENDS.get(backend, FLOW_BACKENDS["reference"])
-            self.flow = fcls(pool.flow, window=1.0, now=self._t / NS)
+            self.flow = fcls(pool.flow, window=1.0, now=self._cur.t / NS)
         self._node_of_slot = []
         self._node_names = []
         for d in self.dims:
@@ -225,18 +226,13 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self._queue = PendingQueue(self, len(self.dims))
         self._pyev: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._seq = 0
-        self._next_intent = 0
-        self._events: list[Event] = []
         self._opp_active: list[set[int]] = [set() for _ in self.dims]
         self._revoking: list[set[int]] = [set() for _ in self.dims]
         self._activation: dict[int, int] = {}
         self._expired_buf = np.zeros(4096, dtype=np.int64)
         self._one_buf = np.zeros(1, dtype=np.int64)
         self._buf = np.zeros(4, dtype=np.int64)
-        self._t_force: int | None = None      # replay drives exact integer times
         self._subscribers: list[Any] = []
-        self._deficit_last = np.zeros(0)
-        self._default_cls = np.zeros(0, dtype=np.int64)
         self._opp_default = False     # some campaign's own class is preemptible
         self._one_cls: int | None = None   # the class of every campaign's envelope, if one
         self._consts: dict[int, np.ndarray] = {}   # read-only constant columns (_constant)
@@ -254,8 +250,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             except ImportError:                  # (a build without it: the general path)
                 pass
             else:
-                self._fast = _acquire.FastAcquire(self, self._queue, Decision, Lease, Event,
-                                                  Intent)
+                self._fast = _acquire.FastAcquire(self._acquire_port(), Decision, Lease, Event,
+                                                  Intent, Cursor)
         if journal is not None:
             # built only here: the slot map as JSON lists is one list object per node (125k
             # for a 1M-GPU pool), and long-lived container objects make every full
@@ -270,7 +266,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                       "max_pending": max_pending}
             row = {}
             row["op"] = J.OP["config"]
-            row["t"] = self._t
+            row["t"] = self._cur.t
             journal.add(row, json.dumps(config, sort_keys=True))
 
     # ------------------------------------------------------------------ registration
@@ -365,8 +361,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self.envelopes[name] = envelope
         share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
         self._share = np.append(self._share, float(share))
-        self._deficit_last = np.append(self._deficit_last, np.nan)
-        self._default_cls = np.append(self._default_cls,
+        self._cur.deficit_last = np.append(self._cur.deficit_last, np.nan)
+        self._cur.default_cls = np.append(self._cur.default_cls,
                                       self._cls_index[envelope.service_class]).astype(np.int64)
         kc = self._cls_index[envelope.service_class]
         if self.classes[kc].preemptible:
@@ -390,18 +386,18 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
 
     # ------------------------------------------------------------------ time
     def _now(self) -> int:
-        if self._t_force is not None:
-            return self._t_force
+        if self._cur.t_force is not None:
+            return self._cur.t_force
         t = units.to_ns(self.clock.now(), "clock")
-        if t < self._t:
-            raise TimeWentBackwards("clock", f"must not run backwards (last {self._t / NS})",
+        if t < self._cur.t:
+            raise TimeWentBackwards("clock", f"must not run backwards (last {self._cur.t / NS})",
                                     t / NS)
         return t
 
     def _advance(self, t: int) -> None:
         """Run every event up to t in time order, then serve the pending queue."""
         k, st = self._k, self.st
-        moved = t > self._t
+        moved = t > self._cur.t
         while self._pyev and self._pyev[0][0] <= t:
             te = self._pyev[0][0]
             self._expire_until(te)
@@ -420,11 +416,27 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         freed = self._expire_until(t)
         if moved or freed:
             self._serve_pending(t)
-        self._t = max(self._t, t)
+        self._cur.t = max(self._cur.t, t)
         if note:
             row: dict[str, Any] = {}
             row["op"], row["t"], row["outcome"] = J.OP["advance"], t, 4
             self.journal.add(row)  # type: ignore[union-attr]  # note is set only with a journal
+
+    # replay's hold on time (journal.replay): each input re-executed at its recorded ns
+    def _start_time(self, t: int) -> None:
+        """Replay: the broker's time is ``t`` ns exactly (the journal's first record)."""
+        self._cur.t = t
+
+    def _pin_time(self, t: int | None) -> None:
+        """Replay: take the next operations at ``t`` ns (None: at the clock's time again)."""
+        self._cur.t_force = t
+
+    def _end_replay(self) -> int:
+        """Replay is over: time is the clock's again, and the events the replayed inputs
+        queued are dropped (the original delivered them). Returns the broker's time (ns)."""
+        self._cur.t_force = None
+        self._cur.events = []
+        return self._cur.t
 
     def _constant(self, value: int, n: int) -> np.ndarray:
         """A read-only int64 array of n copies of value, for the batch kernel's per-item
@@ -487,11 +499,10 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         tot = usage.sum()
         deficit = share - (usage / tot if tot > 0 else 0.0)
         if commit:
-            self._deficit_last = deficit
+            self._cur.deficit_last = deficit
         return deficit
 
     # ------------------------------------------------------------------ pending queue (§4.5)
-    _queue_by_key = True       # False: every pass intent by intent (tests compare the two)
 
     # ------------------------------------------------------------------ journal (§9)
     def sync(self) -> int:

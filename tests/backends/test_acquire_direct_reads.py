@@ -1,10 +1,9 @@
-"""What ``_acquire.FastAcquire`` reads without Python's attribute machinery, and the slotted
-:class:`Intent` it reads from.
+"""How ``_acquire.FastAcquire`` reaches the broker, and the slotted :class:`Intent` it reads.
 
-The fast path reads the intent's slots, the broker's instance dict and a ManualClock's
-``_t`` directly (see the ``FastAcquire`` docstring); these tests pin down that each shortcut
-gives way whenever the plain read would not be what the general path reads, and that the
-lease store then grows in place. ``tests/backends/test_acquire_paths_agree.py`` checks the decisions,
+The fast path reads the intent's slots and reaches the broker only through its port: the
+cursor's fields (one copy, shared with the broker's Python steps), the clock asked on every
+call, and the broker's steps as bound (a subclass's own are honoured); and it lets the lease
+store grow in place. ``tests/backends/test_acquire_paths_agree.py`` checks the decisions,
 journals and state against the general path.
 """
 
@@ -47,6 +46,9 @@ class Counting:
     def expire(self, t):
         return self.fast.expire(t)
 
+    def events(self, ev, take):
+        return self.fast.events(ev, take)
+
 
 # -- Intent ------------------------------------------------------------------------------
 def test_intent_is_slotted_and_keeps_its_behaviour():
@@ -73,9 +75,9 @@ def test_intent_unpickles_the_state_of_an_unslotted_intent():
     assert i == Intent("a", {"gpu": 2}, duration=5.0)
 
 
-# -- the broker's attributes, the clock --------------------------------------------------
+# -- the cursor, the clock, the port ----------------------------------------------------
 @compiled
-def test_manual_clock_read_directly_unless_now_is_replaced(monkeypatch):
+def test_the_clock_is_asked_on_every_call_whatever_it_is(monkeypatch):
     b = _broker()
     b._fast = Counting(b._fast)
     assert b.acquire(Intent("a", {"gpu": 1}, duration=5.0)).lease.granted_at == 1.0
@@ -93,23 +95,47 @@ def test_manual_clock_read_directly_unless_now_is_replaced(monkeypatch):
 
 
 @compiled
-def test_a_broker_subclass_with_a_property_takes_the_general_path():
-    """The broker's dict is the attribute only when the class defines no descriptor."""
-    class Odd(Broker):
-        @property
-        def ttl(self):
-            return 30.0
+def test_the_broker_and_the_fast_path_share_one_cursor():
+    """What the fast path writes (time, intent ids, queued expiries) is what the broker's
+    Python steps read, and the other way round: there is one copy, the cursor's."""
+    b = _broker()
+    b._fast = Counting(b._fast)
+    b.ttl = 7.0                                    # a public attribute, kept in the cursor
+    assert b._cur.ttl == 7.0
+    d = b.acquire(Intent("a", {"gpu": 1}, duration=0.5))
+    assert (d.intent_id, b._cur.next_intent, b._cur.t) == (0, 1, 1_000_000_000)
+    assert b.cancel(0) is False                    # the general path, between two fast ones
+    b._cur.next_intent = 40                        # as the general path would move it
+    b.clock.advance(1.0)
+    d = b.acquire(Intent("a", {"gpu": 1}, duration=0.5))
+    assert d.intent_id == 40 and b._cur.next_intent == 41 and b._cur.t == 2_000_000_000
+    assert [e.kind for e in b.poll()] == ["expired"]   # queued by the fast path, polled here
+    assert b._fast.hits == 2
 
-        @ttl.setter
-        def ttl(self, v):
-            pass
 
-    b = Odd(Pool(gpu=64), clock=ManualClock(0.0), backend="compiled")
-    b.register("a", Envelope(credits=math.inf, sustained={"gpu": 64}, ceiling={"gpu": 64},
+@compiled
+def test_a_broker_subclass_overriding_a_step_is_honoured():
+    """The fast path calls the broker's steps as bound in its port, so a subclass's own
+    ``_retry_after`` answers; a subclass's own pending-queue pass is never skipped."""
+    class Hinting(Broker):
+        def _retry_after(self, c, d, nmin, dur, reason):
+            return 99.0
+
+        def _serve_pending(self, t):
+            self.served = getattr(self, "served", 0) + 1
+            super()._serve_pending(t)
+
+    b = Hinting(Pool(gpu=8), clock=ManualClock(0.0), backend="compiled")
+    b.register("a", Envelope(credits=math.inf, sustained={"gpu": 1}, ceiling={"gpu": 8},
+                             burst={"gpu": 1}))
+    b.register("b", Envelope(credits=math.inf, sustained={"gpu": 8}, ceiling={"gpu": 8},
                              burst={"gpu": math.inf}))
-    assert b._fast.acquire(Intent("a", {"gpu": 1}, duration=5.0)) is None
-    assert b._fast.expire(0) == -1
-    assert b.acquire(Intent("a", {"gpu": 1}, duration=5.0)).granted
+    assert b.acquire(Intent("b", {"gpu": 8}, duration=50.0)).granted
+    assert b.acquire(Intent("b", {"gpu": 1}, duration=5.0, ttl=5.0)).outcome == "pending"
+    b.clock.advance(0.1)
+    d = b._fast.acquire(Intent("a", {"gpu": 4}, duration=50.0))
+    assert d is not None and d.reason == "tokens" and d.retry_after == 99.0
+    assert b.served >= 1
 
 
 # -- the lease store grows in place ------------------------------------------------------

@@ -258,7 +258,7 @@ class FastDiff(RuleBasedStateMachine):
         a = compiled[0].st if compiled else None
         for b in compiled[1:]:
             for k, x in vars(a).items():
-                if k == "_cctx":
+                if k == "binding_view":
                     continue
                 y = getattr(b.st, k)
                 if isinstance(x, np.ndarray):

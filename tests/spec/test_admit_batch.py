@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool, _backend, batchprep
 from bursarcore.errors import InvalidArgument
+from invariants import next_intent
 
 INF = math.inf
 ext = _backend.compiled("_batchprep")
@@ -128,11 +129,11 @@ BAD = [
 def test_bad_batches_name_field_and_rule_and_change_nothing(eb, ci, u, du, kw, field, rule):
     b = broker(eb)
     b.admit_batch([0], [3], 10.0)
-    before, nxt = b.state(), b._next_intent
+    before, nxt = b.state(), next_intent(b)
     with pytest.raises(InvalidArgument) as e:
         b.admit_batch(ci, u, du, **kw)
     assert e.value.field == field and rule in str(e.value)
-    assert b.state() == before and b._next_intent == nxt
+    assert b.state() == before and next_intent(b) == nxt
     assert b.admit_batch([1], [2], 10.0).outcome.tolist() == [0]
 
 

@@ -2,7 +2,7 @@
 
 ``Broker._serve_pending`` serves the queue key by key (K = campaign, dim, class, duration,
 max_spend), skips a key's intents after its first failure unless a smaller nmin follows,
-and stores the skipped intents' reasons once per key. With ``_queue_by_key = False`` every
+and stores the skipped intents' reasons once per key. With ``PendingQueue.by_key = False`` every
 pass goes intent by intent (the order of §4.5 by a sort over all intents, each reason
 written on its intent): the two must reach the same decisions, events, ``state()``
 (pending reasons included) and journal records, step for step.
@@ -26,6 +26,7 @@ from bursarcore.broker import BACKENDS
 # the compiled broker's pass by woken keys and its pass intent by intent (internals)
 COMPILED = [b for b in BACKENDS if b != "reference"]
 from bursarcore.journal import MemoryJournal
+from invariants import set_pass_by_key
 
 INF = float("inf")
 
@@ -33,7 +34,7 @@ INF = float("inf")
 def _broker(backend, by_key, journal):
     b = Broker(Pool(gpu=24, cpu=8), clock=ManualClock(0.0), backend=backend, ttl=40.0,
                journal=MemoryJournal(chunk=16) if journal else None)
-    b._queue_by_key = by_key
+    set_pass_by_key(b, by_key)
     b.register("a", Envelope(credits=INF, guaranteed={"gpu": 2}, sustained={"gpu": 4},
                              ceiling={"gpu": 10}, burst={"gpu": 60}))
     b.register("b", Envelope(credits=INF, guaranteed={"gpu": 2}, sustained={"gpu": 4},
@@ -152,7 +153,7 @@ def test_one_key_mixed_nmin_reasons_via_state(backend):
     the reasons read through state() are the ones the intent-by-intent pass writes."""
     for by_key in (True, False):
         b = Broker(Pool(gpu=10), clock=ManualClock(0.0), backend=backend, ttl=100.0)
-        b._queue_by_key = by_key
+        set_pass_by_key(b, by_key)
         b.register("a", Envelope(credits=INF, sustained={"gpu": 10}, ceiling={"gpu": 10}))
         b.register("x", Envelope(credits=INF, sustained={"gpu": 10}, ceiling={"gpu": 10}))
         hog = b.acquire(Intent("x", {"gpu": 10}, duration=10.0))
@@ -255,10 +256,10 @@ def test_no_wake_due_means_an_empty_pass(backend, seed, hooked):
             return serve(t)
         seen["empty"] += 1
         before = (lazy.st.T.copy(), len(lazy.journal), lazy._queue.wlive, lazy._queue.wseq,
-                  dict(lazy._queue.woken), lazy._deficit_last.copy())
+                  dict(lazy._queue.woken), lazy._cur.deficit_last.copy())
         serve(t)
         after = (lazy.st.T.copy(), len(lazy.journal), lazy._queue.wlive, lazy._queue.wseq,
-                 dict(lazy._queue.woken), lazy._deficit_last.copy())
+                 dict(lazy._queue.woken), lazy._cur.deficit_last.copy())
         assert np.array_equal(before[0], after[0]) and before[1:5] == after[1:5]
         assert np.array_equal(before[5], after[5], equal_nan=True)
 

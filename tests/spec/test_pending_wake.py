@@ -5,7 +5,7 @@ become grantable since they last failed; every other key is filed under a limit 
 fails it, with the watch that says when that limit may have risen (its campaign's lease
 ends, a token wake time, a dimension's free / reachable / firm-room units, a fall of the
 congestion multiplier). A missed wake-up shows as an intent that the pass intent by intent
-(``_queue_by_key = False``, the specification) grants and the keyed pass does not: the
+(``PendingQueue.by_key = False``, the specification) grants and the keyed pass does not: the
 random runs below compare the two on decisions, events, ``pending()`` (reasons included)
 and journals, with many distinct keys and the cap, on every backend.
 """
@@ -27,6 +27,7 @@ from bursarcore.broker import BACKENDS, MAX_PENDING
 COMPILED = [b for b in BACKENDS if b != "reference"]
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal import MemoryJournal
+from invariants import set_pass_by_key
 
 INF = math.inf
 CLASSES = [None, None, "deadline", "interactive", "agent-burst", "opportunistic"]
@@ -37,7 +38,7 @@ def _broker(backend, by_key, cap, journal=True):
     b = Broker(Pool(gpu=16, cpu=6, warm_headroom={"gpu": 2}), clock=ManualClock(0.0),
                backend=backend, ttl=60.0, max_pending=cap,
                journal=MemoryJournal(chunk=16) if journal else None)
-    b._queue_by_key = by_key
+    set_pass_by_key(b, by_key)
     # tokens that bind and refill; credits that bind; guarantees; opportunistic holders
     b.register("a", Envelope(credits=INF, guaranteed={"gpu": 3}, sustained={"gpu": 3},
                              ceiling={"gpu": 10}, burst={"gpu": 40}))
@@ -181,7 +182,7 @@ def test_price_falling_within_a_pass_grants_later_keys(backend):
     got = []
     for by_key in (True, False):
         b = Broker(Pool(gpu=10), clock=ManualClock(0.0), backend=backend)
-        b._queue_by_key = by_key
+        set_pass_by_key(b, by_key)
         b.register("h", Envelope(credits=INF, sustained={"gpu": 10}, ceiling={"gpu": 10}))
         b.register("k", Envelope(credits=2.5, sustained={"gpu": 10}, ceiling={"gpu": 10},
                                  burst={"gpu": INF}))
@@ -372,7 +373,7 @@ def test_a_renewal_that_refunds_tokens_wakes_its_campaign(backend):
     got = []
     for by_key in (True, False):
         b = Broker(Pool(gpu=16), clock=ManualClock(0.0), backend=backend)
-        b._queue_by_key = by_key
+        set_pass_by_key(b, by_key)
         b.register("c", Envelope(credits=INF, sustained={"gpu": 2}, ceiling={"gpu": 16},
                                  burst={"gpu": 100}))
         la = b.acquire(Intent("c", {"gpu": 2}, duration=1e3))

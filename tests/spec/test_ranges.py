@@ -19,6 +19,7 @@ from bursarcore.admission.classes import ServiceClass
 from bursarcore.admission.state import MAXV
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal.memory import MemoryJournal
+from invariants import next_intent
 
 YEAR = 365 * 86400.0
 
@@ -36,7 +37,7 @@ def picture(b):
 
 
 def frozen(b):
-    return b.state(), b._next_intent, len(b.journal) if b.journal is not None else 0
+    return b.state(), next_intent(b), len(b.journal) if b.journal is not None else 0
 
 
 # ------------------------------------------------------------------ refused at the edge

@@ -6,21 +6,54 @@ intent. With the Cython binding ``acquire`` first tries the compiled common case
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .. import units
 from .envelope import Intent
-from .pending import _Pending
+from .pending import PendingQueue, _Pending
 from .results import GRANTED_OUT, PENDING_OUT, REFUSED_OUT, Decision
 from .state import (CANCELLED, CAPACITY, CREDIT, GRANTED, MAXV, PENDING_LIMIT, REASONS, RECLAIM,
                     REFUSED, ROW_MASK, TOKENS, WARM)
 from ..errors import InvalidArgument, UnknownLease
 from ..journal import records as J
-from .._brokerbase import _EV_PENDING, NS, BrokerBase, _op
+from .._brokerbase import _EV_PENDING, NS, BrokerBase, Cursor, _op
 
-__all__ = ["AcquireMixin"]
+__all__ = ["AcquireMixin", "AcquirePort"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class AcquirePort:
+    """What a broker gives the compiled common case of ``acquire``
+    (``_acquire.FastAcquire``) when it builds it, and the only way that code reaches the
+    broker: the engine state, the pending queue and the cursor (read and written through
+    their public fields), the broker's tables (read only, but for the two victim sets the
+    fast path adds to and discards from), and the broker's steps for every case that
+    leaves the common one. Each container is the broker's own object, never rebound."""
+
+    state: Any                                 # the EngineState the core decides on
+    queue: PendingQueue                        # intents, watches and pass counts (§4.5)
+    cursor: Cursor                             # time, next intent id, journal, clock, events
+    campaign_index: dict[str, int]             # campaign name -> row
+    dim_index: dict[str, int]                  # held dimension -> index
+    class_index: dict[str, int]                # service class -> row
+    names: list[str]                           # campaign rows' names
+    dims: list[str]                            # held dimensions
+    class_names: list[str]                     # service classes' names, by row
+    python_events: list[tuple[int, int, int, int]]   # the policy events' heap (time first)
+    opportunistic: list[set[int]]              # per dimension: its opportunistic leases
+    revoking: list[set[int]]                   # per dimension: its leases being revoked
+    subscribers: list[Any]                     # event callbacks (the fast path runs none)
+    draining: list[int]                        # per dimension: retired slots still held
+    node_of_slot: list[np.ndarray]             # per dimension: each slot's node
+    node_names: list[list[str]]                # per dimension: its nodes' names
+    serve_pending: Callable[[int], None]       # a pass over the pending queue at t (ns)
+    wake_shortcut: bool                        # the fast path may tell that no key is due
+    slow: Callable[..., Decision]              # a decision that needs the policy layer
+    retry_after: Callable[[int, int, int, int, int], float | None]
+    reserve: Callable[[int, int], None]        # room for leases and slots, made first
+    lease: Callable[[int], Any]                # the Lease view of a lease id
 
 
 class AcquireMixin(BrokerBase):
@@ -35,6 +68,24 @@ class AcquireMixin(BrokerBase):
         except KeyError:
             raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
                                   cname) from None
+
+    def _acquire_port(self) -> AcquirePort:
+        """The broker's side of the compiled common case (see :class:`AcquirePort`). The
+        fast path may skip a pass over the pending queue that would wake nothing only when
+        that pass and its wake-up test are this class's own, not a subclass's."""
+        tp = type(self)
+        return AcquirePort(
+            state=self.st, queue=self._queue, cursor=self._cur, campaign_index=self._cindex,
+            dim_index=self._dim_index, class_index=self._cls_index, names=self._names,
+            dims=list(self.dims), class_names=[c.name for c in self.classes],
+            python_events=self._pyev, opportunistic=self._opp_active, revoking=self._revoking,
+            subscribers=self._subscribers, draining=self._draining,
+            node_of_slot=self._node_of_slot, node_names=self._node_names,
+            serve_pending=self._serve_pending,
+            wake_shortcut=(tp._serve_pending is AcquireMixin._serve_pending
+                           and tp._wake_due is AcquireMixin._wake_due),
+            slow=self._slow, retry_after=self._retry_after, reserve=self._reserve,
+            lease=self.lease)
 
     def acquire(self, intent: Intent) -> Decision:
         """Decide an intent now (SPEC §4).
@@ -98,8 +149,8 @@ class AcquireMixin(BrokerBase):
                     batch: int = 0, iid: int | None = None) -> Decision:
         """One intent in engine integers, journaled (the entry point replay uses)."""
         if iid is None:
-            iid = self._next_intent
-            self._next_intent += 1
+            iid = self._cur.next_intent
+            self._cur.next_intent += 1
         if self.journal is None:
             return self._decide_one(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t,
                                     request)
@@ -122,7 +173,7 @@ class AcquireMixin(BrokerBase):
         row["deadline"] = J.deadline_field(deadline)
         row["ttl"], row["intent"] = ttl, iid
         row["rank"] = int(st.cls[k, 0])
-        row["deficit"] = self._deficit_last[c]
+        row["deficit"] = self._cur.deficit_last[c]
         _, _, _, _, lims = kern.decide(st, c, d, k, nmin, nmax, dur, spend, t)
         row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])
         row["free"], row["unmet"] = kern.free_now(st, d), int(st.U[d])
@@ -198,7 +249,7 @@ class AcquireMixin(BrokerBase):
             return wait / NS if wait >= 0 else None
         if reason == CAPACITY:
             nxt = self._k.next_expiry(st)
-            return max(0, nxt - self._t) / NS if nxt >= 0 else None
+            return max(0, nxt - self._cur.t) / NS if nxt >= 0 else None
         return None
 
     def _serve_pending(self, t: int) -> None:
@@ -249,7 +300,7 @@ class AcquireMixin(BrokerBase):
         t = self._now()
         self._advance(t)
         if intent_id not in self._queue.intents:
-            if isinstance(intent_id, int) and 0 <= intent_id < self._next_intent:
+            if isinstance(intent_id, int) and 0 <= intent_id < self._cur.next_intent:
                 return False
             raise UnknownLease("intent_id", "is not an intent of this broker", intent_id)
         p = self._queue.drop(intent_id)

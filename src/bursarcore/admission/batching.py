@@ -93,7 +93,7 @@ class BatchMixin(BrokerBase):
             ks = self._constant(self._one_cls, n)       # every campaign has this class
             opp = self._opp_default
         elif service_class is None:
-            ks = self._default_cls.take(ci)
+            ks = self._cur.default_cls.take(ci)
             opp = self._opp_default
         else:
             name = service_class if isinstance(service_class, str) else None
@@ -108,8 +108,8 @@ class BatchMixin(BrokerBase):
             raise InvalidArgument("ttl", "must be > 0", ttl)
         ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
         t = self._now() if now is None else units.to_ns(now)
-        if t < self._t:
-            raise TimeWentBackwards("now", f"must be >= the broker time {self._t / NS}", t / NS)
+        if t < self._cur.t:
+            raise TimeWentBackwards("now", f"must be >= the broker time {self._cur.t / NS}", t / NS)
         if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
             self.clock.set(t / NS)
         self._advance(t)
@@ -135,8 +135,8 @@ class BatchMixin(BrokerBase):
         slow = []                        # (item, outcome code) decided by the single path
         rec = np.empty((n, 11), dtype=np.int64) if self.journal is not None else None
         dims = self._constant(d, n)
-        iid0 = self._next_intent
-        self._next_intent += n
+        iid0 = self._cur.next_intent
+        self._cur.next_intent += n
         slots = n * top if top is not None else None
         if slots is None or st.arena_top.item(0) + slots > st.arena.shape[0]:
             slots = int(nmax.sum()) if n else 0
@@ -186,5 +186,5 @@ class BatchMixin(BrokerBase):
         jn: Journal = self.journal  # type: ignore[assignment]  # called only with a journal
         rows = jn.reserve(j - j0)
         fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
-                     out_r, out_l, rec, self.st.cls[:, 0], self._deficit_last, self.st.cost)
+                     out_r, out_l, rec, self.st.cls[:, 0], self._cur.deficit_last, self.st.cost)
         jn.append_reserved(rows)

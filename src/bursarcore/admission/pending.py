@@ -117,6 +117,9 @@ class PendingQueue:
         # per key (campaign, dim, class, duration, max_spend): its pending intents
         self.keys: dict[tuple[int, int, int, int, int], _PKey] = {}
         self.passes = 0                       # passes over the queue so far
+        # serve by woken keys (True) or intent by intent over the whole queue (False: the
+        # specification's procedure, which the keyed pass must equal; tests compare them)
+        self.by_key = True
         # the queue's wake-ups (see file): the keys the next pass decides; the campaigns
         # with a lease ended or renewed since the last pass, and per campaign the keys
         # that such an event wakes; a min-heap of token wake times; per dimension, heaps
@@ -239,16 +242,10 @@ class PendingQueue:
         own = True
         if lc < m:
             pass                                  # b - H: only its own lease ends raise it
-        elif ltok < m:
-            H, s = int(st.H[c, d]), int(st.s[c, d])
-            r = s - H
-            at = None
-            if r > 0 and st.scal[1]:
-                at = t + 1        # instant mode: T (0 here) is positive as soon as time moves
-            elif r > 0 and (m - r) * q.dur <= int(st.Bcap[c, d]):   # the bucket can hold it
-                at = t + k.token_wait(st, c, d, m, q.dur)     # (ltok < m: a positive wait)
-            if at is not None:
-                self._wpush(self.wtime, at, q)
+        elif ltok < m:                            # when the bucket holds them, if ever
+            w = k.token_wait(st, c, d, m, q.dur)
+            if w > 0:
+                self._wpush(self.wtime, t + w, q)
         elif lcred < m and not st.cls[q.k, 2]:
             pass                                  # unpriced: only refunds raise it
         elif lcap < m:
@@ -374,7 +371,7 @@ class PendingQueue:
         if not self.intents:
             return
         self.passes += 1
-        if not self.b._queue_by_key:
+        if not self.by_key:
             self._serve_intents(t)
             return
         self._collect_wakes(t)
@@ -396,7 +393,7 @@ class PendingQueue:
 
     def _serve_intents(self, t: int) -> None:
         """The pass intent by intent, over the whole queue (the specification the pass by
-        woken keys must equal: ``_queue_by_key = False``)."""
+        woken keys must equal: ``by_key = False``)."""
         st = self.b.st
         if len(self.intents) > 1:
             keys = list(self.keys.values())
@@ -529,7 +526,7 @@ class PendingQueue:
         max(0, the smallest limit) — what a pass would report for it now; for an intent
         that the next pass could grant, the tightest rule). Its key's limits are the same
         for all its intents: one decision per key."""
-        st, decide, t = self.b.st, self.b._k.decide, self.b._t
+        st, decide, t = self.b.st, self.b._k.decide, self.b._cur.t
         codes = (CEILING, CAPACITY, TOKENS, CREDITS)
         why: dict[_PKey, int] = {}
         out = []

@@ -83,7 +83,7 @@ GEN_MASK = (1 << 30) - 1
 REUSE_AFTER = 1024
 
 
-_NO_BUMP = frozenset(("version", "_cctx"))
+_NO_BUMP = frozenset(("version", "binding_view"))
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -118,13 +118,13 @@ class EngineState:
 
     ``version`` counts attribute assignments: it moves whenever an array is replaced
     (growth) or a scalar such as ``C`` changes, never on in-place writes. A compiled kernel
-    caches raw pointers to the arrays (in ``_cctx``, dropped on every bump) and rebuilds
+    caches raw pointers to the arrays (in ``binding_view``, dropped on every bump) and rebuilds
     them when it moves. It also caches Σ_c g[c, d]: ``g`` changes only in
     :meth:`add_campaign`; code that ever rewrites ``g`` in place must bump ``version``.
     """
 
     version: int = 0
-    _cctx: object | None = None   # the compiled kernel's cached view of the arrays (never copied)
+    binding_view: object | None = None   # the binding's cached view of the arrays (opaque; never copied)
 
     # The fields, declared for type checkers (annotations only: none is a class attribute;
     # each is set per instance in __init__ / _set_rows / _set_leases / __setstate__).
@@ -208,11 +208,11 @@ class EngineState:
         if name not in _NO_BUMP:
             d = self.__dict__
             d["version"] = d.get("version", 0) + 1
-            d.pop("_cctx", None)      # and let go of the arrays it points into
+            d.pop("binding_view", None)      # and let go of the arrays it points into
 
     def __getstate__(self) -> dict[str, object]:
         d = dict(self.__dict__)
-        d.pop("_cctx", None)
+        d.pop("binding_view", None)
         for f in _ROW_FIELDS + _L_FIELDS:  # views of cdrow / crow / lrow: rebuilt on load
             d.pop(f, None)
         return d
@@ -356,7 +356,7 @@ class EngineState:
         old = d["lrow"].shape[0]
         buf = d["lrow"].base
         at = (d["lrow"].ctypes.data - buf.ctypes.data) // 8     # where the records start
-        for f in _L_FIELDS + ("lrow", "_cctx"):    # the views: then only buf holds it
+        for f in _L_FIELDS + ("lrow", "binding_view"):    # the views: then only buf holds it
             d.pop(f, None)
         try:
             try:
@@ -387,7 +387,7 @@ class EngineState:
         if name in _VIEWS:
             raise ValueError(f"EngineState.{name} is a view of its records: resize those")
         d = self.__dict__
-        d.pop("_cctx", None)               # the compiled view holds a reference
+        d.pop("binding_view", None)               # the compiled view holds a reference
         a = d.pop(name)
         old = a.shape[0]
         try:

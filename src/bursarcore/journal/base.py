@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, JournalCorrupt
 from .fill import as_tuple, pack_tuples
-from .records import OP, OPS, OUTCOMES, RECORD_DTYPE, to_dict
+from .records import FIELDS, OP, OPS, OUTCOMES, RECORD_DTYPE, to_dict
 
 __all__ = ["Journal", "RowStore", "check_rows", "crc"]
 
@@ -162,6 +162,17 @@ class Journal:
         if payload is not None and fields.get("op") == OP["register"]:
             self.names.append(json.loads(payload)["name"])
         self._store_one(as_tuple(fields), payload, seq)
+        self.next_seq = seq + 1
+        return seq
+
+    def add_record(self, record: tuple) -> int:
+        """Store one record given as a tuple of every field in :data:`records.FIELDS`
+        order, its seq first (which must be :attr:`next_seq`), with no payload: the
+        compiled acquire path's records. Returns its seq."""
+        seq = record[0]
+        if seq != self.next_seq or len(record) != len(FIELDS):
+            raise ValueError(f"a record must have {len(FIELDS)} fields and seq {self.next_seq}")
+        self._store_one(record, None, seq)
         self.next_seq = seq + 1
         return seq
 

@@ -6,6 +6,9 @@ import numpy as np
 
 from .base import Journal, RowStore
 from .fill import pack_tuples
+from .records import FIELDS
+
+_NFIELDS = len(FIELDS)
 
 __all__ = ["MemoryJournal"]
 
@@ -28,6 +31,18 @@ class MemoryJournal(Journal):
             self._payloads[seq] = payload
         if len(self._tuples) >= 4096:
             self._settle()
+
+    def add_record(self, record: tuple) -> int:
+        """:meth:`Journal.add_record`, onto the records not yet in the array."""
+        seq = self.next_seq
+        if record[0] != seq or len(record) != _NFIELDS:
+            raise ValueError(f"a record must have {_NFIELDS} fields and seq {seq}")
+        tuples = self._tuples
+        tuples.append(record)
+        if len(tuples) >= 4096:
+            self._settle()
+        self.next_seq = seq + 1
+        return seq
 
     def _settle(self) -> None:
         if self._tuples:

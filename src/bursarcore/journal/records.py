@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "to_dict", "from_dict",
+from ..admission.state import REASONS   # the reason codes' names, by code (one list)
+
+__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "REASONS", "to_dict", "from_dict",
            "new_rows", "deadline_field", "deadline_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
@@ -39,8 +41,6 @@ INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release"
                                       "cancel", "advance", "consume", "add_nodes",
                                       "remove_nodes"))
 OUTCOMES = ("", "granted", "pending", "refused", "ok")
-REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
-           "unknown_campaign", "cancelled", "pending_limit")
 
 RECORD_DTYPE = np.dtype([
     ("seq", "i8"), ("t", "i8"), ("op", "i1"), ("outcome", "i1"), ("reason", "i1"),

@@ -73,7 +73,7 @@ def replay(cls: Callable[..., B], journal: Journal, one: Callable[[B, int, Any, 
     """Rebuild a broker of ``cls`` from ``journal``.
 
     ``one(b, op, row, payload, t)`` re-executes one input record at its time ``t`` (the
-    broker reads ``t`` from its ``_t_force``); ``attach(b, journal)`` makes the rebuilt
+    broker takes it through its ``_pin_time``); ``attach(b, journal)`` makes the rebuilt
     broker go on appending to ``journal`` (with ``resume``); ``exact_start`` starts the
     broker's time at the config record's own nanosecond. A clock behind the journal is
     refused at its first use.
@@ -85,25 +85,25 @@ def replay(cls: Callable[..., B], journal: Journal, one: Callable[[B, int, Any, 
     opts = {} if backend is None else {"backend": backend}
     b: Any = cls(kw.pop("pool"), clk, journal=shadow, **opts, **kw)
     if exact_start:
-        b._t = t0                    # the journal's first time, not its float's rounding
+        b._start_time(t0)            # the journal's first time, not its float's rounding
     for i in range(1, rows.shape[0]):
         r = rows[i]
         op = int(r["op"])
         if op not in J.INPUT_OPS:
             continue
         t = int(r["t"])
-        b._t_force = t
+        b._pin_time(t)
         try:
             one(b, op, r, pl.get(int(r["seq"])), t)
         except (InvalidArgument, KeyError, ValueError, IndexError) as e:
             raise JournalCorrupt(int(r["seq"]), f"cannot be replayed: {e}") from None
     # derived records after the last input (expiries seen by a poll) come back too
-    b._t_force = int(rows[-1]["t"])
-    b._advance(b._t_force)
-    b._t_force = None
-    b._events = []      # the original delivered (or will never deliver) these
-    if clk.now() < b._t / NS:
-        clk.set(b._t / NS)
+    last = int(rows[-1]["t"])
+    b._pin_time(last)
+    b._advance(last)
+    t_end = b._end_replay()
+    if clk.now() < t_end / NS:
+        clk.set(t_end / NS)
     if clock is not None:
         b.clock = clock
     _compare(rows, shadow.rows())

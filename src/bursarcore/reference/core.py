@@ -240,6 +240,22 @@ class BrokerCore:
     # ------------------------------------------------------------------ time (§2)
     _t_force: int | None = None       # replay runs each input at its recorded time
 
+    # replay's hold on time (journal.replay): each input re-executed at its recorded ns
+    def _start_time(self, t: int) -> None:
+        """Replay: the broker's time is ``t`` ns exactly (the journal's first record)."""
+        self._t = t
+
+    def _pin_time(self, t: int | None) -> None:
+        """Replay: take the next operations at ``t`` ns (None: at the clock's time again)."""
+        self._t_force = t
+
+    def _end_replay(self) -> int:
+        """Replay is over: time is the clock's again, and the events the replayed inputs
+        queued are dropped (the original delivered them). Returns the broker's time (ns)."""
+        self._t_force = None
+        self._events = []
+        return self._t
+
     def _now(self) -> int:
         if self._t_force is not None:
             return self._t_force

@@ -31,15 +31,21 @@ static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
 }
 
 /* ns until (c, d)'s bucket holds the tokens n more units for dur ns need, refilling at
- * s - H; -1 when it holds them now, never refills, or could never hold them (the need is
- * beyond the bucket's size: the refill stops there). The caller settled the bucket. */
+ * its sustained room (in instant mode: 1, the next ns, while it refills); -1 when it holds
+ * them now, never refills, or could never hold them (the need is beyond the bucket's size:
+ * the refill stops there). The caller settled the bucket. */
 static inline bc_i128 k_token_wait(const bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
 {
     int64_t i = c * e->D + d, H = e->cd[i].H, s = e->cd[i].s;
+    int64_t rate = bc_sustained_room(H, s);
     bc_i128 total = (bc_i128)bc_excess(H, n, s) * dur, need = total - e->cd[i].T;
-    if (e->scal[1] != 0 || s - H <= 0 || need <= 0 || total > e->cd[i].Bcap)
+    if (rate == 0)
         return -1;
-    return (need + (s - H) - 1) / (s - H);
+    if (e->scal[1] != 0)            /* instant mode: tokens are back as soon as time moves */
+        return 1;
+    if (need <= 0 || total > e->cd[i].Bcap)
+        return -1;
+    return (need + rate - 1) / rate;
 }
 
 /* One cell of a quote: an intent for exactly n units for dur ns, decided as acquire would

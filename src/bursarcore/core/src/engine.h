@@ -159,7 +159,7 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     H = e->cd[i].H;
     /* the low 64 bits of H * dt: the wrapping 64-bit product */
     e->cd[i].acc = (int64_t)((uint64_t)e->cd[i].acc + (uint64_t)H * ((uint64_t)t - (uint64_t)tl));
-    rate = e->cd[i].s - H;
+    rate = bc_refill_rate(H, e->cd[i].s);
     T = e->cd[i].T;
     if (rate > 0) {
         room = (bc_i128)e->cd[i].Bcap - T;

@@ -18,11 +18,18 @@ static inline int64_t bc_excess(int64_t H, int64_t n, int64_t s)
     return bc_max64(0, H + n - s) - bc_max64(0, H - s);
 }
 
+/* §4.2 the bucket's net rate at holding H: it fills at s - H while H is below the
+ * sustained rate s (in instant mode it also drains, at H - s, above it). */
+static inline int64_t bc_refill_rate(int64_t H, int64_t s)
+{
+    return s - H;
+}
+
 /* §4.2 the units that can be added at holding H before any lies above s: for n >= 0,
  * bc_excess(H, n, s) == max(0, n - bc_sustained_room(H, s)). */
 static inline int64_t bc_sustained_room(int64_t H, int64_t s)
 {
-    return bc_max64(0, s - H);
+    return bc_max64(0, bc_refill_rate(H, s));
 }
 
 /* §4.4 ceiling: the units a campaign holding H may add under its burst ceiling b. */
