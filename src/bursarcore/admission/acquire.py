@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import units
-from .envelope import Intent
+from .envelope import Intent, intent_inputs
 from .pending import PendingQueue, _Pending
 from .results import GRANTED_OUT, PENDING_OUT, REFUSED_OUT, Decision
 from .state import (CANCELLED, CAPACITY, CREDIT, GRANTED, MAXV, PENDING_LIMIT, REASONS, RECLAIM,
@@ -128,18 +128,8 @@ class AcquireMixin(BrokerBase):
 
     @_op
     def _acquire(self, intent: Intent) -> Decision:
-        if not isinstance(intent, Intent):
-            raise InvalidArgument("intent", "must be an Intent", intent)
-        c = self.campaign_index(intent.campaign)
-        d = self._dim_index.get(intent.dim)
-        if d is None:
-            raise InvalidArgument("units", f"dimension must be one of {self.dims}", intent.dim)
-        k = self._class_of(intent.campaign, intent.service_class)
-        nmin, nmax = intent.bounds
-        dur = units.to_ns(intent.duration, "duration")
-        spend = -1 if intent.max_spend is None else round(intent.max_spend * CREDIT)
-        deadline = None if intent.deadline is None else units.to_ns(intent.deadline, "deadline")
-        ttl = units.to_ns(intent.ttl if intent.ttl is not None else self.ttl, "ttl")
+        c, d, k, nmin, nmax, dur, spend_or_none, deadline, ttl = intent_inputs(self, intent)
+        spend = -1 if spend_or_none is None else spend_or_none
         t = self._now()
         self._advance(t)
         return self._acquire_ns(c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, intent)

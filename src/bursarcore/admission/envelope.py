@@ -14,7 +14,8 @@ from ..errors import InvalidArgument
 from ..units import (MAX_AMOUNT, MAX_CREDITS, MAX_DURATION, MAX_SECONDS, MAX_TTL, MAX_UNITS,
                      MIN_DURATION)
 
-__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION", "MAX_GRID", "quote_grid"]
+__all__ = ["Envelope", "Pool", "Intent", "UNLIMITED", "MAX_DURATION", "MAX_GRID", "quote_grid",
+           "intent_inputs"]
 
 MAX_GRID = 1_000_000                # cells of one quote
 
@@ -385,3 +386,27 @@ def quote_grid(sizes: Any, durations: Any) -> tuple[np.ndarray, np.ndarray]:
         raise InvalidArgument("sizes", f"sizes x durations must be at most {MAX_GRID:,} "
                               "cells", (sz.size, du.size))
     return sz, du
+
+
+_MICRO = 1_000_000                   # micro-credits per credit (admission.state.CREDIT)
+
+
+def intent_inputs(b: Any, intent: Any) -> tuple[int, int, int, int, int, int, int | None,
+                                                 int | None, int]:
+    """An intent's inputs at broker ``b`` (either backend), checked at the edge: its
+    campaign's row, dimension, class row, min and max units, duration (ns), max_spend
+    (micro-credits, or None), deadline (ns, or None) and ttl (ns; ``b.ttl`` by default).
+    Raises :class:`InvalidArgument` (or ``UnknownCampaign``) naming the field."""
+    if not isinstance(intent, Intent):
+        raise InvalidArgument("intent", "must be an Intent", intent)
+    c = b.campaign_index(intent.campaign)
+    d = b._dim_index.get(intent.dim)
+    if d is None:
+        raise InvalidArgument("units", f"dimension must be one of {b.dims}", intent.dim)
+    k = b._class_of(intent.campaign, intent.service_class)
+    nmin, nmax = intent.bounds
+    dur = units.to_ns(intent.duration, "duration")
+    spend = None if intent.max_spend is None else round(intent.max_spend * _MICRO)
+    deadline = None if intent.deadline is None else units.to_ns(intent.deadline, "deadline")
+    ttl = units.to_ns(intent.ttl if intent.ttl is not None else b.ttl, "ttl")
+    return c, d, k, nmin, nmax, dur, spend, deadline, ttl

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import units
 from ..admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
-from ..admission.envelope import MAX_DURATION, Envelope, Intent, Pool
+from ..admission.envelope import MAX_DURATION, Envelope, Intent, Pool, intent_inputs
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownCampaign, UnknownLease
 from ..journal.base import Journal
@@ -505,18 +505,7 @@ class BrokerCore:
     def acquire(self, intent: Intent) -> Any:
         """SPEC §4: decide an intent now: granted, pending or refused with a reason."""
         try:
-            if not isinstance(intent, Intent):
-                raise InvalidArgument("intent", "must be an Intent", intent)
-            c = self.campaign_index(intent.campaign)
-            d = self._dim_index.get(intent.dim)
-            if d is None:
-                raise InvalidArgument("units", f"dimension must be one of {self.dims}", intent.dim)
-            k = self._class_of(intent.campaign, intent.service_class)
-            nmin, nmax = intent.bounds
-            dur = units.to_ns(intent.duration, "duration")
-            spend = None if intent.max_spend is None else round(intent.max_spend * CREDIT)
-            deadline = None if intent.deadline is None else units.to_ns(intent.deadline, "deadline")
-            ttl = units.to_ns(intent.ttl if intent.ttl is not None else self.ttl, "ttl")
+            c, d, k, nmin, nmax, dur, spend, deadline, ttl = intent_inputs(self, intent)
             t = self._now()
             self._advance(t)
             return self._decide(c, d, k, nmin, nmax, dur, spend, deadline, ttl, t)
