@@ -225,6 +225,11 @@ class PendingQueue:
         if c in self.wown:
             self.ended.add(c)
 
+    def leases_ended(self, campaigns: list[int]) -> None:
+        """:meth:`lease_ended` for each of ``campaigns``."""
+        if self.wown:
+            self.ended.update(self.wown.keys() & set(campaigns))
+
     def _wpush(self, h: list[_Watch], thr: int, q: _PKey) -> None:
         self.wseq += 1
         self.wlive += 1

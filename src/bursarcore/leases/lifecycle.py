@@ -21,7 +21,7 @@ from ..admission.state import (ACTIVE, CAPACITY, CREDIT, DEADLINE, LEASE_STATES,
 from ..errors import InvalidArgument, UnknownLease
 from ..journal import records as J
 from .._brokerbase import _EV_ACTIVATE, _EV_PENDING, _EV_REVOKE, NS, BrokerBase, _op
-from .types import Event, Lease
+from .types import Event, Lease, expired_event
 
 __all__ = ["LifecycleMixin"]
 
@@ -66,23 +66,26 @@ class LifecycleMixin(BrokerBase):
     def _expire_quiet(self, t: int) -> int:
         """:meth:`_expire_until` with no journal and no subscriber: the expired leases in
         blocks, each block's rows read at once (nothing can reuse a row before its event is
-        built), their events queued in expiry order as ``_emit`` would queue them."""
+        built), the victim sets and the queue's watches told per block, and the events
+        queued in expiry order as ``_emit`` would queue them."""
         k, st, buf = self._k, self.st, self._expired_buf
-        names, opp, rev, events = self._names, self._opp_active, self._revoking, self._cur.events
-        ended = self._queue.lease_ended
+        names, events = self._names, self._cur.events
         total = 0
         while True:
             m: int = k.advance(st, t, buf)
             if m:
                 lids = buf[:m]
                 rows = lids & ROW_MASK
-                for lid, d, c, end, n in zip(lids.tolist(), st.dim[rows].tolist(),
-                                             st.camp[rows].tolist(), st.t_end[rows].tolist(),
-                                             st.units[rows].tolist()):
-                    opp[d].discard(lid)
-                    rev[d].discard(lid)
-                    ended(c)
-                    events.append(Event("expired", end / NS, names[c], lease_id=lid, units=n))
+                dims = st.dim[rows]
+                ids, camps = lids.tolist(), st.camp[rows].tolist()
+                for d in np.unique(dims).tolist():
+                    mine = ids if len(self.dims) == 1 else lids[dims == d].tolist()
+                    self._opp_active[d].difference_update(mine)
+                    self._revoking[d].difference_update(mine)
+                self._queue.leases_ended(camps)
+                events.extend([expired_event(end / NS, names[c], lid, n) for lid, c, end, n
+                               in zip(ids, camps, st.t_end[rows].tolist(),
+                                      st.units[rows].tolist())])
                 self._purge_retired()
             total += m
             if m < buf.shape[0]:

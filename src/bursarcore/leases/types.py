@@ -8,10 +8,10 @@ the contract with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["Lease", "Event"]
+__all__ = ["Lease", "Event", "expired_event"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +120,24 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_new = object.__new__
+_set_kind, _set_time, _set_campaign, _set_lease, _set_intent, _set_deadline, _set_reason, \
+    _set_units = (Event.__dict__[f.name].__set__ for f in fields(Event))
+
+
+def expired_event(time: float, campaign: str, lease_id: int, units: int) -> Event:
+    """``Event("expired", time, campaign, lease_id=lease_id, units=units)``, the same
+    object, set slot by slot: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, which costs twice as much, and expiries come by the thousand."""
+    ev = _new(Event)
+    _set_kind(ev, "expired")
+    _set_time(ev, time)
+    _set_campaign(ev, campaign)
+    _set_lease(ev, lease_id)
+    _set_intent(ev, None)
+    _set_deadline(ev, None)
+    _set_reason(ev, None)
+    _set_units(ev, units)
+    return ev
