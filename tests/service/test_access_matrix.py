@@ -173,6 +173,11 @@ def test_operator_only_endpoints_forbid_campaign_tokens(world):
             assert r.json() == {"detail": "operator token required"}
     r = _call(http, tok["operator"], "GET", "/v1/state", None)
     assert r.status_code == 200 and set(r.json()["campaigns"]) == {"alpha", "beta", "gamma"}
+    full = r.json()
+    r = _call(http, tok["operator"], "GET", "/v1/state?leases=false", None)
+    assert r.status_code == 200 and r.json()["leases"] == [] and full["leases"]
+    r = _call(http, tok["alpha"], "GET", "/v1/state?leases=false", None)
+    assert r.status_code == 403
 
 
 def test_missing_or_wrong_token_is_401(world):

@@ -521,3 +521,17 @@ def test_a_huge_max_does_not_size_the_slot_arena(eb):
         == [("granted", 16)]
     if size is not None:
         assert b.st.arena.shape[0] == size
+
+
+# ---------------------------------------------------------------- state without leases
+def test_state_without_leases_is_state_less_its_lease_list(eb):
+    """``state(leases=False)``: what a metrics scrape reads, the same picture without the
+    lease list (whose size grows with the leases, not the campaigns)."""
+    b = mk(eb)
+    b.register("a", storm_env())
+    assert b.acquire(Intent("a", {"gpu": 8}, duration=60.0)).granted
+    assert b.acquire(Intent("a", {"gpu": 4}, duration=30.0)).granted
+    full, lean = b.state(), b.state(leases=False)
+    assert len(full["leases"]) == 2 and lean["leases"] == []
+    assert {k: v for k, v in full.items() if k != "leases"} == \
+        {k: v for k, v in lean.items() if k != "leases"}

@@ -162,8 +162,10 @@ class SignalsMixin(BrokerBase):
         return _explain(rec)
 
     @_op
-    def state(self) -> dict[str, Any]:
-        """A JSON-serialisable picture of the broker: pool, campaigns, leases, pending."""
+    def state(self, *, leases: bool = True) -> dict[str, Any]:
+        """A JSON-serialisable picture of the broker: pool, campaigns, leases (an empty list
+        with ``leases=False``: what a metrics scrape reads, whatever the number of leases),
+        pending."""
         t = self._now()
         self._advance(t)
         st, k = self.st, self._k
@@ -205,4 +207,5 @@ class SignalsMixin(BrokerBase):
                     env["burst"] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
                                     for dd, v in env["burst"].items()}
         return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
-                "leases": [l.to_dict() for l in self.leases()], "pending": self.pending()}
+                "leases": [l.to_dict() for l in self.leases()] if leases else [],
+                "pending": self.pending()}

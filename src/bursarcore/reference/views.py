@@ -500,8 +500,9 @@ class BrokerViews(BrokerCore):
         return explain(rec)
 
     # ------------------------------------------------------------------ introspection
-    def state(self) -> dict[str, Any]:
-        """A JSON-serialisable picture of the broker: pool, campaigns, leases, pending."""
+    def state(self, *, leases: bool = True) -> dict[str, Any]:
+        """A JSON-serialisable picture of the broker: pool, campaigns, leases (an empty list
+        with ``leases=False``), pending."""
         try:
             t = self._now()
             self._advance(t)
@@ -537,9 +538,9 @@ class BrokerViews(BrokerCore):
                                              else c.hold[d].minted / NS)
                                         for d, dn in enumerate(self.dims)},
                     "envelope": env}
-            leases = [self._snapshot(x).to_dict() for x in self._leases.live()]
+            held = [self._snapshot(x).to_dict() for x in self._leases.live()] if leases else []
             return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
-                    "leases": leases, "pending": self.pending()}
+                    "leases": held, "pending": self.pending()}
         finally:
             self._end_op()
 

@@ -756,9 +756,11 @@ def create_app(service: BrokerService, tokens: TokenStore,
     # ------------------------------------------------------------------ operator
     @app.get("/v1/state", responses=_OPERATOR, tags=["operator"],
              response_model=dict[str, Any])
-    async def state(p: Op) -> dict:
+    async def state(p: Op, leases: Annotated[bool, Query(
+            description="list every live lease (false: an empty list; what a dashboard "
+                        "polling a broker with many leases asks for)")] = True) -> dict:
         """The whole broker: pool, campaigns, leases, pending (operator)."""
-        return json_safe(await service.call(broker.state))
+        return json_safe(await service.call(broker.state, leases=leases))
 
     @app.post("/v1/pool/{dim}/nodes", response_model=M.NodesAdded, responses=_OPERATOR,
               tags=["operator"])

@@ -89,7 +89,7 @@ class ServiceMetrics:
         svc = self.service
         if svc.failed is None:
             # state() may fire expiries (it moves broker time): an operation like any other
-            self._snapshot = await svc.call(svc.broker.state)
+            self._snapshot = await svc.call(svc.broker.state, leases=False)   # no lease list
         self._count_decisions()
         return generate_latest(self.registry)
 
