@@ -15,13 +15,21 @@ extensions built in place (``BURSAR_BUILD_ONLY=_engine,_acquire,_results python 
 build_ext --inplace``: the modules that compile the engine's rules). Workloads
 (``benchmarks/test_bench_engine.py``):
 
-- ``summary-batch``: ``admit_batch`` of 10,000 at 10,000 campaigns, every intent granted,
-  the lease store grown beforehand (so no round pays for a growth);
+- ``summary-batch``: ``admit_batch`` at 10,000 campaigns, every intent granted, the lease
+  store grown beforehand (so no round pays for a growth): a round is one batch of 10,000;
 - ``batch``: the realistic ``admit_batch`` of 10,000 plus ``poll()`` (expiries, pending);
 - ``summary-acquire``: 10,000 ``acquire`` calls at 10,000 campaigns plus ``poll()``;
 - ``acquire``: the realistic ``acquire`` (``test_acquire``) at 10,000 campaigns, 1,000
   calls plus ``poll()`` a round, the clock moving on every call past a standing pending
-  queue of ~60 keys (two rounds of traffic before timing).
+  queue of ~60 keys (two rounds of traffic before timing);
+- ``summary-batch-100``, ``batch-100``, ``summary-acquire-100``, ``acquire-100``: the same
+  at 100 campaigns (a batch is one intent per campaign: a round of the two batch workloads
+  is 100 batches of 100, the clock moving as at 10,000);
+- ``journal-memory``, ``journal-sqlite``: 5,000 ``acquire`` calls (2 GPUs for 5 s, 1,000
+  campaigns, the clock 10 ms on per call) plus ``sync()``, journaled in a ``MemoryJournal``
+  or a new ``SQLiteJournal`` (group commit of 4,096);
+- ``sim``: the default simulation (``python -m bursarcore simulate``: 7,200 simulated s,
+  journaled, no report), built and run from scratch each round.
 
 ``--engine cffi`` runs the new build's broker with ``BURSARCORE_BACKEND=cffi`` (its engine's
 kernels through the cffi binding) on the engine workloads.
@@ -63,38 +71,47 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
     import numpy as np
 
     import bursarcore
+    import bursarcore.broker
+    if not hasattr(bursarcore.broker, "BACKENDS"):    # an old build names only its ENGINES
+        bursarcore.broker.BACKENDS = tuple(bursarcore.broker.ENGINES)
     from test_bench_engine import STEP, intents, make_broker, summary_broker, warm
 
     if not bursarcore.__file__.startswith(os.path.abspath(src)):
         raise SystemExit(f"bursarcore imported from {bursarcore.__file__}, not {src}")
     rng = np.random.default_rng(seed)
-    if workload.startswith(("buckets-", "flow-")):
+    one = None
+    n = 100 if workload.endswith("-100") else N     # campaigns
+    per = N // n                                    # batches of n a round
+    workload = workload.removesuffix("-100")
+    if workload.startswith(("buckets-", "flow-", "journal-", "sim")):
         one = _small_workload(workload, rng, rounds)
     elif workload == "summary-batch":
-        b = summary_broker("compiled", N)
+        b = summary_broker("compiled", n)
         b.st.grow_leases(rounds * N + 2 * N)
-        u = np.full(N, 2, dtype=np.int64)
-        work = [rng.integers(0, N, N) for _ in range(rounds)]
+        u = np.full(n, 2, dtype=np.int64)
+        work = [rng.integers(0, n, n) for _ in range(rounds * per)]
         clock = {"t": 0.0}
 
         def one(i):
-            clock["t"] += 0.01
-            b.admit_batch(work[i], u, 5.0, now=clock["t"])
+            for w in work[i * per:(i + 1) * per]:
+                clock["t"] += 0.01 / per
+                b.admit_batch(w, u, 5.0, now=clock["t"])
     elif workload == "batch":
-        b, rng = make_broker("compiled", N, seed=7 + seed)
-        clock = {"t": warm(b, rng, N)}
-        work = [intents(rng, N, N) for _ in range(rounds)]
+        b, rng = make_broker("compiled", n, seed=7 + seed)
+        clock = {"t": warm(b, rng, n)}
+        work = [intents(rng, n, n) for _ in range(rounds * per)]
 
         def one(i):
-            clock["t"] += STEP
-            b.admit_batch(*work[i], now=clock["t"])
-            b.poll()
+            for w in work[i * per:(i + 1) * per]:
+                clock["t"] += STEP
+                b.admit_batch(*w, now=clock["t"])
+                b.poll()
     elif workload == "summary-acquire":
         from bursarcore import Intent
-        b = summary_broker("compiled", N)
+        b = summary_broker("compiled", n)
         names = b.campaigns
         calls = [Intent(names[c], {"gpu": 2}, duration=5.0)
-                 for c in rng.integers(0, N, N * (rounds + 2)).tolist()]
+                 for c in rng.integers(0, n, N * (rounds + 2)).tolist()]
         acquire, advance = b.acquire, b.clock.advance
 
         def one(i):
@@ -108,13 +125,13 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
     elif workload == "acquire":
         from bursarcore import Intent
         from test_bench_engine import CALLS_SINGLE
-        b, rng = make_broker("compiled", N, seed=7 + seed)
-        warm(b, rng, N)
-        ci, u, dur = intents(rng, N, CALLS_SINGLE * (rounds + 2))
+        b, rng = make_broker("compiled", n, seed=7 + seed)
+        warm(b, rng, n)
+        ci, u, dur = intents(rng, n, CALLS_SINGLE * (rounds + 2))
         names = b.campaigns
         calls = [Intent(names[c], {"gpu": (int(lo), int(hi))}, duration=float(d))
                  for c, (lo, hi), d in zip(ci.tolist(), u.tolist(), dur.tolist())]
-        acquire, advance, dt = b.acquire, b.clock.advance, STEP / N
+        acquire, advance, dt = b.acquire, b.clock.advance, STEP / n
 
         def one(i):
             for intent in calls[(i + 2) * CALLS_SINGLE:(i + 3) * CALLS_SINGLE]:
@@ -123,7 +140,7 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
             b.poll()
         one(-2)
         one(-1)
-    elif not workload.startswith(("buckets-", "flow-")):
+    elif one is None:
         raise SystemExit(f"unknown workload {workload!r}")
     print("ready", flush=True)
     for i in range(rounds):
@@ -164,6 +181,43 @@ def _small_workload(workload: str, rng, rounds: int):
         def one(i):
             clock["t"] += 0.01
             fe.consume_batch(work[i % 2], 0, amounts, clock["t"])
+    elif base.startswith("journal-"):
+        import atexit
+        import shutil
+        import tempfile
+        from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+        from bursarcore.journal import MemoryJournal, SQLiteJournal
+        if base == "journal-memory":
+            journal = MemoryJournal()
+        else:   # a new file: the current build asks for create=True, the old one has no such flag
+            d = tempfile.mkdtemp()
+            atexit.register(shutil.rmtree, d, True)
+            path = os.path.join(d, "j.db")
+            try:
+                journal = SQLiteJournal(path, batch=4096, create=True)
+            except TypeError:
+                journal = SQLiteJournal(path, batch=4096)
+        b = Broker(Pool(gpu=1_000_000), clock=ManualClock(0.0), journal=journal)
+        for c in range(1000):
+            b.register(f"c{c}", Envelope(credits=float("inf"), sustained={"gpu": 100},
+                                         ceiling={"gpu": 1000}, burst={"gpu": 1e6}))
+        b.sync()
+        calls = [Intent(f"c{c}", {"gpu": 2}, duration=5.0)
+                 for c in rng.integers(0, 1000, 5000 * (rounds + 2)).tolist()]
+
+        def one(i):
+            for intent in calls[(i + 2) * 5000:(i + 3) * 5000]:
+                b.clock.advance(0.01)
+                b.acquire(intent)
+            b.sync()
+        one(-2)
+        one(-1)
+    elif base == "sim":
+        from bursarcore.sim import Simulation, load_scenario
+        sc = load_scenario("default")
+
+        def one(i):
+            Simulation(sc).run()
     else:
         raise SystemExit(f"unknown workload {workload!r}")
     return one
@@ -181,6 +235,8 @@ def main() -> None:
     ap.add_argument("b", help="the src directory of the second (new) build")
     ap.add_argument("--workload", default="summary-batch",
                     choices=("summary-batch", "batch", "summary-acquire", "acquire",
+                             "summary-batch-100", "batch-100", "summary-acquire-100",
+                             "acquire-100", "journal-memory", "journal-sqlite", "sim",
                              "buckets-batch", "buckets-single", "flow-batch"))
     ap.add_argument("--buckets", default="cython", choices=("cython", "cffi"),
                     help="the new build's bucket class (buckets-* workloads; the old build's "
@@ -202,7 +258,8 @@ def main() -> None:
     ta, tb, ratio = [], [], []
     for seed in range(args.pairs):
         env_b = dict(os.environ)
-        if args.engine == "cffi" and not args.workload.startswith(("buckets-", "flow-")):
+        if args.engine == "cffi" and not args.workload.startswith(("buckets-", "flow-",
+                                                                      "journal-", "sim")):
             env_b["BURSARCORE_BACKEND"] = "cffi"
         ps = [subprocess.Popen([sys.executable, __file__, "x", "x", "--child", src,
                                 side, str(args.rounds), str(seed)],

@@ -8,7 +8,7 @@ the contract with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = ["Lease", "Event", "expired_event"]
@@ -74,7 +74,9 @@ class Lease:
     slots: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The fields by name, placement and slots as lists (JSON's shapes); what
+        ``dataclasses.asdict`` gives, without its recursive copy of every atom."""
+        d = {name: getattr(self, name) for name in _LEASE_FIELDS}
         d["placement"] = [list(p) for p in self.placement]
         d["slots"] = list(self.slots)
         return d
@@ -119,9 +121,12 @@ class Event:
     units: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields by name (every one an atom): ``dataclasses.asdict``'s result."""
+        return {name: getattr(self, name) for name in _EVENT_FIELDS}
 
 
+_LEASE_FIELDS = tuple(f.name for f in fields(Lease))
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
 _new = object.__new__
 _set_kind, _set_time, _set_campaign, _set_lease, _set_intent, _set_deadline, _set_reason, \
     _set_units = (Event.__dict__[f.name].__set__ for f in fields(Event))
