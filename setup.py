@@ -30,8 +30,9 @@ CORE_HEADERS = sorted(glob.glob(f"{CORE}/include/*.h") + glob.glob(f"{CORE}/src/
                       + glob.glob(f"{CORE}/src/*.c"))
 # Cython modules that bind the core: each includes what it uses (the whole core as
 # core/src/unity.c, or the inline rules of a header), so the compiler can inline it;
-# _acquire and _results cimport the engine's declarations (_engine.pxd, over engine.h)
-BINDS_CORE = {"_buckets", "_flow", "_engine", "_acquire", "_results"}
+# _acquire and _results cimport the engine's declarations (_engine.pxd, over engine.h);
+# _journalfill reads the public header's codes
+BINDS_CORE = {"_buckets", "_flow", "_engine", "_acquire", "_results", "_journalfill"}
 LIBRARY = "bursarcore.core.libbursarcore"
 
 extra = ["-O3"] if os.name != "nt" else ["/O2"]

@@ -30,7 +30,7 @@ from libc.math cimport rint, isfinite, fabs
 from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_advance,
                        k_cong_mult, k_decide, k_dim_figures, k_free, k_reusable,
                        k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
-                       RANK, ROW_MASK, R_CAPACITY, R_TOKENS)
+                       RANK, ROW_MASK, R_CAPACITY, R_TOKENS, BC_LIMITS)
 from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_set,
                         MAKER_MAX, RUN_W)
 from .admission import state as _state
@@ -498,7 +498,7 @@ cdef class FastAcquire:
         """The rest of ``acquire`` with a journal (validated, nothing changed yet): the
         records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
         does at the end of an operation (``journal.end_op``)."""
-        cdef object dec, name, deficit, l0, l1, l2, l3, lease_obj, retry, x
+        cdef object dec, name, deficit, lims, lease_obj, retry, x
         cdef object iid_obj, lid_obj
         cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
         retry = None
@@ -543,10 +543,7 @@ cdef class FastAcquire:
                 _raise(err)
             i = c * e.D + d
             tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
-            l0 = imin(dc.lim_ceil, MAXV)
-            l1 = imin(dc.lim_cap, MAXV)
-            l2 = imin(dc.lim_tok, MAXV)
-            l3 = _pyint(dc.lim_cred if dc.lim_cred < MAXV else MAXV)
+            lims = tuple([imin(dc.lim[li], MAXV) for li in range(BC_LIMITS)])
             # -- Broker._decide_one
             name = self.names[c]
             if has_dl and dl < t:
@@ -599,8 +596,8 @@ cdef class FastAcquire:
             seq = jn.next_seq
             self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
                             nmax, dur, spend, _dl_field(has_dl, dl), ttl, units, lease, iid,
-                            cost, deficit, tb, cb, fr, un, l0, l1, l2, l3, e.cd[i].T, e.cr[c].left,
-                            e.cd[i].H))
+                            cost, deficit, tb, cb, fr, un) + lims + (e.cd[i].T, e.cr[c].left,
+                                                                    e.cd[i].H))
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:

@@ -233,18 +233,17 @@ def cost(n: int, dur: int, pm: int) -> int:
 
 
 def decide(st: Any, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_spend: int,
-           t: int) -> tuple[int, int, int, int, tuple[int, int, int, int]]:
+           t: int) -> tuple[int, int, int, int, tuple[int, ...]]:
     """Size an intent (SPEC §4.4); the core's ``k_decide``."""
     x = _ctx(st)
     _cd(x, c, d)
     _kk(x, k)
-    out = ffi.new("int64_t[7]")
-    cred = ffi.new("bce_wide *")
-    err = lib.bce_decide(x.e, c, d, k, nmin, nmax, dur, max_spend, t, out, cred)
+    out = ffi.new("int64_t[]", 4 + lib.BC_LIMITS)
+    err = lib.bce_decide(x.e, c, d, k, nmin, nmax, dur, max_spend, t, out)
     if err:
         raise engine_error(err)
     return (int(out[0]), int(out[1]), int(out[2]), int(out[3]),
-            (int(out[4]), int(out[5]), int(out[6]), _wide(cred[0])))
+            tuple(int(out[4 + i]) for i in range(lib.BC_LIMITS)))
 
 
 def decide_keys(st: Any, keys: Any, t: int, out_reason: Any) -> int:

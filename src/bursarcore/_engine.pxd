@@ -46,6 +46,10 @@ cdef extern from "engine.h" nogil:
         R_TOKENS "BC_REASON_TOKENS"
         R_CREDITS "BC_REASON_CREDITS"
         R_CEILING "BC_REASON_CEILING"
+        NREASONS "BC_REASONS"
+    enum:
+        BC_LIMITS
+        LIMIT_CAPACITY "BC_LIMIT_CAPACITY"
     enum:
         O_GRANTED "BC_GRANTED"
         O_REFUSED "BC_REFUSED"
@@ -119,9 +123,9 @@ cdef extern from "engine.h" nogil:
         int64_t* heap_t
         int64_t* heap_id
     ctypedef struct Dec "bc_dec":
-        int64_t n, reason, path, pm, lim_ceil, lim_cap, lim_tok
-        i128 lim_cred
-        int64_t lim_warm
+        int64_t n, reason, path, pm
+        int64_t lim[BC_LIMITS]       # the rules' limits, in BC_LIMIT_* order
+        int64_t warm
     ctypedef struct Memo "bc_memo":
         pass
 
@@ -143,8 +147,8 @@ cdef extern from "engine.h" nogil:
     int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
     int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
     i128 k_cost "bc_cost"(int64_t n, int64_t dur, int64_t pm)
-    bint mul_over "k_mul_over"(i128 a, i128 b, i128* r)
-    bint mul_over64 "k_mul_over64"(int64_t a, int64_t b, int64_t* r)
+    bint mul_over "bc_mul_over128"(i128 a, i128 b, i128* r)
+    bint mul_over64 "bc_mul_over64"(int64_t a, int64_t b, int64_t* r)
 
     # the engine's kernels (engine.h)
     void k_memo_init(Memo* mo)

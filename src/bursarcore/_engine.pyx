@@ -74,6 +74,7 @@ cdef i128 EXACT_DOUBLE = 1LL << 53     # integers a double holds exactly
 
 assert (_state.OK, _state.CAPACITY, _state.TOKENS, _state.CREDITS, _state.CEILING) == \
     (R_OK, R_CAPACITY, R_TOKENS, R_CREDITS, R_CEILING)
+assert (len(_state.REASONS), len(_state.LIMITS)) == (NREASONS, BC_LIMITS)
 assert (_state.GRANTED, _state.REFUSED, _state.SLOW) == (O_GRANTED, O_REFUSED, O_SLOW)
 assert (_state.STARTING, _state.ACTIVE, _state.REVOKING, _state.RELEASED, _state.EXPIRED,
         _state.REVOKED) == (L_STARTING, L_ACTIVE, L_REVOKING, L_RELEASED, L_EXPIRED, L_REVOKED)
@@ -324,8 +325,7 @@ def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t n
     cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r, NULL)
     if err:
         _raise(err)
-    return (r.n, r.reason, r.path, r.pm,
-            (r.lim_ceil, r.lim_cap, r.lim_tok, _pyint(r.lim_cred)))
+    return (r.n, r.reason, r.path, r.pm, tuple([r.lim[li] for li in range(BC_LIMITS)]))
 
 
 def decide_keys(st, keys, int64_t t, out_reason):

@@ -14,6 +14,10 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 cnp.import_array()
 
+cdef extern from "bursarcore.h":
+    enum:
+        BC_LIMITS       # the rules with a limit: a record's lim_* fields, in their order
+
 
 cdef packed struct Rec:
     int64_t seq
@@ -42,10 +46,7 @@ cdef packed struct Rec:
     int64_t credits_before
     int64_t free
     int64_t unmet
-    int64_t lim_ceiling
-    int64_t lim_capacity
-    int64_t lim_tokens
-    int64_t lim_credits
+    int64_t lim[BC_LIMITS]
     int64_t tokens_after
     int64_t credits_after
     int64_t held_after
@@ -72,11 +73,12 @@ def layout():
         "intent": <char*>&r.intent - b, "cost": <char*>&r.cost - b,
         "deficit": <char*>&r.deficit - b, "tokens_before": <char*>&r.tokens_before - b,
         "credits_before": <char*>&r.credits_before - b, "free": <char*>&r.free - b,
-        "unmet": <char*>&r.unmet - b, "lim_ceiling": <char*>&r.lim_ceiling - b,
-        "lim_capacity": <char*>&r.lim_capacity - b, "lim_tokens": <char*>&r.lim_tokens - b,
-        "lim_credits": <char*>&r.lim_credits - b, "tokens_after": <char*>&r.tokens_after - b,
+        "unmet": <char*>&r.unmet - b, "tokens_after": <char*>&r.tokens_after - b,
         "credits_after": <char*>&r.credits_after - b, "held_after": <char*>&r.held_after - b,
     }
+    from .admission.state import LIMITS
+    for q, name in enumerate(LIMITS):
+        off[f"lim_{name}"] = <char*>&r.lim[q] - b
     return sizeof(Rec), off
 
 
@@ -88,12 +90,13 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
                  const int64_t[:] rank, const double[::1] deficit, const int64_t[:] cost):
     """Write items j0..j0+m of a batch as ``acquire`` records into ``raw`` (the bytes of m
     rows); the arguments are validated by the Python wrapper, indices here."""
-    cdef Py_ssize_t m = raw.shape[0] // sizeof(Rec), i, j
+    cdef Py_ssize_t m = raw.shape[0] // sizeof(Rec), i, j, q
     cdef Rec* r = <Rec*>&raw[0] if m else NULL
     cdef const int64_t* x
     cdef int64_t c, k, lid, row
     cdef Py_ssize_t nc = deficit.shape[0], nk = rank.shape[0], nl = cost.shape[0]
-    if j0 < 0 or j0 + m > ci.shape[0] or j0 + m > rec.shape[0] or rec.shape[1] != 11:
+    if (j0 < 0 or j0 + m > ci.shape[0] or j0 + m > rec.shape[0]
+            or rec.shape[1] != 7 + BC_LIMITS):
         raise IndexError("fill_acquire: batch slice out of range")
     with nogil:
         for i in range(m):
@@ -139,13 +142,11 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
             r.credits_before = x[1]
             r.free = x[2]
             r.unmet = x[3]
-            r.lim_ceiling = x[4]
-            r.lim_capacity = x[5]
-            r.lim_tokens = x[6]
-            r.lim_credits = x[7]
-            r.tokens_after = x[8]
-            r.credits_after = x[9]
-            r.held_after = x[10]
+            for q in range(BC_LIMITS):
+                r.lim[q] = x[4 + q]
+            r.tokens_after = x[4 + BC_LIMITS]
+            r.credits_after = x[5 + BC_LIMITS]
+            r.held_after = x[6 + BC_LIMITS]
             r += 1
 
 

@@ -167,8 +167,7 @@ class AcquireMixin(BrokerBase):
         _, _, _, _, lims = kern.decide(st, c, d, k, nmin, nmax, dur, spend, t)
         row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])
         row["free"], row["unmet"] = kern.free_now(st, d), int(st.U[d])
-        row["lim_ceiling"], row["lim_capacity"], row["lim_tokens"], row["lim_credits"] = \
-            (min(x, MAXV) for x in lims)
+        row.update(zip(J.LIMIT_FIELDS, (min(x, MAXV) for x in lims)))
         return row
 
     def _record_decision(self, row: dict[str, Any], dec: "Decision", c: int, d: int) -> None:

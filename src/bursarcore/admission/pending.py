@@ -22,7 +22,8 @@ import numpy as np
 
 from ..admission.envelope import Intent
 from .. import units
-from ..admission.state import CAPACITY, CEILING, CREDITS, REASONS, RECLAIM, TOKENS
+from ..admission.state import (LIM_CAPACITY, LIM_CEILING, LIM_CREDITS, LIM_TOKENS,
+                               LIMIT_REASONS, REASONS, RECLAIM)
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -147,7 +148,7 @@ class PendingQueue:
 
     def add(self, iid: int, c: int, d: int, k: int, nmin: int, nmax: int, dur: int,
             spend: int, deadline: int | None, expires: int, reason: int,
-            request: Intent | None, lims: tuple[int, int, int, int], t: int) -> _Pending:
+            request: Intent | None, lims: tuple[int, ...], t: int) -> _Pending:
         """Queue an intent that a decision at t, in the state as it stands, failed at nmin
         (``lims``: that decision's limits)."""
         key = (c, d, k, dur, spend)
@@ -235,13 +236,15 @@ class PendingQueue:
         self.wlive += 1
         heapq.heappush(h, (thr, self.wseq, q.ver, q))
 
-    def file(self, q: _PKey, lims: tuple[int, int, int, int], t: int) -> None:
+    def file(self, q: _PKey, lims: tuple[int, ...], t: int) -> None:
         """File key q, which a decision at t in the state as it stands found below its
-        smallest nmin (``lims``: that decision's ceiling, capacity, tokens and credits
-        limits), under one limit that fails it, with that limit's watch."""
+        smallest nmin (``lims``: that decision's limits, in ``LIMITS`` order), under one
+        limit that fails it, with that limit's watch; a rule without a watch of its own
+        has its keys decided again at every pass."""
         st, k = self.b.st, self.b._k
         m = q.nmins[0]
-        lc, lcap, ltok, lcred = lims
+        lc, lcap, ltok, lcred = (lims[LIM_CEILING], lims[LIM_CAPACITY], lims[LIM_TOKENS],
+                                 lims[LIM_CREDITS])
         q.ver += 1
         c, d = q.c, q.d
         own = True
@@ -262,8 +265,11 @@ class PendingQueue:
                 own = False
             else:                                 # cap - F - U + unmet(c, d) >= m
                 self._wpush(self.wroom[d], m - k.unmet(st, c, d), q)
-        else:                                     # credits at a congestion-priced price
+        elif lcred < m:                           # credits at a congestion-priced price
             self._wpush(self.wprice[d], -k.congestion_mult(st, d), q)
+        else:                                     # another rule: decided again each pass
+            self._wake(q)
+            own = False
         if own:
             self.wlive += 1
             lst = self.wown.get(c)
@@ -532,7 +538,6 @@ class PendingQueue:
         that the next pass could grant, the tightest rule). Its key's limits are the same
         for all its intents: one decision per key."""
         st, decide, t = self.b.st, self.b._k.decide, self.b._cur.t
-        codes = (CEILING, CAPACITY, TOKENS, CREDITS)
         why: dict[_PKey, int] = {}
         out = []
         for p in ps:
@@ -541,7 +546,8 @@ class PendingQueue:
             if r is None:
                 _, _, _, _, lims = decide(st, q.c, q.d, q.k, 1, 1, q.dur, q.spend, t)
                 bound = max(0, min(lims))
-                r = why[q] = next(code for code, lim in zip(codes, lims) if lim <= bound)
+                r = why[q] = next(code for code, lim in zip(LIMIT_REASONS, lims)
+                                  if lim <= bound)
             out.append(r)
         return out
 

@@ -21,19 +21,25 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EngineState", "wrap", "REASONS", "LEASE_STATES", "PATHS", "MAXV", "HOUR_NS", "PPM",
-           "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
+from .. import _abi
+
+__all__ = ["EngineState", "wrap", "REASONS", "LIMITS", "LIMIT_REASONS", "LEASE_STATES", "PATHS",
+           "MAXV", "HOUR_NS", "PPM", "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
 
 MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
 HOUR_NS = 3_600_000_000_000
 PPM = 1_000_000
 CREDIT = 1_000_000                # micro-credits per credit
 
-# reason codes (index into REASONS); 0 = none
+# reason codes (index into REASONS; 0 = none) and the rules with a limit, in the order a
+# refusal names them (LIMITS, each decided as reason LIMIT_REASONS[i]): the core's header's
+REASONS, LIMITS, LIMIT_REASONS = _abi.REASONS, _abi.LIMITS, _abi.LIMIT_REASONS
 (OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID, UNKNOWN_CAMPAIGN, CANCELLED,
- PENDING_LIMIT) = range(11)
-REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
-           "unknown_campaign", "cancelled", "pending_limit")
+ PENDING_LIMIT) = (REASONS.index(r) for r in (
+    "", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
+    "unknown_campaign", "cancelled", "pending_limit"))
+LIM_CEILING, LIM_CAPACITY, LIM_TOKENS, LIM_CREDITS = (
+    LIMITS.index(r) for r in ("ceiling", "capacity", "tokens", "credits"))
 # kernel outcomes of admit/admit_batch items
 GRANTED, REFUSED, SLOW = 0, 1, 2
 # lease states

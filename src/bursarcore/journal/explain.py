@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._abi import LIMITS
+
 __all__ = ["explain"]
 
 _BIG = 1 << 61
@@ -104,8 +106,7 @@ def explain(rec: dict[str, Any]) -> str:
 
 
 def _because(rec: dict, dim: str, granted: bool = False) -> str:
-    lims = {"ceiling": rec["lim_ceiling"], "capacity": rec["lim_capacity"],
-            "tokens": rec["lim_tokens"], "credits": rec["lim_credits"]}
+    lims = {name: rec[f"lim_{name}"] for name in LIMITS}
     reason = rec["reason"]
     if granted or not reason:
         reason = min(lims, key=lambda k: lims[k])
@@ -139,6 +140,8 @@ def _because(rec: dict, dim: str, granted: bool = False) -> str:
     if reason == "pending_limit":
         return ("the campaign already has as many intents waiting in the pending queue as "
                 "its cap (max_pending) allows.")
+    if reason in lims:
+        return f"the {reason} rule binds — it allows at most {_u(n)} {dim} here."
     return f"rule {reason}."
 
 

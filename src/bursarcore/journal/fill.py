@@ -3,8 +3,8 @@ and a compiled twin (``bursarcore._journalfill``) that must produce the same byt
 
 :func:`fill_acquire` writes the ``acquire`` records of a batch's items (the ones the
 compiled admission loop decided) straight from the loop's per-item outputs — the rule
-inputs and state after in ``rec`` (``REC_WIDTH`` = 11 columns: tokens, credits, free,
-unmet, the four limits, then tokens, credits and held after) — into rows a sink handed
+inputs and state after in ``rec`` (``REC_WIDTH`` columns: tokens, credits, free,
+unmet, the rules' limits in their order, then tokens, credits and held after) — into rows a sink handed
 out with :meth:`~bursarcore.journal.Journal.reserve`. Each record equals, field for
 field, what the single path (``Broker._acquire_ns``, which replay uses) writes.
 
@@ -22,17 +22,16 @@ import zlib
 import numpy as np
 
 from .. import _backend
-from .records import DEFAULTS, FIELDS, OP, RECORD_DTYPE, RECORD_FIELDS
+from .records import DEFAULTS, FIELDS, LIMIT_FIELDS, OP, RECORD_DTYPE, RECORD_FIELDS
 from .records import as_tuple as reference_as_tuple
 
 __all__ = ["fill_acquire", "crc32_rows", "as_tuple", "pack_tuples", "reference_fill_acquire",
            "reference_crc32_rows", "reference_as_tuple", "reference_pack_tuples", "BACKEND",
            "REC_WIDTH"]
 
-REC_WIDTH = 11
-_REC_FIELDS = ("tokens_before", "credits_before", "free", "unmet", "lim_ceiling",
-               "lim_capacity", "lim_tokens", "lim_credits", "tokens_after", "credits_after",
-               "held_after")
+_REC_FIELDS = ("tokens_before", "credits_before", "free", "unmet", *LIMIT_FIELDS,
+               "tokens_after", "credits_after", "held_after")
+REC_WIDTH = len(_REC_FIELDS)
 _I64 = np.int64
 
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ..admission.state import REASONS   # the reason codes' names, by code (one list)
+from ..admission.state import LIMITS, REASONS   # the core's reason codes and rules, by code
 
-__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "REASONS", "to_dict", "from_dict",
-           "new_rows", "deadline_field", "deadline_of"]
+__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "REASONS", "LIMIT_FIELDS",
+           "to_dict", "from_dict", "new_rows", "deadline_field", "deadline_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
        "activate", "release", "renew", "cancel", "advance", "consume", "add_nodes",
@@ -53,14 +53,16 @@ RECORD_DTYPE = np.dtype([
     ("units", "i8"), ("lease", "i8"), ("intent", "i8"), ("cost", "i8"),
     # rule inputs
     ("deficit", "f8"), ("tokens_before", "i8"), ("credits_before", "i8"), ("free", "i8"),
-    ("unmet", "i8"), ("lim_ceiling", "i8"), ("lim_capacity", "i8"), ("lim_tokens", "i8"),
-    ("lim_credits", "i8"),
+    ("unmet", "i8"),
+    # the limit each rule with one set on the size, in the order a refusal names them
+    *[(f"lim_{name}", "i8") for name in LIMITS],
     # state after
     ("tokens_after", "i8"), ("credits_after", "i8"), ("held_after", "i8"),
 ])
 # a structured dtype always has both (numpy's stubs type them as optional)
 assert RECORD_DTYPE.names is not None and RECORD_DTYPE.fields is not None
 FIELDS: tuple[str, ...] = RECORD_DTYPE.names
+LIMIT_FIELDS: tuple[str, ...] = tuple(f"lim_{name}" for name in LIMITS)
 RECORD_FIELDS = RECORD_DTYPE.fields     # name -> (dtype, byte offset)
 _NS = 1e9
 _MICRO = 1e6

@@ -18,10 +18,9 @@ from ..journal.base import Journal
 from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
-from .rules import (CAPACITY, CEILING, CREDIT, CREDITS, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
+from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
-                    congestion_multiplier, credit_limit, excess, lease_cost, token_limit,
-                    wrap)
+                    congestion_multiplier, excess, lease_cost, limits, never, wrap)
 
 __all__ = ["BrokerCore"]
 
@@ -451,39 +450,16 @@ class BrokerCore:
     # ------------------------------------------------------------------ the decision (§4.4)
     def _limits(self, c: Campaign, d: int, k: int, dur: int, spend: int | None, t: int) -> Limits:
         """What each rule allows one more lease of c for dur ns at t (SPEC §4.1–§4.4)."""
-        h, dim, cls = c.hold[d], self._dim[d], self._terms[k]
+        h = c.hold[d]
         h.settle(t, self._instant)
-        price = self._unit_price(d, k)
-        if cls.preemptible:
-            # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
-            warm = cap = dim.opportunistic_room()
-        else:
-            # SPEC §4.1: the others' unmet guarantees stay free; c's own may be used
-            firm = dim.firm_room() + h.unmet()
-            warm = min(dim.free_now(), firm)
-            cap = min(dim.reachable(), firm)
-        return Limits(ceiling=h.b - h.H,                                     # SPEC §4.4
-                      capacity=cap,
-                      tokens=token_limit(h.H, h.s, h.T, dur, self._instant),  # SPEC §4.2
-                      credits=credit_limit(c.left, dur, price, cls.free_when_broke, spend),
-                      warm=warm, price=price)
+        return limits(c, h, self._dim[d], self._terms[k], dur, spend, self._unit_price(d, k),
+                      self._instant)
 
     def _never(self, c: Campaign, d: int, k: int, nmin: int, dur: int, price: int) -> int:
         """SPEC §4.4: the rule by which an intent can never be met, else OK."""
-        h, dim, cls = c.hold[d], self._dim[d], self._terms[k]
-        if nmin > h.b:
-            return CEILING
-        if cls.preemptible:
-            if nmin > dim.cap - dim.headroom:
-                return CAPACITY
-        elif nmin > dim.cap - sum(o.hold[d].g for o in self._camps if o is not c):
-            return CAPACITY
-        if not self._instant and excess(0, nmin, h.s) * dur > h.B:
-            return TOKENS
-        if (price and not c.unlimited and not cls.free_when_broke
-                and lease_cost(nmin, dur, price) > c.left + c.escrow):
-            return CREDITS
-        return OK
+        others_g = sum(o.hold[d].g for o in self._camps if o is not c)
+        return never(c, c.hold[d], self._dim[d], self._terms[k], others_g, nmin, dur, price,
+                     self._instant)
 
     def _retry_after(self, c: Campaign, d: int, nmin: int, dur: int, reason: int) -> float | None:
         """SPEC §4.4: for tokens, until the refill covers the minimum (none while nothing

@@ -79,10 +79,7 @@ class JournalWriter:
         return {"rank": b._terms[k].rank, "deficit": self.deficits[c.index],
                 "tokens_before": c.hold[d].T, "credits_before": c.left,
                 "free": b._dim[d].free_now(), "unmet": b._dim[d].U,
-                "lim_ceiling": min(lim.ceiling, UNLIMITED),
-                "lim_capacity": min(lim.capacity, UNLIMITED),
-                "lim_tokens": min(lim.tokens, UNLIMITED),
-                "lim_credits": min(lim.credits, UNLIMITED)}
+                **{f"lim_{name}": min(v, UNLIMITED) for name, v in lim.by_rule.items()}}
 
     def acquire(self, dec: Any, before: dict[str, Any], c: int, d: int, k: int, nmin: int,
                 nmax: int, dur: int, spend: int | None, deadline: int | None, ttl: int, t: int,

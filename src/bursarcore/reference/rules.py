@@ -8,6 +8,10 @@ so these functions need no 128-bit care.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .leases import Campaign, Dimension, Holding
 
 NS = 1_000_000_000
 HOUR_NS = 3600 * NS
@@ -19,6 +23,9 @@ BIG = UNLIMITED                     # "no limit" for a rule that does not bind
 # reason codes, in the order and spelling of the journal's reason column (SPEC §4.4)
 REASONS = ("", "capacity", "tokens", "credits", "ceiling", "deadline", "ttl", "invalid",
            "unknown_campaign", "cancelled", "pending_limit")
+# the rules with a limit, in the order a refusal names them (SPEC §4.4); each one, when it
+# binds, is decided as the reason of its name
+LIMIT_RULES = ("ceiling", "capacity", "tokens", "credits")
 OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID = range(8)
 CANCELLED, PENDING_LIMIT = 9, 10
 WARM, RECLAIM, COLD = 0, 1, 2
@@ -59,37 +66,80 @@ class ClassTerms:
 class Limits:
     """The most units each rule lets one more lease have (SPEC §4.4), and its price.
 
-    ``capacity`` counts units a reclaim could reach, ``warm`` only the units free now."""
-    ceiling: int
-    capacity: int
-    tokens: int
-    credits: int
+    ``by_rule``: each rule of :data:`LIMIT_RULES`, in that order, with its limit (the
+    capacity rule counts units a reclaim could reach); ``warm``: the units free now."""
+    by_rule: dict[str, int]
     warm: int
     price: int              # micro-credits per unit-hour, the class and congestion applied
 
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.ceiling, self.capacity, self.tokens, self.credits)
+    def __post_init__(self) -> None:
+        assert tuple(self.by_rule) == LIMIT_RULES, tuple(self.by_rule)
+
+    @property
+    def capacity(self) -> int:
+        return self.by_rule["capacity"]
 
     def size(self, nmax: int) -> int:
         """SPEC §4.4: the largest n <= nmax every rule allows (0 if none)."""
-        return max(0, min(nmax, self.ceiling, self.capacity, self.tokens, self.credits))
+        return max(0, min(nmax, *self.by_rule.values()))
 
     def binding(self, n: int) -> int:
-        """SPEC §4.4: the first rule, in the order ceiling, capacity, tokens, credits,
-        whose limit is what held the size to n."""
-        for code, lim in ((CEILING, self.ceiling), (CAPACITY, self.capacity),
-                          (TOKENS, self.tokens), (CREDITS, self.credits)):
+        """SPEC §4.4: the first rule, in the order of :data:`LIMIT_RULES`, whose limit is
+        what held the size to n."""
+        for name, lim in self.by_rule.items():
             if lim <= n:
-                return code
+                return REASONS.index(name)
         return OK
+
+    def tightest(self) -> int:
+        """SPEC §4.4: the rule that binds a pending intent: the first at the smallest limit."""
+        return self.binding(max(0, min(self.by_rule.values())))
 
     def first_broken(self, n: int) -> int:
         """SPEC §8: the first rule, in the same order, that a request of exactly n breaks."""
-        for code, lim in ((CEILING, self.ceiling), (CAPACITY, self.capacity),
-                          (TOKENS, self.tokens), (CREDITS, self.credits)):
+        for name, lim in self.by_rule.items():
             if lim < n:
-                return code
+                return REASONS.index(name)
         return OK
+
+
+def limits(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, dur: int,
+           spend: int | None, price: int, instant: bool) -> Limits:
+    """What each rule allows one more lease of campaign c (holding h of dimension dim, in
+    class cls) for dur ns at ``price`` (SPEC §4.1–§4.4); h is settled to now."""
+    if cls.preemptible:
+        # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
+        warm = cap = dim.opportunistic_room()
+    else:
+        # SPEC §4.1: the others' unmet guarantees stay free; c's own may be used
+        firm = dim.firm_room() + h.unmet()
+        warm = min(dim.free_now(), firm)
+        cap = min(dim.reachable(), firm)
+    return Limits({"ceiling": h.b - h.H,                                     # SPEC §4.4
+                   "capacity": cap,
+                   "tokens": token_limit(h.H, h.s, h.T, dur, instant),       # SPEC §4.2
+                   "credits": credit_limit(c.left, dur, price, cls.free_when_broke, spend)},
+                  warm=warm, price=price)
+
+
+def never(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, others_g: int, nmin: int,
+          dur: int, price: int, instant: bool) -> int:
+    """SPEC §4.4: the rule by which an intent of at least nmin can never be met, even in
+    an otherwise empty pool with full buckets and escrow refunded, else OK (``others_g``:
+    the other campaigns' guarantees in dim)."""
+    if nmin > h.b:
+        return CEILING
+    if cls.preemptible:
+        if nmin > dim.cap - dim.headroom:
+            return CAPACITY
+    elif nmin > dim.cap - others_g:
+        return CAPACITY
+    if not instant and excess(0, nmin, h.s) * dur > h.B:
+        return TOKENS
+    if (price and not c.unlimited and not cls.free_when_broke
+            and lease_cost(nmin, dur, price) > c.left + c.escrow):
+        return CREDITS
+    return OK
 
 
 def token_limit(H: int, s: int, T: int, dur: int, instant: bool) -> int:

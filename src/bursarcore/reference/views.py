@@ -15,7 +15,7 @@ from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
 from .core import _REVOKE, BrokerCore
 from .leases import LIVE, LeaseRecord, inf_or
-from .rules import (CAPACITY, CEILING, COLD, CREDIT, CREDITS, NS, PATHS, PPM, REASONS, RECLAIM,
+from .rules import (CAPACITY, COLD, CREDIT, CREDITS, NS, PATHS, PPM, REASONS, RECLAIM,
                     TOKENS, UNLIMITED, WARM, excess, lease_cost, wrap)
 
 
@@ -56,15 +56,13 @@ class BrokerViews(BrokerCore):
 
     def pending(self, campaign: str | None = None) -> list[dict[str, Any]]:
         """The pending intents in arrival order, each with the rule that binds it now (the
-        first of ceiling, capacity, tokens, credits at the smallest limit; SPEC §4.4)."""
+        first rule at the smallest limit; SPEC §4.4)."""
         ci = None if campaign is None else self.campaign_index(campaign)
         ps = self._queue.all() if ci is None else self._queue.of_campaign(ci)
         out = []
         for p in ps:
             lim = self._limits(self._camps[p.campaign], p.dim, p.cls, p.dur, p.spend, self._t)
-            bound = max(0, min(lim.as_tuple()))
-            why = next(code for code, v in zip((CEILING, CAPACITY, TOKENS, CREDITS),
-                                               lim.as_tuple()) if v <= bound)
+            why = lim.tightest()
             out.append({"intent_id": p.intent_id, "campaign": self._camps[p.campaign].name,
                         "dim": self.dims[p.dim], "min": p.nmin, "max": p.nmax,
                         "duration": p.dur / NS, "reason": REASONS[why],

@@ -156,13 +156,35 @@ typedef struct bc_engine bc_engine;
 /* Outcomes of a request. */
 enum { BC_GRANTED = 0, BC_REFUSED = 1, BC_DEFERRED = 2 };
 
-/* Reasons (docs/spec.md §4.4): why a request was refused, or none. */
+/* Reasons (docs/spec.md §4.4), the codes of a decision's and a journal record's reason:
+ * why a request was refused or pends, or none. The core decides those of a rule's limit
+ * (below); the others are decided by the policy layer above it. Each name, lower-cased,
+ * is the reason's name in every binding and in the journal. */
 enum {
     BC_REASON_NONE = 0,
     BC_REASON_CAPACITY = 1,
     BC_REASON_TOKENS = 2,
     BC_REASON_CREDITS = 3,
-    BC_REASON_CEILING = 4
+    BC_REASON_CEILING = 4,
+    BC_REASON_DEADLINE = 5,
+    BC_REASON_TTL = 6,
+    BC_REASON_INVALID = 7,
+    BC_REASON_UNKNOWN_CAMPAIGN = 8,
+    BC_REASON_CANCELLED = 9,
+    BC_REASON_PENDING_LIMIT = 10,
+    BC_REASONS = 11             /* the number of reason codes */
+};
+
+/* The rules whose limits size a request (docs/spec.md §4.4), in the order a refusal names
+ * them: a request is refused (or pends) for the first rule, in this order, whose limit held
+ * its size below its minimum. BC_LIMIT_X is decided as reason BC_REASON_X; a journal
+ * record keeps the limits in this order (lim_x). */
+enum {
+    BC_LIMIT_CEILING = 0,
+    BC_LIMIT_CAPACITY = 1,
+    BC_LIMIT_TOKENS = 2,
+    BC_LIMIT_CREDITS = 3,
+    BC_LIMITS = 4               /* the number of rules with a limit */
 };
 
 /* Lease states (docs/spec.md §4.6). */

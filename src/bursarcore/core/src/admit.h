@@ -60,9 +60,8 @@ static inline int k_quote_cell(bc_eng *e, int64_t c, int64_t d, int64_t k, int64
     if (err)
         return err;
     *charge = k_charge(e, c, e->cls + k * BC_K_NCOL, bc_cost(n, dur, r.pm));
-    *path = n <= r.lim_warm ? BC_P_WARM : n <= r.lim_cap ? BC_P_RECLAIM : BC_P_COLD;
-    *reason = r.lim_ceil < n ? BC_REASON_CEILING : r.lim_cap < n ? BC_REASON_CAPACITY
-        : r.lim_tok < n ? BC_REASON_TOKENS : r.lim_cred < n ? BC_REASON_CREDITS : BC_REASON_NONE;
+    *path = n <= r.warm ? BC_P_WARM : n <= r.lim[BC_LIMIT_CAPACITY] ? BC_P_RECLAIM : BC_P_COLD;
+    *reason = bc_first_broken(r.lim, n);
     return 0;
 }
 
@@ -137,7 +136,7 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
         err = k_room(e, d, r.n, 1, 1);
         if (err == 0 && e->scal[3] >= e->HC)
             return BC_E_HEAPFULL;
-        if (priced && r.lim_cap < nmax && r.n < nmax)
+        if (priced && r.lim[BC_LIMIT_CAPACITY] < nmax && r.n < nmax)
             k_shortfall_m(e, d, nmax - r.n, mo);
         if (err)
             return err;
@@ -163,15 +162,15 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
  * index, nothing of it changed but the settle) or fails (an error code in *err: returns its
  * index). Outputs per item: units (on), reason (orz), lease id or -1 (ol). The intent id
  * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
- * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the four
- * limits (capped at BC_MAXV) before, and tokens, credits left and holding after. */
+ * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
+ * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after. */
 static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks,
                               const int64_t *dims, const int64_t *nmins, const int64_t *nmaxs,
                               const int64_t *durs, int64_t t, int64_t intent0, int64_t *on,
                               int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
                               int64_t *rec)
 {
-    int64_t buf[4] = {0, 0, 0, 0}, before[8] = {0, 0, 0, 0, 0, 0, 0, 0}, c, d, k, pc, pd, pr, i;
+    int64_t buf[4] = {0, 0, 0, 0}, before[4 + BC_LIMITS] = {0}, c, d, k, pc, pd, pr, i;
     int64_t D = e->D, K = e->K, calloc = e->calloc;
     int rc, q;
     bc_dec x;
@@ -212,10 +211,8 @@ static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks
             before[1] = e->cr[c].left;
             before[2] = k_free(e, d);
             before[3] = e->U[d];
-            before[4] = bc_cap_maxv(x.lim_ceil);
-            before[5] = bc_cap_maxv(x.lim_cap);
-            before[6] = bc_cap_maxv(x.lim_tok);
-            before[7] = bc_cap_maxv(x.lim_cred);
+            for (q = 0; q < BC_LIMITS; q++)
+                before[4 + q] = bc_cap_maxv(x.lim[q]);
         }
         rc = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo);
         if (rc < 0) {
@@ -229,11 +226,11 @@ static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks
         ol[j] = buf[2];
         if (rec != NULL) {
             i = c * D + d;
-            for (q = 0; q < 8; q++)
+            for (q = 0; q < 4 + BC_LIMITS; q++)
                 rec[j * BC_REC_WIDTH + q] = before[q];
-            rec[j * BC_REC_WIDTH + 8] = e->cd[i].T;
-            rec[j * BC_REC_WIDTH + 9] = e->cr[c].left;
-            rec[j * BC_REC_WIDTH + 10] = e->cd[i].H;
+            rec[j * BC_REC_WIDTH + 4 + BC_LIMITS] = e->cd[i].T;
+            rec[j * BC_REC_WIDTH + 5 + BC_LIMITS] = e->cr[c].left;
+            rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = e->cd[i].H;
         }
         j += 1;
     }

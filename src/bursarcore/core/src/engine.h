@@ -23,7 +23,6 @@
 
 #include "bursarcore.h"
 #include "ints.h"
-#include "rules.h"
 
 /* --- cdef begin (the codes, records and state as a binding declares them) */
 /* class-table columns */
@@ -50,7 +49,7 @@ enum {
 
 enum {
     BC_ROW_BITS = 32,  /* lease id = row | generation << BC_ROW_BITS */
-    BC_REC_WIDTH = 11, /* journal inputs per batch item (k_batch's rec) */
+    BC_REC_WIDTH = 7 + BC_LIMITS, /* journal inputs per batch item (k_batch's rec) */
     BC_PF_AHEAD = 6,   /* the batch loop reads the campaign records this far ahead */
     BC_PF_ROWS = 12    /* ... and the lease record this many grants ahead */
 };
@@ -59,6 +58,8 @@ enum {
 #define BC_ROW_MASK ((int64_t)0xFFFFFFFFLL)
 #define BC_GEN_MASK ((int64_t)0x3FFFFFFFLL)
 #define BC_FS_REBASE 256.0     /* |t - E| in half-lives beyond which the epoch E moves */
+
+#include "rules.h"
 
 /* --- cdef begin */
 
@@ -111,13 +112,6 @@ typedef struct {
 
 /* --- cdef end */
 
-/* A decision and the limits that made it (§4.4). */
-typedef struct {
-    int64_t n, reason, path, pm, lim_ceil, lim_cap, lim_tok;
-    bc_i128 lim_cred;
-    int64_t lim_warm;
-} bc_dec;
-
 /* What a batch remembers between its items: the last price while nothing in the batch can
  * move it (an unpriced class, no congestion table, or no priced demand), and the last
  * cost. d < 0: no price remembered; cn < 0: no cost. */
@@ -132,16 +126,6 @@ static inline void k_memo_init(bc_memo *mo)
     mo->d = mo->k = mo->pm = -1;
     mo->cn = mo->cdur = mo->cpm = -1;
     mo->ccost = 0;
-}
-
-static inline int k_mul_over(bc_i128 a, bc_i128 b, bc_i128 *r)
-{
-    return __builtin_mul_overflow(a, b, r);
-}
-
-static inline int k_mul_over64(int64_t a, int64_t b, int64_t *r)
-{
-    return __builtin_mul_overflow(a, b, r);
 }
 
 /* -- tokens and holdings (§4.2) ----------------------------------------------------------- */
@@ -331,35 +315,53 @@ static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc
 
 /* -- the decision (§4.4) ------------------------------------------------------------------ */
 
+/* What the rules read for a request of class k on (c, d) for dur ns at price pm, spending
+ * at most max_spend (bc_req). */
+static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t dur,
+                             int64_t max_spend, int64_t pm, int64_t free, bc_req *q)
+{
+    int64_t i = c * e->D + d;
+    const int64_t *kc = e->cls + k * BC_K_NCOL;
+    q->H = e->cd[i].H;
+    q->s = e->cd[i].s;
+    q->b = e->cd[i].b;
+    q->T = e->cd[i].T;
+    q->Bcap = e->cd[i].Bcap;
+    q->g = e->cd[i].g;
+    q->unmet = k_unmet(e, c, d);
+    q->left = e->cr[c].left;
+    q->escrow = e->cr[c].escrow;
+    q->cap = e->cap[d];
+    q->F = e->F[d];
+    q->U = e->U[d];
+    q->gsum = e->gsum[d];
+    q->free = free;
+    q->oppa = e->oppa[d];
+    q->rev = e->rev[d];
+    q->prom = e->prom[d];
+    q->headroom = e->headroom[d];
+    q->pm = pm;
+    q->dur = dur;
+    q->max_spend = max_spend;
+    q->firm = kc[BC_K_PREEMPT] == 0;
+    q->free_when_broke = kc[BC_K_FREEBROKE] != 0;
+    q->instant = e->scal[1] != 0;
+}
+
 /* Decide a request of [nmin, nmax] units of class k on (c, d) for dur ns at t, spending at
- * most max_spend micro-credits (< 0: no cap). With `exact` false the token and credit
- * limits are only divided out when they may bind (T // dur >= q is T >= q·dur, X // den >= q
- * is X >= q·den); n, reason, path, pm and the capacity limits are always exact, lim_tok /
- * lim_cred then hold lower bounds. Returns 0 or an error code. */
+ * most max_spend micro-credits (< 0: no cap): its bucket settled, its price, then the rules'
+ * sizing (bc_size; with `exact` false the limits that take a division are divided out only
+ * when they may bind) and its path. Returns 0 or an error code. */
 static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                            int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
                            int exact, bc_dec *o, bc_memo *mo)
 {
-    int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int firm, tok_lazy = 0, cred_lazy = 0, capped = 0, ok;
-    int64_t H, s, T, base, free, lim_firm, lim_warm, m, n, left, need, mb;
-    bc_i128 pm, den = 0, X = 0, prod;
+    int64_t free;
+    bc_i128 pm;
+    bc_req q;
+    int err;
     k_settle(e, c, d, t);
-    firm = kc[BC_K_PREEMPT] == 0;
-    H = e->cd[i].H;
-    s = e->cd[i].s;
-    o->lim_ceil = bc_ceiling_room(e->cd[i].b, H);
-    T = e->cd[i].T;
-    base = bc_sustained_room(H, s);
-    if (e->scal[1] != 0)
-        o->lim_tok = T > 0 ? BC_MAXV : base;
-    else if (dur == 0)
-        return BC_E_ZERODIV;
-    else if (exact || dur < 0)
-        o->lim_tok = base + bc_fdiv64(T, dur);
-    else
-        tok_lazy = 1;
     free = k_free(e, d);
     if (mo != NULL && mo->d == d && mo->k == k) {
         pm = mo->pm;
@@ -374,121 +376,22 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
         }
     }
     o->pm = (int64_t)pm;
-    o->lim_cred = BC_MAXV;
-    if (pm != 0) {
-        den = (bc_i128)dur * pm;
-        left = e->cr[c].left;
-        if (kc[BC_K_FREEBROKE] == 0) {    /* (an unlimited budget, left = MAXV, bounds a cost too) */
-            if (den == 0)
-                return BC_E_ZERODIV;
-            X = (bc_i128)left * BC_HOUR_NS;
-            cred_lazy = 1;
-        }
-        if (max_spend >= 0) {
-            if (den == 0)
-                return BC_E_ZERODIV;
-            /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
-            capped = !cred_lazy;
-            if (capped || (bc_i128)max_spend * BC_HOUR_NS < X)
-                X = (bc_i128)max_spend * BC_HOUR_NS;
-            cred_lazy = 1;
-        }
-        if (cred_lazy && (exact || den < 0)) {
-            o->lim_cred = bc_fdiv128(X, den);
-            if (capped && o->lim_cred > BC_MAXV)
-                o->lim_cred = BC_MAXV;
-            cred_lazy = 0;
-        }
-    }
-    if (firm) {
-        lim_firm = bc_firm_limit(e->cap[d], e->F[d], e->U[d], k_unmet(e, c, d));
-        lim_warm = bc_warm_firm(free, lim_firm);
-        o->lim_cap = bc_min64(bc_reachable(free, e->oppa[d], e->rev[d], e->prom[d]), lim_firm);
-    } else {
-        lim_warm = bc_warm_opportunistic(free, e->headroom[d]);
-        o->lim_cap = lim_warm;
-    }
-    o->lim_warm = lim_warm;
-    m = bc_min64(bc_min64(nmax, o->lim_ceil), o->lim_cap);
-    if (tok_lazy) {
-        /* lim_tok >= m (it does not bind) iff T >= (m - base)·dur; m - base fits int64 and
-         * dur > 0 here, so when the product overflows int64 its sign alone decides */
-        mb = m - base;
-        if (k_mul_over64(mb, dur, &need) ? (mb < 0) : (T >= need)) {
-            o->lim_tok = m;
-        } else {
-            o->lim_tok = base + bc_fdiv64(T, dur);
-            tok_lazy = 0;
-        }
-    }
-    m = bc_min64(m, o->lim_tok);
-    if (cred_lazy) {
-        if (m <= 0)
-            ok = X >= 0;
-        else
-            ok = (!capped || m <= BC_MAXV) && !k_mul_over(m, den, &prod) && X >= prod;
-        if (ok) {
-            o->lim_cred = m;
-        } else {
-            o->lim_cred = bc_fdiv128(X, den);
-            if (capped && o->lim_cred > BC_MAXV)
-                o->lim_cred = BC_MAXV;
-            cred_lazy = 0;
-        }
-    }
-    if (o->lim_cred < m)
-        m = (int64_t)o->lim_cred;
-    n = bc_max64(0, m);
-    o->n = n;
-    o->reason = BC_REASON_NONE;
-    if (n < nmin) {
-        if (o->lim_ceil <= n) {
-            o->reason = BC_REASON_CEILING;
-        } else if (o->lim_cap <= n) {
-            o->reason = BC_REASON_CAPACITY;
-        } else {
-            if (tok_lazy)
-                o->lim_tok = base + bc_fdiv64(T, dur);
-            if (o->lim_tok <= n) {
-                o->reason = BC_REASON_TOKENS;
-            } else {
-                if (cred_lazy) {
-                    o->lim_cred = bc_fdiv128(X, den);
-                    if (capped && o->lim_cred > BC_MAXV)
-                        o->lim_cred = BC_MAXV;
-                }
-                if (o->lim_cred <= n)
-                    o->reason = BC_REASON_CREDITS;
-            }
-        }
-    }
-    o->path = n <= lim_warm ? BC_P_WARM : BC_P_RECLAIM;
+    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q);
+    err = bc_size(&q, nmin, nmax, exact, o);
+    if (err)
+        return err;
+    o->path = o->n <= o->warm ? BC_P_WARM : BC_P_RECLAIM;
     return 0;
 }
 
-/* Whether a request of nmin units could never be granted, whatever the others do: each
- * rule at its most lenient (nothing held, the pool empty but for the others' guarantees
- * for a firm lease, or the headroom for an opportunistic one). The reason, or BC_REASON_NONE. */
+/* Whether a request of nmin units could never be granted, whatever the others do (bc_never).
+ * The reason, or BC_REASON_NONE. */
 static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                               int64_t dur, int64_t pm)
 {
-    int64_t i = c * e->D + d, left;
-    const int64_t *kc = e->cls + k * BC_K_NCOL;
-    if (nmin > bc_ceiling_room(e->cd[i].b, 0))
-        return BC_REASON_CEILING;
-    if (kc[BC_K_PREEMPT] != 0) {
-        if (nmin > bc_warm_opportunistic(e->cap[d], e->headroom[d]))
-            return BC_REASON_CAPACITY;
-    } else if (nmin > bc_firm_limit(e->cap[d], 0, e->gsum[d] - e->cd[i].g, 0)) {
-        return BC_REASON_CAPACITY;
-    }
-    if (e->scal[1] == 0 && (bc_i128)bc_excess(0, nmin, e->cd[i].s) * dur > e->cd[i].Bcap)
-        return BC_REASON_TOKENS;
-    left = e->cr[c].left;
-    if (pm != 0 && left < BC_MAXV && kc[BC_K_FREEBROKE] == 0
-            && bc_cost(nmin, dur, pm) > (bc_i128)left + e->cr[c].escrow)
-        return BC_REASON_CREDITS;
-    return BC_REASON_NONE;
+    bc_req q;
+    k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q);
+    return bc_never(&q, nmin);
 }
 
 #include "leases.h"

@@ -34,7 +34,7 @@ static int64_t bce_cong_mult(bc_eng *e, int64_t d);
 static bce_wide bce_price(bc_eng *e, int64_t d, int64_t k);
 static bce_wide bce_cost(int64_t n, int64_t dur, int64_t pm);
 static int bce_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
-                      int64_t dur, int64_t max_spend, int64_t t, int64_t *out, bce_wide *lim_cred);
+                      int64_t dur, int64_t max_spend, int64_t t, int64_t *out);
 static int64_t bce_decide_keys(bc_eng *e, const int64_t *keys, int64_t K, int64_t t,
                                int64_t *out_reason, int *err);
 static int64_t bce_never(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
@@ -74,22 +74,20 @@ static int64_t bce_cong_mult(bc_eng *e, int64_t d) { return k_cong_mult(e, d); }
 static bce_wide bce_price(bc_eng *e, int64_t d, int64_t k) { return bce_wide_of(k_price(e, d, k)); }
 static bce_wide bce_cost(int64_t n, int64_t dur, int64_t pm) { return bce_wide_of(bc_cost(n, dur, pm)); }
 
-/* out = [n, reason, path, pm, lim_ceil, lim_cap, lim_tok] */
+/* out = [n, reason, path, pm, the rules' limits in BC_LIMIT_* order] */
 static int bce_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
-                      int64_t dur, int64_t max_spend, int64_t t, int64_t *out, bce_wide *lim_cred)
+                      int64_t dur, int64_t max_spend, int64_t t, int64_t *out)
 {
     bc_dec r;
-    int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 1, &r, NULL);
+    int i, err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 1, &r, NULL);
     if (err)
         return err;
     out[0] = r.n;
     out[1] = r.reason;
     out[2] = r.path;
     out[3] = r.pm;
-    out[4] = r.lim_ceil;
-    out[5] = r.lim_cap;
-    out[6] = r.lim_tok;
-    *lim_cred = bce_wide_of(r.lim_cred);
+    for (i = 0; i < BC_LIMITS; i++)
+        out[4 + i] = r.lim[i];
     return 0;
 }
 

@@ -75,6 +75,17 @@ static inline int64_t bc_wadd(int64_t a, bc_i128 b)
     return (int64_t)((uint64_t)a + (uint64_t)(int64_t)b);
 }
 
+/* whether a * b overflows, the product to *r when it does not */
+static inline int bc_mul_over128(bc_i128 a, bc_i128 b, bc_i128 *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+
+static inline int bc_mul_over64(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+
 /* a value clamped to BC_MAXV */
 static inline int64_t bc_cap_maxv(bc_i128 x)
 {

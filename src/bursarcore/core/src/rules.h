@@ -1,14 +1,16 @@
 /*
  * The admission rules of docs/spec.md §4 that are plain arithmetic on one campaign's
- * numbers, written once. The compiled engine's decision, its batch loop, its grants,
- * renewals, "never" checks, quotes and token waits all call these; the compiler inlines
- * them. Units: int64 units and ns (§2).
+ * numbers, written once, and the rules with a limit together (bc_size, bc_never,
+ * bc_first_broken): what each allows, in the order a refusal names them. The compiled
+ * engine's decision, its batch loop, its grants, renewals, "never" checks, quotes and token
+ * waits all call these; the compiler inlines them. Units: int64 units and ns (§2).
  */
 #ifndef BURSARCORE_RULES_H
 #define BURSARCORE_RULES_H
 
 #include <stdint.h>
 
+#include "bursarcore.h"
 #include "ints.h"
 
 /* §4.2 excess: of n units added at holding H, how many lie above the sustained rate s.
@@ -112,6 +114,259 @@ static inline bc_i128 bc_cost(int64_t n, int64_t dur, int64_t pm)
 static inline bc_i128 bc_charge(int free_when_broke, bc_i128 price, int64_t left)
 {
     return (free_when_broke && price > left) ? 0 : price;
+}
+
+/* §4.2 the most units a grant at holding H may add for dur > 0 ns: the room below s needs
+ * no tokens, each unit above it dur unit·ns of the T held. */
+static inline int64_t bc_token_limit(int64_t H, int64_t s, int64_t T, int64_t dur)
+{
+    return bc_sustained_room(H, s) + bc_fdiv64(T, dur);
+}
+
+/* -- the rules with a limit, together (§4.4) ------------------------------------------------ */
+
+/* The rule with limit i (BC_LIMIT_*) is decided as this reason. */
+static const int64_t bc_limit_reason[BC_LIMITS] = {
+    BC_REASON_CEILING, BC_REASON_CAPACITY, BC_REASON_TOKENS, BC_REASON_CREDITS
+};
+
+/* What the rules read for one request: the campaign's numbers on the dimension (holding H,
+ * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g, its unmet
+ * guarantee), its credits (left and in escrow, micro-credits), the dimension's levels
+ * (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units, units
+ * lent to opportunistic leases, under notice, promised, the opportunistic headroom), the
+ * price (micro-credits per unit-hour), the duration and spending cap (< 0: none), and the
+ * class's terms. The engine fills it (k_request). */
+typedef struct {
+    int64_t H, s, b, T, Bcap, g, unmet;
+    int64_t left, escrow;
+    int64_t cap, F, U, gsum, free, oppa, rev, prom, headroom;
+    int64_t pm, dur, max_spend;
+    int firm, free_when_broke, instant;
+} bc_req;
+
+/* A decision and the limits that made it: lim[i] the most units rule i allows one more
+ * lease (BC_LIMIT_*, BC_MAXV when it does not bind), warm the units the capacity rule allows
+ * from those free now. */
+typedef struct {
+    int64_t n, reason, path, pm;
+    int64_t lim[BC_LIMITS];
+    int64_t warm;
+} bc_dec;
+
+enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_allows) */
+
+/* §4.3 the credit rule's terms: the limit is X // den units (X the budget left, or the
+ * spending cap, times an hour; den the duration times the price), clamped to BC_MAXV when
+ * `capped` (a cap alone binds). 0 when the rule does not bind, 1 with terms, or an error. */
+static inline int bc_credit_terms(const bc_req *q, bc_i128 *X, bc_i128 *den, int *capped)
+{
+    int on = 0;
+    if (q->pm == 0)
+        return 0;
+    *den = (bc_i128)q->dur * q->pm;
+    *capped = 0;
+    if (!q->free_when_broke) {     /* (an unlimited budget, left = MAXV, bounds a cost too) */
+        if (*den == 0)
+            return BC_E_ZERODIV;
+        *X = (bc_i128)q->left * BC_HOUR_NS;
+        on = 1;
+    }
+    if (q->max_spend >= 0) {
+        if (*den == 0)
+            return BC_E_ZERODIV;
+        /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
+        *capped = !on;
+        if (*capped || (bc_i128)q->max_spend * BC_HOUR_NS < *X)
+            *X = (bc_i128)q->max_spend * BC_HOUR_NS;
+        on = 1;
+    }
+    return on;
+}
+
+static inline int64_t bc_credit_limit(bc_i128 X, bc_i128 den, int capped)
+{
+    bc_i128 x = bc_fdiv128(X, den);
+    if (capped && x > BC_MAXV)
+        x = BC_MAXV;
+    return x > BC_MAXV ? BC_MAXV : x < -BC_MAXV ? -BC_MAXV : (int64_t)x;
+}
+
+/* Rule i's exact limit for q (its terms valid: bc_limit returned 0 or BC_LAZY for it). */
+static inline int64_t bc_limit_exact(const bc_req *q, int i)
+{
+    bc_i128 X = 0, den = 0;
+    int capped = 0;
+    switch (i) {
+    case BC_LIMIT_TOKENS:
+        return bc_token_limit(q->H, q->s, q->T, q->dur);
+    case BC_LIMIT_CREDITS:
+        if (bc_credit_terms(q, &X, &den, &capped) <= 0)
+            return BC_MAXV;
+        return bc_credit_limit(X, den, capped);
+    }
+    return BC_MAXV;
+}
+
+/* Rule i's limit for q to *lim (§4.1–§4.4; the capacity rule also sets *warm), or, when
+ * `exact` is 0 and the limit takes a division, BC_LAZY: it is then only compared with the
+ * size the other rules allow (bc_allows). 0, BC_LAZY or an error code. */
+static inline int bc_limit(const bc_req *q, int i, int exact, int64_t *lim, int64_t *warm)
+{
+    bc_i128 X = 0, den = 0;
+    int capped = 0, on;
+    int64_t firm;
+    switch (i) {
+    case BC_LIMIT_CEILING:
+        *lim = bc_ceiling_room(q->b, q->H);
+        return 0;
+    case BC_LIMIT_CAPACITY:
+        if (q->firm) {
+            firm = bc_firm_limit(q->cap, q->F, q->U, q->unmet);
+            *warm = bc_warm_firm(q->free, firm);
+            *lim = bc_min64(bc_reachable(q->free, q->oppa, q->rev, q->prom), firm);
+        } else {
+            *warm = *lim = bc_warm_opportunistic(q->free, q->headroom);
+        }
+        return 0;
+    case BC_LIMIT_TOKENS:
+        if (q->instant) {       /* experiments: only a positive balance is checked */
+            *lim = q->T > 0 ? BC_MAXV : bc_sustained_room(q->H, q->s);
+            return 0;
+        }
+        if (q->dur == 0)
+            return BC_E_ZERODIV;
+        if (exact || q->dur < 0) {
+            *lim = bc_token_limit(q->H, q->s, q->T, q->dur);
+            return 0;
+        }
+        return BC_LAZY;
+    case BC_LIMIT_CREDITS:
+        on = bc_credit_terms(q, &X, &den, &capped);
+        if (on < 0)
+            return on;
+        if (on == 0) {
+            *lim = BC_MAXV;
+            return 0;
+        }
+        if (exact || den < 0) {
+            *lim = bc_credit_limit(X, den, capped);
+            return 0;
+        }
+        return BC_LAZY;
+    }
+    *lim = BC_MAXV;
+    return 0;
+}
+
+/* Whether rule i (bc_limit gave BC_LAZY) allows m units, without its division: the tokens'
+ * T // dur >= q is T >= q·dur, the credits' X // den >= q is X >= q·den. */
+static inline int bc_allows(const bc_req *q, int i, int64_t m)
+{
+    bc_i128 X = 0, den = 0, prod;
+    int capped = 0;
+    int64_t mb, need;
+    switch (i) {
+    case BC_LIMIT_TOKENS:
+        /* m - base fits int64 and dur > 0 here, so when the product overflows int64 its
+         * sign alone decides */
+        mb = m - bc_sustained_room(q->H, q->s);
+        return bc_mul_over64(mb, q->dur, &need) ? (mb < 0) : (q->T >= need);
+    case BC_LIMIT_CREDITS:
+        bc_credit_terms(q, &X, &den, &capped);
+        if (m <= 0)
+            return X >= 0;
+        return (!capped || m <= BC_MAXV) && !bc_mul_over128(m, den, &prod) && X >= prod;
+    }
+    return 0;
+}
+
+/* §4.4 the size of a request of [nmin, nmax] units: the largest n <= nmax every rule allows
+ * (0 if none), and, when it is below nmin, the first rule in BC_LIMIT_* order whose limit
+ * held it there. With `exact` 0 a rule whose limit takes a division is divided out only when
+ * it may bind; its lim[] then holds a lower bound (n and the reason are always exact).
+ * Sets n, reason, lim and warm of *o; 0 or an error code. */
+static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact, bc_dec *o)
+{
+    int lazy[BC_LIMITS], i, rc;
+    int64_t m = nmax, n;
+    o->warm = 0;                    /* (the capacity rule sets it) */
+    for (i = 0; i < BC_LIMITS; i++) {
+        rc = bc_limit(q, i, exact, &o->lim[i], &o->warm);
+        if (rc < 0)
+            return rc;
+        lazy[i] = rc == BC_LAZY;
+        if (!lazy[i])
+            m = bc_min64(m, o->lim[i]);
+    }
+    for (i = 0; i < BC_LIMITS; i++) {
+        if (!lazy[i])
+            continue;
+        if (bc_allows(q, i, m)) {
+            o->lim[i] = m;          /* a lower bound: it does not bind */
+        } else {
+            o->lim[i] = bc_limit_exact(q, i);
+            lazy[i] = 0;
+            m = bc_min64(m, o->lim[i]);
+        }
+    }
+    n = bc_max64(0, m);
+    o->n = n;
+    o->reason = BC_REASON_NONE;
+    if (n < nmin) {
+        for (i = 0; i < BC_LIMITS; i++) {
+            if (lazy[i])
+                o->lim[i] = bc_limit_exact(q, i);
+            if (o->lim[i] <= n) {
+                o->reason = bc_limit_reason[i];
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* §4.4 the first rule, in BC_LIMIT_* order, that a request of exactly n units breaks (its
+ * limit below n; the limits exact), or BC_REASON_NONE. */
+static inline int64_t bc_first_broken(const int64_t *lim, int64_t n)
+{
+    int i;
+    for (i = 0; i < BC_LIMITS; i++)
+        if (lim[i] < n)
+            return bc_limit_reason[i];
+    return BC_REASON_NONE;
+}
+
+/* §4.4 whether rule i could never allow nmin units, whatever the others do: the rule at its
+ * most lenient (nothing held; the pool empty but for the others' guarantees, for a firm
+ * lease, or the headroom, for an opportunistic one; a full bucket; the escrow refunded). */
+static inline int bc_never_allows(const bc_req *q, int i, int64_t nmin)
+{
+    switch (i) {
+    case BC_LIMIT_CEILING:
+        return nmin > bc_ceiling_room(q->b, 0);
+    case BC_LIMIT_CAPACITY:
+        if (q->firm)
+            return nmin > bc_firm_limit(q->cap, 0, q->gsum - q->g, 0);
+        return nmin > bc_warm_opportunistic(q->cap, q->headroom);
+    case BC_LIMIT_TOKENS:
+        return !q->instant && (bc_i128)bc_excess(0, nmin, q->s) * q->dur > q->Bcap;
+    case BC_LIMIT_CREDITS:
+        return q->pm != 0 && q->left < BC_MAXV && !q->free_when_broke
+            && bc_cost(nmin, q->dur, q->pm) > (bc_i128)q->left + q->escrow;
+    }
+    return 0;
+}
+
+/* §4.4 the reason a request of nmin units can never be granted (the first rule, in
+ * BC_LIMIT_* order, that never allows it), or BC_REASON_NONE. */
+static inline int64_t bc_never(const bc_req *q, int64_t nmin)
+{
+    int i;
+    for (i = 0; i < BC_LIMITS; i++)
+        if (bc_never_allows(q, i, nmin))
+            return bc_limit_reason[i];
+    return BC_REASON_NONE;
 }
 
 #endif /* BURSARCORE_RULES_H */
