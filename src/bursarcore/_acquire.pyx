@@ -21,7 +21,8 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, INT64_MIN
 from cpython.list cimport PyList_Append, PyList_GET_SIZE
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.set cimport PySet_Discard, PySet_Add, PySet_GET_SIZE
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
@@ -97,6 +98,34 @@ cdef inline bint _sec_ns(object x, int64_t* out):
         return False
     out[0] = <int64_t>rint(v * 1e9)
     return True
+
+
+cdef tuple _acquire_record(tuple head, const int64_t *lim, int64_t T, int64_t left,
+                           int64_t H):
+    """An acquire's journal record: ``head`` (its fields up to the unmet guarantees), the
+    decision's limits (one per rule, capped at MAXV), then tokens, credits and holding
+    after, in one tuple."""
+    cdef Py_ssize_t nh = len(head), j
+    cdef object out = PyTuple_New(nh + BC_LIMITS + 3), x
+    for j in range(nh):
+        x = head[j]
+        Py_INCREF(x)
+        PyTuple_SET_ITEM(out, j, x)
+    for j in range(BC_LIMITS):
+        x = imin(lim[j], MAXV)
+        Py_INCREF(x)
+        PyTuple_SET_ITEM(out, nh + j, x)
+    j = nh + BC_LIMITS
+    x = T
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, j, x)
+    x = left
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, j + 1, x)
+    x = H
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, j + 2, x)
+    return <tuple>out
 
 
 cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
@@ -498,7 +527,7 @@ cdef class FastAcquire:
         """The rest of ``acquire`` with a journal (validated, nothing changed yet): the
         records ``Broker._advance`` and ``Broker._acquire_ns`` write, then what ``@_op``
         does at the end of an operation (``journal.end_op``)."""
-        cdef object dec, name, deficit, lims, lease_obj, retry, x
+        cdef object dec, name, deficit, lease_obj, retry, x
         cdef object iid_obj, lid_obj
         cdef bint note = moved and len(self.pending) > 0   # Broker._advance's, up front
         retry = None
@@ -543,7 +572,6 @@ cdef class FastAcquire:
                 _raise(err)
             i = c * e.D + d
             tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
-            lims = tuple([imin(dc.lim[li], MAXV) for li in range(BC_LIMITS)])
             # -- Broker._decide_one
             name = self.names[c]
             if has_dl and dl < t:
@@ -594,10 +622,10 @@ cdef class FastAcquire:
             # -- Broker._record_decision, journal.add
             i = c * e.D + d
             seq = jn.next_seq
-            self._jadd(jn, (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin,
-                            nmax, dur, spend, _dl_field(has_dl, dl), ttl, units, lease, iid,
-                            cost, deficit, tb, cb, fr, un) + lims + (e.cd[i].T, e.cr[c].left,
-                                                                    e.cd[i].H))
+            self._jadd(jn, _acquire_record(
+                (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin, nmax, dur,
+                 spend, _dl_field(has_dl, dl), ttl, units, lease, iid, cost, deficit, tb, cb,
+                 fr, un), dc.lim, e.cd[i].T, e.cr[c].left, e.cd[i].H))
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
