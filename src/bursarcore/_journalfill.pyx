@@ -12,6 +12,8 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
+from ._abi import LIMITS
+
 cnp.import_array()
 
 cdef extern from "bursarcore.h":
@@ -76,7 +78,6 @@ def layout():
         "unmet": <char*>&r.unmet - b, "tokens_after": <char*>&r.tokens_after - b,
         "credits_after": <char*>&r.credits_after - b, "held_after": <char*>&r.held_after - b,
     }
-    from .admission.state import LIMITS
     for q, name in enumerate(LIMITS):
         off[f"lim_{name}"] = <char*>&r.lim[q] - b
     return sizeof(Rec), off

@@ -30,14 +30,18 @@ def test_the_policy_layer_and_the_journal_take_the_headers_codes():
 
 def test_a_new_code_in_the_header_is_read_without_another_edit():
     text = """
-    enum { BC_REASON_NONE = 0, BC_REASON_CAPACITY = 1, BC_REASON_QUOTA = 2, BC_REASONS = 3 };
+    enum {
+        BC_REASON_NONE = 0,
+        BC_REASON_CAPACITY = 1,
+        BC_REASON_QUOTA = 2,
+        BC_REASONS = 3
+    };
     enum {
         BC_LIMIT_CAPACITY = 0,
         BC_LIMIT_QUOTA = 1,
         BC_LIMITS = 2
     };
     """
-    text = text.replace("{ ", "{\n").replace(", ", ",\n")
     assert _abi._enum(text, "BC_REASON") == ("none", "capacity", "quota")
     assert _abi._enum(text, "BC_LIMIT") == ("capacity", "quota")
 
