@@ -370,28 +370,97 @@ def _reference_pick(q, worker_tier):
     return best
 
 
-def test_claim_parses_each_pending_name_once(qdir, clock, monkeypatch):
-    """RESULTS_runtime.md §4.3: a claim no longer parses the whole backlog; names are parsed
-    once per queue object and worker tier (one listdir per claim remains)."""
+def test_claim_parses_only_shard_heads(qdir, clock, monkeypatch):
+    """A claim does not parse the backlog: a shard's listing is sorted as strings and cut
+    into class runs, and a name is parsed only when it comes to the head of its shard's
+    list, once per queue object and worker tier."""
     q = make(qdir, clock, durable=False)
     q.put_many([(f"t{i:04d}", None) for i in range(500)])
     parsed = []
     real = _shards.parse_pending
     monkeypatch.setattr(_shards, "parse_pending", lambda name: parsed.append(name) or real(name))
     assert q.claim().task_id == "t0000"
-    assert len(parsed) == 500
+    first = len(parsed)
+    assert 0 < first <= q.config.lock_shards  # the heads of the shards, not the 500 names
     for k in range(1, 21):
         c = q.claim()
         assert c.task_id == f"t{k:04d}"
         q.complete(c)
-    assert len(parsed) == 500  # 20 more claims: nothing re-parsed
-    q.put("late", None)  # (put_many parses the names itself, to find known ids)
+    assert len(parsed) <= first + 20  # a claim parses the new head of the shard it took from
+    assert len(set(parsed)) == len(parsed)  # and nothing twice
+    q.put("late", None)  # the newest name: at no shard's head, so never parsed
     parsed.clear()
     c = q.claim()
-    assert c.task_id == "t0021" and parsed == ["p.0.0.000000000500.late.json"]  # only the new name
+    assert c.task_id == "t0021" and len(parsed) <= 1
     q.release(c, "x")  # t0021 back under its old name: still known
-    assert q.claim().task_id == "t0021" and len(parsed) == 1
+    assert q.claim().task_id == "t0021" and len(parsed) <= 1
+    assert "p.0.0.000000000500.late.json" not in parsed
     assert q.check() == []
+
+
+def _same_shard_ids(q, n, prefix="s"):
+    """``n`` task ids that fall in one shard."""
+    by_shard: dict[int, list[str]] = {}
+    for i in range(10_000):
+        tid = f"{prefix}{i}"
+        lst = by_shard.setdefault(_shards.shard_of(tid, q.config.lock_shards), [])
+        lst.append(tid)
+        if len(lst) == n:
+            return lst
+    raise AssertionError("no shard")
+
+
+def test_a_claim_that_finds_its_name_taken_under_the_lock_takes_the_shards_best(
+        qdir, clock, monkeypatch):
+    """Under the shard lock, a claimer that waited for it (or is in a crowd) and finds its
+    name gone takes the shard's best name now, if that is of the class it sought."""
+    q = make(qdir, clock, durable=False)
+    other = peer(q, clock, "w1")
+    a, b, c_ = _same_shard_ids(q, 3)
+    q.put_many([(a, None), (b, None), (c_, None)])
+    q._candidates(0)
+    name = q._cands[0][1][_shards.shard_of(a, q.config.lock_shards)][-1]
+    assert name.endswith(f".{a}.json")
+    assert other.claim().task_id == a  # a peer took it after this handle listed
+    monkeypatch.setattr(queue_mod.os.path, "lexists", lambda p: True)  # past the cheap check
+    got = q._try_claim(name, 0, clock(), wait=True)
+    monkeypatch.undo()
+    assert got != "gone" and got.task_id == b and q.get(b)[1]["claim"]["worker"] == "w0"
+    assert q._try_claim(name, 0, clock(), wait=False) == "gone"  # alone, not waiting: no
+    assert q.check() == []
+
+
+def test_the_taken_names_fallback_keeps_the_class_order(qdir, clock, monkeypatch):
+    q = make(qdir, clock, durable=False, tiers=2, promote_after=1, max_failures=5)
+    other = peer(q, clock, "w1")
+    heavy, light = _same_shard_ids(q, 2)
+    q.put_many([(heavy, None, 1), (light, None, 0)])
+    q._candidates(1)
+    name = q._cands[1][1][_shards.shard_of(heavy, q.config.lock_shards)][-1]
+    assert name.endswith(f".{heavy}.json")  # a tier-1 worker prefers its own tier
+    assert other.claim(1).task_id == heavy
+    monkeypatch.setattr(queue_mod.os.path, "lexists", lambda p: True)
+    got = q._try_claim(name, 1, clock(), wait=True)
+    monkeypatch.undo()
+    assert got == "gone"  # the shard's best now is of a worse class: the claimer looks again
+    assert q.claim(1).task_id == light
+
+
+def test_a_crowd_claimer_with_a_stale_listing_does_not_chase_taken_names(qdir, clock):
+    q = make(qdir, clock, durable=False)
+    other = peer(q, clock, "w1")
+    ids = _same_shard_ids(q, 30)
+    q.put_many([(t, None) for t in ids])
+    assert q.claim().task_id == ids[0]
+    for t in ids[1:21]:
+        assert other.claim().task_id == t
+    q._crowd = _shards.CROWD_CLAIMS
+    q._home = _shards.shard_of(ids[0], q.config.lock_shards)
+    tries = []
+    real = q._try_claim
+    q._try_claim = lambda name, *a, **k: tries.append(name) or real(name, *a, **k)
+    assert q.claim().task_id == ids[21]
+    assert len(tries) == 1  # the shard was looked at afresh, not its 20 taken names tried
 
 
 def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
@@ -406,6 +475,9 @@ def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
     (pend / ".p.0.0.000000000000.hidden.json.abc.tmp").write_text("{}")  # a temp file
     (pend / "README").write_text("")
     (pend / "p.0.0.x.bad.json").write_text("{}")  # not a record name: never chosen
+    (pend / "p.0.0.7.short.json").write_text("{}")  # nor one not written as the queue writes
+    (pend / "p.0.00.000000000001.zero.json").write_text("{}")
+    (pend / "p.+0.0.000000000001.sign.json").write_text("{}")
     held = []
     n = 0
     for step in range(600):
@@ -428,7 +500,7 @@ def test_pick_matches_the_plain_rule_under_churn(qdir, clock):
             [lambda: who.complete(c), lambda: who.fail(c, "x"), lambda: who.release(c)][rng.randrange(3)]()
         if step == 300:  # force the cache to drop names it no longer sees
             for keys in q._pick_keys.values():
-                keys.update({f"gone{i}": (0, 0, i, 0) for i in range(3000)})
+                keys.update({f"gone{i}": ((0, 0), i) for i in range(3000)})
     for w in range(3):
         assert q._pick(w) == _reference_pick(q, w)
     assert all(len(k) < 3000 for k in q._pick_keys.values())

@@ -15,16 +15,24 @@ lock), it contends only with changes of the same shard, which hold the same shar
 anyway, and a durable change fsyncs one directory.
 
 Picking: a handle lists the shard directories and keeps, per shard, the eligible pending
-names sorted by preference (per worker tier); it re-lists every shard when ``pending.gen``
-changed (a task was added) or its lists ran out; it drops a name found taken by a peer,
-and re-lists that shard alone (a small listing) when the next name there is taken too.
-Alone, a claimer takes the best head of all shards: exact preference order. Once it met
-a busy shard lock, or two names in a row taken from one shard (both mean peers claiming
-at the same time), it is in a crowd for the next :data:`CROWD_CLAIMS` claims: it then
-takes the best name of its *home* shard (``crc32(worker id) % lock_shards``) if that
-shard has one of the best class (tier distance and failure count, so tiers and freshness
-keep their order), else of the next shard onwards that has (stealing). Workers with
-different homes thus work in different shards, each in submission order, instead of
+names sorted by preference for each worker tier: the listing is sorted as strings (in C),
+which puts each class (one tier, one failure count: the ``p.<tier>.<failures>.`` prefix)
+in one run and, since ``seq`` is written with 12 digits, each run in submission order; the
+runs are then ordered by the tier policy. So no name is parsed to be listed; a name is
+parsed (once per handle and tier, :class:`PickKeys`) only when it comes to the head of its
+shard's list, and a malformed one is dropped there. The handle re-lists every shard when
+``pending.gen`` changed (a task was added) or its lists ran out; it drops a name found
+taken by a peer, and re-lists that shard alone (a small listing) when the next name there
+is taken too.
+
+Alone, a claimer takes the best head of all shards: exact preference order. Once it met a
+busy shard lock, or two names in a row taken from one shard (both mean peers claiming at
+the same time), it is in a crowd for the next :data:`CROWD_CLAIMS` claims: it then takes
+the best name of its *home* shard (``crc32(worker id) % lock_shards``) if that shard has
+one of the best class (tier distance and failure count, so tiers and freshness keep their
+order), else of the next shard onwards that has (stealing); a name found taken there is
+followed by the next name of the same shard, without looking at the others again. Workers
+with different homes thus work in different shards, each in submission order, instead of
 chasing one name; between shards, a crowd does not keep submission order.
 """
 
@@ -33,6 +41,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
+from bisect import bisect_left
 from typing import Any, Callable
 
 from ._files import listdir
@@ -69,16 +78,38 @@ def state_name(state: str, task_id: str) -> str:
 
 
 def parse_pending(name: str) -> tuple[int, int, int, str] | None:
-    """``(tier, failures, seq, task_id)`` of a pending file name, else ``None``."""
+    """``(tier, failures, seq, task_id)`` of a pending file name, else ``None``: only a
+    name :func:`pending_name` writes (no sign, no extra zero, 12-digit ``seq``) is one."""
     if not name.startswith("p.") or not name.endswith(".json"):
         return None
     parts = name[2:-5].split(".")
-    if len(parts) != 4:
+    if len(parts) != 4 or not parts[3]:
         return None
     try:
-        return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
+        tier, failures, seq = int(parts[0]), int(parts[1]), int(parts[2])
     except ValueError:
         return None
+    if pending_name(tier, failures, seq, parts[3]) != name:
+        return None
+    return tier, failures, seq, parts[3]
+
+
+def class_of(name: str) -> tuple[int, int, str] | None:
+    """``(tier, failures, prefix)`` of a name that starts ``p.<tier>.<failures>.`` (the
+    prefix), written as :func:`pending_name` writes them, else ``None``. The rest of the
+    name is judged when it is parsed (:func:`parse_pending`)."""
+    a = name.find(".", 2)
+    b = name.find(".", a + 1) if a > 2 else -1
+    if b < 0:
+        return None
+    t, f = name[2:a], name[a + 1:b]
+    try:
+        tier, failures = int(t), int(f)
+    except ValueError:
+        return None
+    if str(tier) != t or str(failures) != f:
+        return None
+    return tier, failures, name[:b + 1]
 
 
 def parse_name(name: str) -> tuple[str, str] | None:
@@ -96,27 +127,31 @@ def parse_name(name: str) -> tuple[str, str] | None:
     return None if not task_id or "." in task_id else (state, task_id)
 
 
-NOT_ELIGIBLE = (float("inf"),)
-"""Preference key of a pending name a worker may not claim: above every real key."""
+Key = tuple[tuple[float, ...], int]
+"""``(class preference, seq)``: see :meth:`~.tiers.TierPolicy.class_preference`."""
 
 
-class PickKeys(dict[str, tuple[float, ...]]):
-    """Pending file name -> ``(*preference key, shard)`` for one worker tier, parsed on
-    first lookup (the shard breaks no tie: ``seq`` is unique)."""
+NOT_ELIGIBLE: Key = ((float("inf"),), 0)
+"""Preference key of a name that is not a well-formed pending record name: above every
+real key."""
 
-    def __init__(self, policy: TierPolicy, worker_tier: int, shards: int) -> None:
+
+class PickKeys(dict[str, Key]):
+    """Pending file name -> ``(class preference, seq)`` for one worker tier, parsed on
+    first lookup (:data:`NOT_ELIGIBLE` for a malformed name or an ineligible tier)."""
+
+    def __init__(self, policy: TierPolicy, worker_tier: int) -> None:
         super().__init__()
         self.policy = policy
         self.worker_tier = worker_tier
-        self.shards = shards
 
-    def __missing__(self, name: str) -> tuple[float, ...]:
+    def __missing__(self, name: str) -> Key:
         p = parse_pending(name)
         pol, w = self.policy, self.worker_tier
         if p is None or not pol.eligible(w, p[0]):
-            key: tuple[float, ...] = NOT_ELIGIBLE
+            key: Key = NOT_ELIGIBLE
         else:
-            key = (*pol.preference(w, p[0], p[1], p[2]), shard_of(p[3], self.shards))
+            key = (pol.class_preference(w, p[0], p[1]), p[2])
         self[name] = key
         return key
 
@@ -132,6 +167,8 @@ class ShardPicking:
     _rng: random.Random
     _pick_keys: dict[int, PickKeys]
     _cands: dict[int, list[Any]]
+    _calls: int
+    """Claims this handle made (a listing remembers the claim that made it)."""
     _claimed_seen: list[str] | None
     """Claimed records seen by the last full listing (for the stale scan that follows a
     claim which found nothing)."""
@@ -143,25 +180,43 @@ class ShardPicking:
     def _keys(self, worker_tier: int, listed: int) -> PickKeys:
         keys = self._pick_keys.get(worker_tier)
         if keys is None or len(keys) > 2 * listed + 1024:  # drop names no longer listed
-            keys = self._pick_keys[worker_tier] = PickKeys(self.policy, worker_tier,
-                                                           len(self._shard_dirs))
+            keys = self._pick_keys[worker_tier] = PickKeys(self.policy, worker_tier)
         return keys
 
-    def _eligible(self, names: list[str], keys: PickKeys) -> list[str]:
-        """Eligible names, best last (ties, between names that are not records, go to
-        the first listed)."""
-        order = sorted(names, key=keys.__getitem__)
-        return [n for n in reversed(order) if keys[n] is not NOT_ELIGIBLE]
+    def _eligible(self, names: list[str], worker_tier: int) -> list[str]:
+        """The eligible pending names of one shard's listing (``names``, sorted), best
+        last: cut into its class runs (module docstring), the runs in the tier policy's
+        order. Names of a run are not parsed here."""
+        lo = bisect_left(names, "p.")
+        hi = bisect_left(names, "p/", lo)
+        pol = self.policy
+        runs = []
+        i = lo
+        while i < hi:
+            cls = class_of(names[i])
+            if cls is None:
+                i += 1
+                continue
+            tier, failures, prefix = cls
+            j = bisect_left(names, prefix[:-1] + "/", i + 1, hi)  # "/" follows "."
+            if pol.eligible(worker_tier, tier):
+                runs.append((pol.class_preference(worker_tier, tier, failures), i, j))
+            i = j
+        runs.sort(reverse=True)  # worst class first
+        out: list[str] = []
+        for _, i, j in runs:
+            run = names[i:j]
+            run.reverse()
+            out += run
+        return out
 
     def _candidates(self, worker_tier: int, refresh: bool = False) -> list[list[str]]:
         """Per shard, the eligible pending names for ``worker_tier``, best last.
 
         Re-lists every shard when ``pending.gen`` changed since the last listing (a task
-        was added), when every list ran out, or on ``refresh``; otherwise the lists from
+        was added), when every list ran out (unless listed in this claim), or on
+        ``refresh``; otherwise the lists from
         the last listing, from which names already taken are dropped as they are met.
-        Each name is parsed once per object and worker tier
-        (:class:`PickKeys`); keys of names no longer listed are dropped once they
-        outnumber the listing.
         """
         try:
             st = os.stat(self._gen)
@@ -169,37 +224,77 @@ class ShardPicking:
         except FileNotFoundError:
             stamp = None
         ent = self._cands.get(worker_tier)
-        if ent is not None and ent[0] == stamp and not refresh and any(ent[1]):
+        if (ent is not None and ent[0] == stamp and not refresh
+                and (ent[2] == self._calls or any(ent[1]))):
             return ent[1]
-        raw = [listdir(d) for d in self._shard_dirs]
-        listed = [[n for n in names if n.startswith("p.")] for names in raw]
+        raw = [sorted(listdir(d)) for d in self._shard_dirs]
         self._claimed_seen = [os.path.join(d, n) for d, names in zip(self._shard_dirs, raw)
-                              for n in names if n.startswith("c.") and n.endswith(".json")]
-        keys = self._keys(worker_tier, sum(map(len, listed)))
-        shards = [self._eligible(names, keys) for names in listed]
-        self._cands[worker_tier] = [stamp, shards]
+                              for n in names[bisect_left(names, "c."):bisect_left(names, "c/")]
+                              if n.endswith(".json")]
+        shards = [self._eligible(names, worker_tier) for names in raw]
+        self._keys(worker_tier, sum(map(len, shards)))
+        self._cands[worker_tier] = [stamp, shards, self._calls]
         return shards
 
     def _relist(self, worker_tier: int, shards: list[list[str]], k: int) -> None:
         """Refresh shard ``k``'s list from its directory (one small listing)."""
-        names = [n for n in listdir(self._shard_dirs[k]) if n.startswith("p.")]
-        shards[k] = self._eligible(names, self._pick_keys[worker_tier])
+        shards[k] = self._eligible(sorted(listdir(self._shard_dirs[k])), worker_tier)
 
-    def _heads(self, worker_tier: int, shards: list[list[str]],
-               skip: set[int]) -> list[tuple[tuple[float, ...], int]]:
+    def _best_now(self, k: int, worker_tier: int, sought: str) -> str | None:
+        """Under shard ``k``'s lock, after the name ``sought`` was found taken: re-list
+        the shard and return its best name if that is of ``sought``'s class or better
+        (else ``None``). The handle's list of the shard is the new listing."""
         keys = self._pick_keys[worker_tier]
-        return sorted((keys[lst[-1]], k) for k, lst in enumerate(shards) if lst and k not in skip)
+        lst = self._cands[worker_tier][1][k] = self._eligible(
+            sorted(listdir(self._shard_dirs[k])), worker_tier)
+        key = self._head(lst, keys)
+        return lst[-1] if key is not None and key[0] <= keys[sought][0] else None
 
-    def _choice(self, heads: list[tuple[tuple[float, ...], int]]) -> int:
-        """The shard to take from next: the one with the best head, or in a crowd, among
-        the shards whose head is of the best class, the first from home onwards (module
+    @staticmethod
+    def _head(lst: list[str], keys: PickKeys) -> Key | None:
+        """Key of the best name of one shard's list, dropping malformed names from its
+        end; ``None`` once the list is empty."""
+        while lst:
+            key = keys[lst[-1]]
+            if key is not NOT_ELIGIBLE:
+                return key
+            lst.pop()
+        return None
+
+    def _best(self, worker_tier: int, shards: list[list[str]],
+              skip: list[int]) -> tuple[int, Key]:
+        """The shard whose head is best of all but ``skip`` (``-1`` if none), and that key."""
+        keys = self._pick_keys[worker_tier]
+        best_k, best = -1, NOT_ELIGIBLE
+        for k, lst in enumerate(shards):
+            if lst and k not in skip:
+                key = keys[lst[-1]]
+                if key is NOT_ELIGIBLE:
+                    key = self._head(lst, keys) or NOT_ELIGIBLE
+                if key < best:
+                    best_k, best = k, key
+        return best_k, best
+
+    def _choice(self, worker_tier: int, shards: list[list[str]], skip: list[int]) -> int:
+        """The shard to take from next (``-1``: none): the one with the best head, or in
+        a crowd, the first from home onwards whose head is of the best class (module
         docstring)."""
-        if self._crowd <= 0 or len(heads) < 2:
-            return heads[0][1]
-        best = heads[0][0]
-        n = len(self._shard_dirs)
-        return min((k for key, k in heads if key[0] == best[0] and key[1] == best[1]),
-                   key=lambda k: (k - self._home) % n)
+        k, best = self._best(worker_tier, shards, skip)
+        if self._crowd <= 0 or k < 0:
+            return k
+        keys = self._pick_keys[worker_tier]
+        n = len(shards)
+        home = self._home
+        if k == home:
+            return k
+        lst = shards[home]
+        if lst and home not in skip and keys[lst[-1]][0] == best[0]:
+            return home
+        for j in (*range(home, n), *range(home)):
+            lst = shards[j]
+            if lst and j not in skip and keys[lst[-1]][0] == best[0]:
+                return j
+        return k
 
     def _pick(self, worker_tier: int) -> tuple[str, str] | None:
         """``(name, task_id)`` of the pending file a lone claimer of this tier would try
@@ -208,10 +303,9 @@ class ShardPicking:
         for refresh in (False, True):
             shards = self._candidates(worker_tier, refresh)
             while True:
-                heads = self._heads(worker_tier, shards, set())
-                if not heads:
+                k, _ = self._best(worker_tier, shards, [])
+                if k < 0:
                     break
-                k = heads[0][1]
                 name = shards[k][-1]
                 if os.path.lexists(os.path.join(self._shard_dirs[k], name)):
                     return name, name[2:-5].split(".")[3]
@@ -220,42 +314,77 @@ class ShardPicking:
 
     def _take_best(self, worker_tier: int, now: float) -> Any:
         """Try eligible names (see the module docstring): a :class:`~.queue.Claim`, or
-        ``None`` only after a fresh listing offered nothing that could be taken.
+        ``None`` only after a listing made in this call offered nothing that could be
+        taken.
 
-        A name found taken is dropped; a second one in a row from the same shard re-lists
-        that shard. A busy shard is passed over for the rest of the call; after :data:`MAX_PASSED` busy ones the claimer waits, asleep, for the
-        best of those (holders keep a shard lock for a few system calls only)."""
-        for refresh in (False, True):
-            shards = self._candidates(worker_tier, refresh)
-            busy: list[int] = []
-            gone_in = -1
-            while True:
-                heads = self._heads(worker_tier, shards, set(busy)) if len(busy) < MAX_PASSED else []
-                if not heads:
-                    if not busy:
-                        break
-                    k = min(busy, key=lambda b: self._pick_keys[worker_tier][shards[b][-1]]
-                            if shards[b] else NOT_ELIGIBLE)
+        A name found taken is dropped; a second one in one call from the same shard
+        re-lists that shard (one small listing), so a claimer whose listing went stale
+        while it waited for a processor follows at most two stale names per shard. In a
+        crowd, the next name of the shard where a name was found taken is tried next if
+        it is of the same class. A busy shard is passed over for the rest of the call;
+        after :data:`MAX_PASSED` busy ones the claimer waits, asleep, for the best of
+        those (holders keep a shard lock for a few system calls only)."""
+        shards = self._candidates(worker_tier)
+        fresh = self._cands[worker_tier][2] == self._calls
+        keys = self._pick_keys[worker_tier]
+        busy: list[int] = []
+        gone_in: set[int] = set()
+        listed: set[int] = set()  # shards re-listed in this call
+        cls: Any = None  # in a crowd, after a name found taken: its class
+        k = -1
+        while True:
+            wait = False
+            if cls is not None:  # the next name of the shard where one was found taken
+                lst = shards[k]
+                if not lst or (self._head(lst, keys) or NOT_ELIGIBLE)[0] != cls:
+                    k = -1
+                cls = None
+            else:
+                k = -1
+            if k < 0 and len(busy) < MAX_PASSED:
+                k = self._choice(worker_tier, shards, busy)
+            if k < 0:
+                if busy:
+                    k = min(busy, key=lambda b: (self._head(shards[b], keys) or NOT_ELIGIBLE))
                     busy.remove(k)
                     wait = True
+                elif fresh:
+                    return None
                 else:
-                    k = self._choice(heads)
-                    wait = False
-                if not shards[k]:
+                    shards = self._candidates(worker_tier, refresh=True)
+                    keys = self._pick_keys[worker_tier]
+                    fresh = True
+                    gone_in.clear()
                     continue
-                name = shards[k][-1]
-                got = self._try_claim(name, worker_tier, now, wait=wait)
-                if got == "busy":
+            if not shards[k]:
+                continue
+            if self._crowd > 0 and k not in listed and not fresh:
+                # in a crowd, peers drain every shard: look at this one as it is now
+                listed.add(k)
+                self._relist(worker_tier, shards, k)
+                if wait:
                     busy.append(k)
+                continue
+            name = shards[k][-1]
+            got = self._try_claim(name, worker_tier, now, wait=wait)
+            if got == "busy":
+                busy.append(k)
+                self._crowd = CROWD_CLAIMS
+            elif got == "gone":
+                lst = shards[k]
+                if lst and lst[-1] == name:  # (a claim that waited may have re-listed it)
+                    lst.pop()
+                if k in gone_in:  # a second name taken from this shard: peers drain it
+                    self._relist(worker_tier, shards, k)  # look again
+                    listed.add(k)
                     self._crowd = CROWD_CLAIMS
-                elif got == "gone":
-                    shards[k].pop()
-                    if gone_in == k:  # a second name in a row taken from this shard:
-                        self._relist(worker_tier, shards, k)  # peers drain it, look again
-                        self._crowd = CROWD_CLAIMS
-                    gone_in = k
                 else:
-                    shards[k].pop()
-                    self._crowd -= 1
-                    return got
-        return None
+                    gone_in.add(k)
+                if self._crowd > 0:
+                    cls = keys[name][0]
+            else:
+                lst = shards[k]
+                if lst and lst[-1][2:-5].split(".")[3] == got.task_id:
+                    lst.pop()
+                self._crowd -= 1
+                return got

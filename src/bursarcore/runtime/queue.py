@@ -160,7 +160,8 @@ class TaskQueue(ShardPicking, Inspection):
         self._crowd = 0
         self._claimed_seen = None
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
-        self._cands = {}  # worker tier -> [pending.gen stamp, eligible names, best last]
+        self._cands = {}  # worker tier -> [pending.gen stamp, eligible names best last, call]
+        self._calls = 0
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ creation
@@ -406,9 +407,11 @@ class TaskQueue(ShardPicking, Inspection):
         """
         self.policy.check_tier(worker_tier, "worker_tier")
         now = self.clock()
+        self._calls += 1
         scanned = now - self._last_scan >= self.config.scan_every
-        if scanned:
-            self._scan_claimed(now)
+        if scanned:  # one listing for both: the scan reads the claims it saw (a task it
+            self._candidates(worker_tier, refresh=True)  # moves to pending bumps the
+            self._scan_claimed(now, self._claimed_seen)  # gen: the claim lists again)
         while True:
             self._claimed_seen = None
             got: Claim | None = self._take_best(worker_tier, now)
@@ -419,7 +422,8 @@ class TaskQueue(ShardPicking, Inspection):
             self._scan_claimed(now, self._claimed_seen)
 
     def _change(self, task_id: str, src: str, edit: Callable[[Record], str | None], *,
-                wait: bool = True, prepare: bool = True) -> tuple[Record, str] | str:
+                wait: bool = True, prepare: bool = True,
+                instead: Callable[[], str | None] | None = None) -> tuple[Record, str] | str:
         """Rewrite the record at ``src`` with ``edit`` and move it to the path ``edit``
         returns (``src`` itself: rewrite in place), under the task's shard lock. Returns
         ``(record, destination)``, or ``"gone"`` (no file at ``src``), ``"raced"`` (the
@@ -436,7 +440,9 @@ class TaskQueue(ShardPicking, Inspection):
         changes by a claim's holder, which no peer contends for. ``prepare=False`` (claims,
         which peers do contend for) does it all under the lock instead: a peer that finds
         the lock busy moves on to another shard, and no fsync is spent on a name that a
-        peer takes meanwhile."""
+        peer takes meanwhile. With ``prepare=False``, ``instead`` is asked, under the lock,
+        for another file of the same shard to change when ``src`` is gone (a claimer that
+        waited for the lock takes the shard's best name now rather than none)."""
         lock = self._shard(task_id)
         durable = self.config.durable
         raw = b""
@@ -463,7 +469,14 @@ class TaskQueue(ShardPicking, Inspection):
                 try:
                     now_raw = _read_bytes(src)
                 except FileNotFoundError:
-                    return "raced" if prepare else "gone"
+                    alt = None if prepare or instead is None else instead()
+                    if alt is None:
+                        return "raced" if prepare else "gone"
+                    src = alt
+                    try:
+                        now_raw = _read_bytes(src)
+                    except FileNotFoundError:
+                        return "gone"
                 if now_raw != raw or rec is None:
                     if tmp is not None:
                         _files.unlink(tmp)
@@ -501,9 +514,18 @@ class TaskQueue(ShardPicking, Inspection):
         if not os.path.lexists(src):
             return "gone"  # no lock needed to know
         token = uuid.uuid4().hex
-        dst = os.path.join(sdir, state_name("claimed", task_id))
+        chosen = [task_id]
+
+        def instead() -> str | None:  # under the lock: the shard's best name now, if
+            alt = self._best_now(shard_of(task_id, len(self._shard_dirs)), worker_tier,
+                                 name)  # it is of the class sought (or better)
+            if alt is None:
+                return None
+            chosen[0] = alt[2:-5].split(".")[3]
+            return os.path.join(sdir, alt)
 
         def edit(rec: Record) -> str:
+            dst = os.path.join(sdir, state_name("claimed", chosen[0]))
             rec["attempts"] = rec.get("attempts", 0) + 1
             rec["state"] = "claimed"
             rec["claim"] = {"worker": self.worker, "token": token, "worker_tier": worker_tier,
@@ -511,11 +533,12 @@ class TaskQueue(ShardPicking, Inspection):
             self._history(rec, now, "claim", worker_tier=worker_tier)
             return dst
 
-        got = self._change(task_id, src, edit, wait=wait, prepare=False)
+        got = self._change(task_id, src, edit, wait=wait, prepare=False,
+                           instead=instead if wait or self._crowd > 0 else None)
         if isinstance(got, str):
             return got
         rec = got[0]
-        return Claim(task_id, token, self.worker, worker_tier, rec["tier"], rec["payload"],
+        return Claim(chosen[0], token, self.worker, worker_tier, rec["tier"], rec["payload"],
                      rec["failures"], rec["attempts"], rec.get("resume"), now)
 
     def _quarantine(self, path: str, exc: Exception) -> None:

@@ -56,6 +56,11 @@ class TierPolicy:
         """May a worker of ``worker_tier`` run a task of ``task_tier``?"""
         return task_tier == worker_tier or (self.steal_down and task_tier < worker_tier)
 
+    def class_preference(self, worker_tier: int, task_tier: int, failures: int) -> tuple[int, int]:
+        """Sort key of a class of tasks (one tier, one failure count): rules 1 and 2."""
+        return (worker_tier - task_tier, failures)
+
     def preference(self, worker_tier: int, task_tier: int, failures: int, seq: int) -> tuple[int, int, int]:
-        """Sort key: the smallest key among eligible tasks is claimed first."""
-        return (worker_tier - task_tier, failures, seq)
+        """Sort key: the smallest key among eligible tasks is claimed first (the class's
+        key, then ``seq``)."""
+        return (*self.class_preference(worker_tier, task_tier, failures), seq)
