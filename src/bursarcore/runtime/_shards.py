@@ -17,23 +17,28 @@ anyway, and a durable change fsyncs one directory.
 Picking: a handle lists the shard directories and keeps, per shard, the eligible pending
 names sorted by preference for each worker tier: the listing is sorted as strings (in C),
 which puts each class (one tier, one failure count: the ``p.<tier>.<failures>.`` prefix)
-in one run and, since ``seq`` is written with 12 digits, each run in submission order; the
-runs are then ordered by the tier policy. So no name is parsed to be listed; a name is
-parsed (once per handle and tier, :class:`PickKeys`) only when it comes to the head of its
-shard's list, and a malformed one is dropped there. The handle re-lists every shard when
-``pending.gen`` changed (a task was added) or its lists ran out; it drops a name found
-taken by a peer, and re-lists that shard alone (a small listing) when the next name there
-is taken too.
+in one run and, since ``seq`` is written with 12 digits (a queue takes 10**12 tasks), each
+run in submission order; the runs are then ordered by the tier policy. So no name is
+parsed to be listed; a name is parsed (once per handle and tier, :class:`PickKeys`) only
+when it comes to the head of its shard's list, and a malformed one is dropped there. The
+handle re-lists every shard when ``pending.gen`` changed (a task was added) or its lists
+ran out (unless it listed them in this claim); it drops a name found taken by a peer, and
+re-lists that shard alone (a small listing) when a second name there is found taken in
+one claim.
 
 Alone, a claimer takes the best head of all shards: exact preference order. Once it met a
-busy shard lock, or two names in a row taken from one shard (both mean peers claiming at
-the same time), it is in a crowd for the next :data:`CROWD_CLAIMS` claims: it then takes
-the best name of its *home* shard (``crc32(worker id) % lock_shards``) if that shard has
-one of the best class (tier distance and failure count, so tiers and freshness keep their
-order), else of the next shard onwards that has (stealing); a name found taken there is
-followed by the next name of the same shard, without looking at the others again. Workers
-with different homes thus work in different shards, each in submission order, instead of
-chasing one name; between shards, a crowd does not keep submission order.
+busy shard lock, or two names taken from one shard (both mean peers claiming at the same
+time), it is in a crowd for the next :data:`CROWD_CLAIMS` claims: it then takes the best
+name of its *home* shard (``crc32(worker id) % lock_shards``) if that shard has one of the
+best class (tier distance and failure count, so tiers and freshness keep their order),
+else of the next shard onwards that has (stealing). In a crowd, a shard is re-listed
+before a claim's first try there (peers drain every shard, and one small listing costs
+less than following the names they took), a name found taken is followed by the next name
+of the same shard, and a claimer that finds its name taken under the shard lock (or that
+waited for the lock) takes the shard's best name at that moment if it is of the class it
+sought (:meth:`ShardPicking._best_now`). Workers with different homes thus work in
+different shards, each in submission order, instead of chasing one name; between shards,
+a crowd does not keep submission order.
 """
 
 from __future__ import annotations
