@@ -56,7 +56,9 @@ def test_real_runs_adversarial(ex, tmp_path):
         assert r["busy"] >= sum(d) - 1e-6              # sleep never returns early
         assert 0 < r["utilisation"] <= 1
     assert runs["static"]["makespan"] >= ex.ideal_static(d, 3) - 1e-6
-    assert runs["stealing"]["makespan"] >= ex.ideal_stealing(d, 3) - 1e-6
+    # not ideal_stealing (FIFO list scheduling): concurrent claimers keep submission order
+    # per shard only, so a run may beat FIFO; none beats the lower bound
+    assert runs["stealing"]["makespan"] >= ex.lower_bound(d, 3) - 1e-6
     # static: the three long tasks in a row on worker 0
     assert [i for i, *_ in runs["static"]["spans"][0]] == [0, 3, 6]
     # the margin (1.2 s vs 0.46 s ideal) absorbs any plausible queue overhead

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 
 import pytest
 
@@ -423,11 +424,87 @@ def test_a_claim_that_finds_its_name_taken_under_the_lock_takes_the_shards_best(
     assert name.endswith(f".{a}.json")
     assert other.claim().task_id == a  # a peer took it after this handle listed
     monkeypatch.setattr(queue_mod.os.path, "lexists", lambda p: True)  # past the cheap check
-    got = q._try_claim(name, 0, clock(), wait=True)
-    monkeypatch.undo()
+    got = q._try_claim(name, 0, clock(), wait=True, fallback=True)
     assert got != "gone" and got.task_id == b and q.get(b)[1]["claim"]["worker"] == "w0"
-    assert q._try_claim(name, 0, clock(), wait=False) == "gone"  # alone, not waiting: no
+    assert q._crowd == 0
+    assert q._try_claim(name, 0, clock(), wait=False) == "gone"  # without the fallback: no
+    monkeypatch.undo()
+    assert q.get(c_)[0] == "pending"
     assert q.check() == []
+
+
+def test_the_taken_names_fallback_takes_no_record_of_another_shard(qdir, clock, monkeypatch):
+    """A record file in a shard directory its id does not hash to (outside damage) is
+    never claimed through the fallback: its completion would be lost."""
+    q = make(qdir, clock, durable=False)
+    other = peer(q, clock, "w1")
+    (a,) = _same_shard_ids(q, 1)
+    k = _shards.shard_of(a, q.config.lock_shards)
+    q.put(a, None)
+    m = next(f"m{i}" for i in range(1000) if _shards.shard_of(f"m{i}", q.config.lock_shards) != k)
+    (qdir / "shards" / str(k) / _shards.pending_name(0, 0, 5, m)).write_text("{}")
+    q._candidates(0)
+    name = q._cands[0][1][k][-1]
+    assert other.claim().task_id == a
+    monkeypatch.setattr(queue_mod.os.path, "lexists", lambda p: True)
+    assert q._try_claim(name, 0, clock(), wait=True, fallback=True) == "gone"
+
+
+@pytest.fixture
+def bounded():
+    """Fail (instead of hanging) a test still running after 30 s."""
+    def hung(*_):
+        raise AssertionError("still running after 30 s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("odd", ["misplaced", "dangling"])
+def test_a_name_gone_at_every_try_does_not_hold_up_a_claim(qdir, clock, odd, bounded):
+    """Names that come back at every listing but can never be claimed (a record in another
+    shard's directory, a dangling link) are dropped: the claim ends, bounded."""
+    q = make(qdir, clock, durable=False)
+    other = peer(q, clock, "w1")
+    v1, v2, v3 = _same_shard_ids(q, 3, "v")
+    k = _shards.shard_of(v1, q.config.lock_shards)
+    d = qdir / "shards" / str(k)
+    for i in range(2):
+        if odd == "misplaced":
+            m = next(f"m{i}x{j}" for j in range(1000)
+                     if _shards.shard_of(f"m{i}x{j}", q.config.lock_shards) != k)
+            (d / _shards.pending_name(0, 0, 0, m)).write_text("{}")
+        else:
+            os.symlink(str(d / f"nothing{i}"), str(d / _shards.pending_name(0, 0, 0, f"dl{i}")))
+    q.put_many([(v1, None), (v2, None), (v3, None)])
+    q._candidates(0)
+    assert other.claim().task_id == v1  # a peer takes v1: this handle's list is stale
+    for crowd in (0, _shards.CROWD_CLAIMS):
+        q._crowd = crowd
+        tries = []
+        real = q._try_claim
+        q._try_claim = lambda name, *a, **kw: tries.append(name) or real(name, *a, **kw)
+        c = q.claim()
+        del q._try_claim
+        assert c is not None and c.task_id in (v2, v3)
+        assert len(tries) < 4 * _shards.RELISTS
+        q.complete(c)
+
+
+def test_a_queue_refuses_submissions_beyond_its_seq_range(qdir, clock):
+    """``seq`` has 12 digits, so that string order is submission order: the queue refuses
+    the submission that would pass 10**12, and changes nothing."""
+    q = make(qdir, clock, durable=False)
+    (qdir / "seq").write_text(f"{queue_mod.MAX_SEQ - 1}\n")
+    with pytest.raises(QueueError, match="12 digits"):
+        q.put_many([("a", None), ("b", None)])
+    assert (qdir / "seq").read_text() == f"{queue_mod.MAX_SEQ - 1}\n"
+    assert q.counts()["pending"] == 0 and not os.path.exists(qdir / "ids" / "a")
+    assert q.put("a", None)
+    assert q.claim().task_id == "a"
 
 
 def test_the_taken_names_fallback_keeps_the_class_order(qdir, clock, monkeypatch):
@@ -440,7 +517,7 @@ def test_the_taken_names_fallback_keeps_the_class_order(qdir, clock, monkeypatch
     assert name.endswith(f".{heavy}.json")  # a tier-1 worker prefers its own tier
     assert other.claim(1).task_id == heavy
     monkeypatch.setattr(queue_mod.os.path, "lexists", lambda p: True)
-    got = q._try_claim(name, 1, clock(), wait=True)
+    got = q._try_claim(name, 1, clock(), wait=True, fallback=True)
     monkeypatch.undo()
     assert got == "gone"  # the shard's best now is of a worse class: the claimer looks again
     assert q.claim(1).task_id == light

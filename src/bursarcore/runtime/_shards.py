@@ -36,7 +36,9 @@ before a claim's first try there (peers drain every shard, and one small listing
 less than following the names they took), a name found taken is followed by the next name
 of the same shard, and a claimer that finds its name taken under the shard lock (or that
 waited for the lock) takes the shard's best name at that moment if it is of the class it
-sought (:meth:`ShardPicking._best_now`). Workers with different homes thus work in
+sought or a better one (:meth:`ShardPicking._best_now`). A claim re-lists at most
+:data:`RELISTS` shards (so a name that is "gone" at every try, such as a dangling link,
+cannot keep it going). Workers with different homes thus work in
 different shards, each in submission order, instead of chasing one name; between shards,
 a crowd does not keep submission order.
 """
@@ -59,6 +61,9 @@ SHARDS_DIR = "shards"
 
 CROWD_CLAIMS = 64
 """Claims a handle stays in crowd mode after it last met a busy shard lock."""
+RELISTS = 144
+"""Shard listings one claim makes at most, beyond a listing of every shard (twice the
+default shard count, and some): then it only drops names."""
 MAX_PASSED = 16
 """Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
 for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
@@ -252,8 +257,12 @@ class ShardPicking:
         keys = self._pick_keys[worker_tier]
         lst = self._cands[worker_tier][1][k] = self._eligible(
             sorted(listdir(self._shard_dirs[k])), worker_tier)
-        key = self._head(lst, keys)
-        return lst[-1] if key is not None and key[0] <= keys[sought][0] else None
+        n = len(self._shard_dirs)
+        while (key := self._head(lst, keys)) is not None:
+            if shard_of(lst[-1][2:-5].split(".")[3], n) == k:
+                return lst[-1] if key[0] <= keys[sought][0] else None
+            lst.pop()  # a record in another shard's directory (outside damage): not one
+        return None
 
     @staticmethod
     def _head(lst: list[str], keys: PickKeys) -> Key | None:
@@ -335,6 +344,7 @@ class ShardPicking:
         busy: list[int] = []
         gone_in: set[int] = set()
         listed: set[int] = set()  # shards re-listed in this call
+        budget = RELISTS
         cls: Any = None  # in a crowd, after a name found taken: its class
         k = -1
         while True:
@@ -363,15 +373,18 @@ class ShardPicking:
                     continue
             if not shards[k]:
                 continue
-            if self._crowd > 0 and k not in listed and not fresh:
+            if self._crowd > 0 and k not in listed and not fresh and budget > 0:
                 # in a crowd, peers drain every shard: look at this one as it is now
                 listed.add(k)
+                budget -= 1
                 self._relist(worker_tier, shards, k)
                 if wait:
                     busy.append(k)
                 continue
             name = shards[k][-1]
-            got = self._try_claim(name, worker_tier, now, wait=wait)
+            fallback = (wait or self._crowd > 0) and budget > 0
+            budget -= fallback
+            got = self._try_claim(name, worker_tier, now, wait=wait, fallback=fallback)
             if got == "busy":
                 busy.append(k)
                 self._crowd = CROWD_CLAIMS
@@ -379,8 +392,9 @@ class ShardPicking:
                 lst = shards[k]
                 if lst and lst[-1] == name:  # (a claim that waited may have re-listed it)
                     lst.pop()
-                if k in gone_in:  # a second name taken from this shard: peers drain it
-                    self._relist(worker_tier, shards, k)  # look again
+                if k in gone_in and budget > 0:  # a second name taken from this shard:
+                    budget -= 1  # peers drain it, look again
+                    self._relist(worker_tier, shards, k)
                     listed.add(k)
                     self._crowd = CROWD_CLAIMS
                 else:

@@ -94,6 +94,9 @@ __all__ = [
 log = logging.getLogger("bursarcore.runtime.queue")
 
 HISTORY_LIMIT = 50
+MAX_SEQ = 10**12
+"""Submissions a queue takes in its life: ``seq`` is written with 12 digits, so that string
+order is submission order (:mod:`._shards`)."""
 _GEN_RESET = 1 << 20  # pending.gen is truncated once it reaches 1 MiB
 _UNSET: Any = object()
 
@@ -309,6 +312,10 @@ class TaskQueue(ShardPicking, Inspection):
                     first = int(f.read().strip() or 0)
             except FileNotFoundError:
                 first = 0
+            if first + n > MAX_SEQ:
+                raise QueueError(f"{self.root}: a queue takes {MAX_SEQ:,} submissions in its "
+                                 f"life (a pending name's seq has 12 digits); {first:,} were "
+                                 f"made and {n:,} more were asked for")
             _files.write_text(path, f"{first + n}\n", durable=self.config.durable)
         return first
 
@@ -504,10 +511,12 @@ class TaskQueue(ShardPicking, Inspection):
             self._bump()
         return rec, dst
 
-    def _try_claim(self, name: str, worker_tier: int, now: float, *, wait: bool) -> Claim | str:
+    def _try_claim(self, name: str, worker_tier: int, now: float, *, wait: bool,
+                   fallback: bool = False) -> Claim | str:
         """One attempt on pending file ``name``: a :class:`Claim`, ``"gone"`` (a peer
         took it since the listing) or ``"busy"`` (its shard lock was held;
-        ``wait=False``)."""
+        ``wait=False``). ``fallback``: if ``name`` is gone under the lock, claim the
+        shard's best name then, if it is of ``name``'s class or a better one."""
         task_id = name[2:-5].split(".")[3]
         sdir = self._sdir(task_id)
         src = os.path.join(sdir, name)
@@ -534,7 +543,7 @@ class TaskQueue(ShardPicking, Inspection):
             return dst
 
         got = self._change(task_id, src, edit, wait=wait, prepare=False,
-                           instead=instead if wait or self._crowd > 0 else None)
+                           instead=instead if fallback else None)
         if isinstance(got, str):
             return got
         rec = got[0]
