@@ -104,6 +104,11 @@ def parse_pending(name: str) -> tuple[int, int, int, str] | None:
     return tier, failures, seq, parts[3]
 
 
+def pending_task_id(name: str) -> str:
+    """The task id of a pending file name already known to be one (no checks)."""
+    return name[2:-5].split(".")[3]
+
+
 def class_of(name: str) -> tuple[int, int, str] | None:
     """``(tier, failures, prefix)`` of a name that starts ``p.<tier>.<failures>.`` (the
     prefix), written as :func:`pending_name` writes them, else ``None``. The rest of the
@@ -255,25 +260,26 @@ class ShardPicking:
         the shard and return its best name if that is of ``sought``'s class or better
         (else ``None``). The handle's list of the shard is the new listing."""
         keys = self._pick_keys[worker_tier]
-        lst = self._cands[worker_tier][1][k] = self._eligible(
-            sorted(listdir(self._shard_dirs[k])), worker_tier)
+        shards = self._cands[worker_tier][1]
+        self._relist(worker_tier, shards, k)
+        lst = shards[k]
         n = len(self._shard_dirs)
-        while (key := self._head(lst, keys)) is not None:
-            if shard_of(lst[-1][2:-5].split(".")[3], n) == k:
+        while (key := self._head(lst, keys)) is not NOT_ELIGIBLE:
+            if shard_of(pending_task_id(lst[-1]), n) == k:
                 return lst[-1] if key[0] <= keys[sought][0] else None
             lst.pop()  # a record in another shard's directory (outside damage): not one
         return None
 
     @staticmethod
-    def _head(lst: list[str], keys: PickKeys) -> Key | None:
+    def _head(lst: list[str], keys: PickKeys) -> Key:
         """Key of the best name of one shard's list, dropping malformed names from its
-        end; ``None`` once the list is empty."""
+        end; :data:`NOT_ELIGIBLE` once the list is empty."""
         while lst:
             key = keys[lst[-1]]
             if key is not NOT_ELIGIBLE:
                 return key
             lst.pop()
-        return None
+        return NOT_ELIGIBLE
 
     def _best(self, worker_tier: int, shards: list[list[str]],
               skip: list[int]) -> tuple[int, Key]:
@@ -283,8 +289,8 @@ class ShardPicking:
         for k, lst in enumerate(shards):
             if lst and k not in skip:
                 key = keys[lst[-1]]
-                if key is NOT_ELIGIBLE:
-                    key = self._head(lst, keys) or NOT_ELIGIBLE
+                if key is NOT_ELIGIBLE:  # (the common case without a call)
+                    key = self._head(lst, keys)
                 if key < best:
                     best_k, best = k, key
         return best_k, best
@@ -299,11 +305,6 @@ class ShardPicking:
         keys = self._pick_keys[worker_tier]
         n = len(shards)
         home = self._home
-        if k == home:
-            return k
-        lst = shards[home]
-        if lst and home not in skip and keys[lst[-1]][0] == best[0]:
-            return home
         for j in (*range(home, n), *range(home)):
             lst = shards[j]
             if lst and j not in skip and keys[lst[-1]][0] == best[0]:
@@ -322,7 +323,7 @@ class ShardPicking:
                     break
                 name = shards[k][-1]
                 if os.path.lexists(os.path.join(self._shard_dirs[k], name)):
-                    return name, name[2:-5].split(".")[3]
+                    return name, pending_task_id(name)
                 shards[k].pop()
         return None
 
@@ -351,7 +352,7 @@ class ShardPicking:
             wait = False
             if cls is not None:  # the next name of the shard where one was found taken
                 lst = shards[k]
-                if not lst or (self._head(lst, keys) or NOT_ELIGIBLE)[0] != cls:
+                if self._head(lst, keys)[0] != cls:
                     k = -1
                 cls = None
             else:
@@ -360,7 +361,7 @@ class ShardPicking:
                 k = self._choice(worker_tier, shards, busy)
             if k < 0:
                 if busy:
-                    k = min(busy, key=lambda b: (self._head(shards[b], keys) or NOT_ELIGIBLE))
+                    k = min(busy, key=lambda b: self._head(shards[b], keys))
                     busy.remove(k)
                     wait = True
                 elif fresh:
@@ -403,7 +404,7 @@ class ShardPicking:
                     cls = keys[name][0]
             else:
                 lst = shards[k]
-                if lst and lst[-1][2:-5].split(".")[3] == got.task_id:
+                if lst and pending_task_id(lst[-1]) == got.task_id:
                     lst.pop()
                 self._crowd -= 1
                 return got

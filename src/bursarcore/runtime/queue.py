@@ -78,7 +78,7 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
 from ._files import Record, read_json
 from ._inspect import Inspection
 from ._shards import (SHARDS_DIR, STATES, ShardPicking, parse_name, parse_pending, pending_name,
-                      shard_dir, shard_of, state_name)
+                      pending_task_id, shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
 
 __all__ = [
@@ -517,7 +517,7 @@ class TaskQueue(ShardPicking, Inspection):
         took it since the listing) or ``"busy"`` (its shard lock was held;
         ``wait=False``). ``fallback``: if ``name`` is gone under the lock, claim the
         shard's best name then, if it is of ``name``'s class or a better one."""
-        task_id = name[2:-5].split(".")[3]
+        task_id = pending_task_id(name)
         sdir = self._sdir(task_id)
         src = os.path.join(sdir, name)
         if not os.path.lexists(src):
@@ -530,7 +530,7 @@ class TaskQueue(ShardPicking, Inspection):
                                  name)  # it is of the class sought (or better)
             if alt is None:
                 return None
-            chosen[0] = alt[2:-5].split(".")[3]
+            chosen[0] = pending_task_id(alt)
             return os.path.join(sdir, alt)
 
         def edit(rec: Record) -> str:
