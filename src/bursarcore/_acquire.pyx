@@ -184,7 +184,7 @@ cdef class FastAcquire:
     cdef Py_ssize_t dcls_n
     # the journal the broker had at the last call, and how to add to it: 0 not at all
     # (Journal.add is overridden: the general path), 1 through its add_record
-    cdef object jobj, Journal, replace
+    cdef object jobj, Journal, replace, jadd
     cdef int jmode
     cdef bint jend
     # runs of expiries queued in the cursor's events since the last poll (_ExpiredRun)
@@ -279,6 +279,7 @@ cdef class FastAcquire:
         if j is not self.jobj:
             tp = type(j)
             self.jobj = j
+            self.jadd = j.add_record          # (its bound method, looked up once per journal)
             self.jmode = 0 if tp.add is not self.Journal.add else 1
             self.jend = tp.end_op is not self.Journal.end_op
         return self.jmode
@@ -286,7 +287,9 @@ cdef class FastAcquire:
     cdef int64_t _jadd(self, object j, tuple rec) except? -1:
         """``Journal.add_record`` of a record already in field order (its seq is rec[0],
         read from ``j.next_seq`` by the caller)."""
-        return j.add_record(rec)
+        if j is not self.jobj:
+            self._journal_mode(j)
+        return self.jadd(rec)
 
     cdef int _jend(self, object j) except -1:
         """The end of an operation (what ``@_op`` does)."""

@@ -56,8 +56,9 @@ def _op(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _
         try:
             return method(self, *args, **kwargs)
         finally:
-            if self.journal is not None:
-                self.journal.end_op(self.durable)
+            cur = self._cur
+            if cur.journal is not None:
+                cur.journal.end_op(cur.durable)
     return wrapper
 
 

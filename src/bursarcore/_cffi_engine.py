@@ -115,10 +115,7 @@ class _Ctx:
         e.HC = HC = st.heap_t.shape[0]
         e.heap_t = ptr("heap_t", (HC,))
         e.heap_id = ptr("heap_id", (HC,))
-        gsum = np.zeros(D, dtype=np.int64)
-        refs.append(gsum)
-        e.gsum = ffi.cast("int64_t *", gsum.ctypes.data)
-        lib.bce_sum_guarantees(e, C)
+        e.gsum = ptr("gsum", (D,))                   # Σ_c g[c, d] (kept by add_campaign)
         self.e = e
         self.refs = refs
         self.version = st.version

@@ -192,7 +192,6 @@ cdef extern from "engine.h" nogil:
                     const int64_t* nmins, const int64_t* nmaxs, const int64_t* durs,
                     int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
                     int64_t j, int64_t m, int* err, int64_t* rec)
-    void k_sum_guarantees(Eng* e, int64_t C)
     void k_dim_figures(const Eng* e, int64_t d, int64_t* out)
     i128 k_token_wait(const Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
     int k_quote_cell(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,

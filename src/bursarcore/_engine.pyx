@@ -182,10 +182,7 @@ cdef _Ctx _build(object st):
     e.HC = st.heap_t.shape[0]
     e.heap_t = _i64(refs, st, "heap_t", 1, e.HC, 0)
     e.heap_id = _i64(refs, st, "heap_id", 1, e.HC, 0)
-    # Σ_c g[c, d], for never(); g only changes in add_campaign, which bumps the version
-    gsum = np.zeros(D, dtype=np.int64)
-    e.gsum = <int64_t*>_data(refs, gsum, "gsum", cnp.NPY_INT64, 1, D, 0)
-    k_sum_guarantees(e, C)
+    e.gsum = _i64(refs, st, "gsum", 1, D, 0)      # Σ_c g[c, d] (kept by add_campaign)
     x.refs = refs
     x.version = st.version
     x.owner = <void*>st

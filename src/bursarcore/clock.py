@@ -60,6 +60,10 @@ class ManualClock:
             ``seconds`` is negative, not finite, or would move the clock past the engine's
             range (``units.MAX_SECONDS``); the clock does not move.
         """
+        if type(seconds) is float and 0.0 <= seconds \
+                and self._t + seconds <= units.MAX_SECONDS:             # the common case
+            self._t += seconds
+            return self._t
         s = _finite(seconds, "seconds")
         if s < 0:
             raise InvalidArgument("seconds", "must be >= 0 (time never runs backwards)", seconds)
@@ -88,6 +92,9 @@ class ManualClock:
             ``t`` is earlier than the current time, or not a finite number of seconds
             within the engine's range; the clock does not move.
         """
+        if type(t) is float and self._t <= t <= units.MAX_SECONDS:   # the common case
+            self._t = t
+            return t
         t = _finite(t, "t")
         if t < self._t:
             raise InvalidArgument("t", f"must be >= the current time {self._t}", t)

@@ -283,7 +283,7 @@ def fixed_array(values: Any, field: str = "amounts",
 
 def index_array(values: Any, size: int, field: str = "idx") -> np.ndarray:
     """Integer indices in ``[0, size)`` as a contiguous int64 array."""
-    a = column(values, field)
+    a = values if type(values) is np.ndarray else column(values, field)
     if a.ndim != 1:
         raise InvalidArgument(field, "must be one-dimensional", a.shape)
     if a.size == 0:

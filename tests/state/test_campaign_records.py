@@ -101,6 +101,32 @@ def test_pickles_new_and_old_load_as_records(backend):
         assert np.array_equal(getattr(old, f), getattr(st, f)), f
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_sum_of_guarantees_is_kept_by_registration(backend):
+    """``gsum`` (Σ_c g[c, d], what the "never" check of the capacity rule reads as the
+    others' guarantees) is kept by registration, not summed by the engine: equal to the
+    column sum after every registration, in a pickle, and rebuilt from ``g`` for a pickle
+    without it; a request the others' guarantees leave no room for is refused as never."""
+    b = Broker(Pool(gpu=10), clock=ManualClock(0.0), backend=backend)
+    st = b.st
+    for i, g in enumerate((3, 0, 4)):
+        b.register(f"c{i}", Envelope(credits=1e6, service_class="interactive",
+                                     guaranteed={"gpu": g}, sustained={"gpu": 10},
+                                     ceiling={"gpu": 10}, burst={"gpu": 1e6}))
+        assert np.array_equal(st.gsum, st.g[:st.C].sum(axis=0))
+    assert st.gsum.tolist() == [7]
+    d = dict(st.__getstate__())
+    assert np.array_equal(pickle.loads(pickle.dumps(st)).gsum, [7])
+    del d["gsum"]                             # a snapshot from before gsum was kept
+    old = S.EngineState.__new__(S.EngineState)
+    old.__setstate__(pickle.loads(pickle.dumps(d)))
+    assert old.gsum.tolist() == [7]
+    # c1 (no guarantee) may never hold more than 10 - 7 = 3 firm units
+    dec = b.acquire(Intent("c1", {"gpu": 4}, duration=10.0))
+    assert (dec.outcome, dec.reason) == ("refused", "capacity")
+    assert b.acquire(Intent("c1", {"gpu": 3}, duration=10.0)).outcome == "granted"
+
+
 @pytest.mark.skipif("compiled" not in ENGINES, reason="compiled engine not built")
 def test_a_malformed_record_array_is_refused_by_name():
     b = _broker("compiled", 4)

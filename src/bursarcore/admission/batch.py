@@ -21,7 +21,7 @@ def batch_units(values: Any, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     1 <= min <= max <= MAX_UNITS, as int64 columns (min and max reductions, not a
     mask per rule; an int64 (n,) array is used as it is, as campaign_idx is), and the
     largest max (0 for an empty batch)."""
-    u = units.column(values, "units")
+    u = values if type(values) is np.ndarray else units.column(values, "units")
     if u.dtype.kind not in "iu":
         raise InvalidArgument("units", "must be integers", u.dtype)
     if u.dtype.kind == "u" and u.size and int(u.max()) > _MAX_U:

@@ -69,7 +69,7 @@ class BatchMixin(BrokerBase):
         TimeWentBackwards
             ``now`` is before the broker time.
         """
-        st = self.st
+        st, cur = self.st, self._cur
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
         n = ci.shape[0]
         nmin, nmax, top = _batch_units(units_, n)
@@ -93,7 +93,7 @@ class BatchMixin(BrokerBase):
             ks = self._constant(self._one_cls, n)       # every campaign has this class
             opp = self._opp_default
         elif service_class is None:
-            ks = self._cur.default_cls.take(ci)
+            ks = cur.default_cls.take(ci)
             opp = self._opp_default
         else:
             name = service_class if isinstance(service_class, str) else None
@@ -106,12 +106,13 @@ class BatchMixin(BrokerBase):
         if ttl is not None and units.real(ttl, "ttl", hi=units.MAX_TTL,
                                           what="a number of seconds") <= 0:  # as Intent.ttl
             raise InvalidArgument("ttl", "must be > 0", ttl)
-        ttl_ns = units.to_ns(ttl if ttl is not None else self.ttl, "ttl")
+        ttl_ns = units.to_ns(ttl if ttl is not None else cur.ttl, "ttl")
         t = self._now() if now is None else units.to_ns(now)
-        if t < self._cur.t:
-            raise TimeWentBackwards("now", f"must be >= the broker time {self._cur.t / NS}", t / NS)
-        if isinstance(self.clock, ManualClock) and t / NS > self.clock.now():
-            self.clock.set(t / NS)
+        if t < cur.t:
+            raise TimeWentBackwards("now", f"must be >= the broker time {cur.t / NS}", t / NS)
+        clock = cur.clock
+        if isinstance(clock, ManualClock) and t / NS > clock.now():
+            clock.set(t / NS)
         self._advance(t)
         return self._admit_batch_loop(ci, ks, d, nmin, nmax, dur, t, ttl_ns, opp, top)
 
@@ -133,10 +134,11 @@ class BatchMixin(BrokerBase):
         out_r = np.empty(n, dtype=np.int64)
         out_l = np.empty(n, dtype=np.int64)
         slow = []                        # (item, outcome code) decided by the single path
-        rec = np.empty((n, 11), dtype=np.int64) if self.journal is not None else None
+        cur = self._cur
+        rec = np.empty((n, 11), dtype=np.int64) if cur.journal is not None else None
         dims = self._constant(d, n)
-        iid0 = self._cur.next_intent
-        self._cur.next_intent += n
+        iid0 = cur.next_intent
+        cur.next_intent += n
         slots = n * top if top is not None else None
         if slots is None or st.arena_top.item(0) + slots > st.arena.shape[0]:
             slots = int(nmax.sum()) if n else 0

@@ -125,8 +125,8 @@ class EngineState:
     ``version`` counts attribute assignments: it moves whenever an array is replaced
     (growth) or a scalar such as ``C`` changes, never on in-place writes. A compiled kernel
     caches raw pointers to the arrays (in ``binding_view``, dropped on every bump) and rebuilds
-    them when it moves. It also caches Σ_c g[c, d]: ``g`` changes only in
-    :meth:`add_campaign`; code that ever rewrites ``g`` in place must bump ``version``.
+    them when it moves. ``gsum`` is Σ_c g[c, d], kept by :meth:`add_campaign` (``g``
+    changes nowhere else).
     """
 
     version: int = 0
@@ -146,6 +146,7 @@ class EngineState:
     oppa: I64
     pend: I64
     price: I64
+    gsum: I64                         # (D,) Σ_c g[c, d]
     cls: I64                          # (classes, 6)
     cong_thr: I64
     cong_mult: I64
@@ -250,6 +251,8 @@ class EngineState:
                     lr[:, j] = d.pop(f)
         self.__dict__.update(d)
         self._set_rows(cd, cr, cd.shape[0])
+        if "gsum" not in d:                # pickled before Σg was kept here
+            self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
         buf = _aligned_buf(lr.shape[0] * L_WIDTH)
         self._set_leases(buf, lr.shape[0])
         self.lrow[:] = lr
@@ -270,6 +273,7 @@ class EngineState:
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
         self.price = np.array(price, dtype=np.int64)
+        self.gsum = z()                    # Σ_c g[c, d], kept by add_campaign
         # class table: rank, mult_ppm, priced, preemptible, grace_ns, free_when_broke
         self.cls = np.array(classes, dtype=np.int64).reshape(-1, 6)
         self.cong_thr = np.array(cong_thresholds, dtype=np.int64)
@@ -322,6 +326,7 @@ class EngineState:
         self.budget[c] = budget
         self.left[c] = budget
         self.U += np.asarray(g, dtype=np.int64)
+        self.gsum += np.asarray(g, dtype=np.int64)
         self.C += 1
         return c
 

@@ -9,17 +9,6 @@
 
 /* -- answers without a change (§4.1, §4.2, §4.4, §7) ------------------------------------ */
 
-/* Σ_c g[c, d] for every d into e->gsum (k_never's "the others' guarantees"). */
-static inline void k_sum_guarantees(bc_eng *e, int64_t C)
-{
-    int64_t i, j;
-    for (j = 0; j < e->D; j++) {
-        e->gsum[j] = 0;
-        for (i = 0; i < C; i++)
-            e->gsum[j] += e->cd[i * e->D + j].g;
-    }
-}
-
 /* Dimension d's capacity levels: free units above the warm headroom, units a reclaim
  * can reach, and the firm room. */
 static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
@@ -237,9 +226,10 @@ static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks
     return m;
 }
 
-/* k_batch without and with a journal: each a copy of the one loop with every call in it
- * inlined (flatten), the first with the journal's branches folded away. */
-__attribute__((flatten, unused)) static int64_t k_batch_plain(
+/* k_batch without and with a journal: each a copy of the one loop, the first with the
+ * journal's branches folded away. (Not `flatten`: the compiler's own inlining, with the
+ * rules' loops unrolled, keeps the loop smaller and as fast.) */
+__attribute__((unused)) static int64_t k_batch_plain(
     bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
     const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
     int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err)
@@ -248,7 +238,7 @@ __attribute__((flatten, unused)) static int64_t k_batch_plain(
                    NULL);
 }
 
-__attribute__((flatten, unused)) static int64_t k_batch_rec(
+__attribute__((unused)) static int64_t k_batch_rec(
     bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
     const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
     int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,

@@ -62,7 +62,6 @@ static int64_t bce_batch(bc_eng *e, const int64_t *camps, const int64_t *ks, con
                          int64_t t, int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol,
                          int64_t j, int64_t m, int *err, int64_t *rec);
 static int64_t bce_row(bc_eng *e, int64_t lid);
-static void bce_sum_guarantees(bc_eng *e, int64_t C);
 /* --- cdef end */
 
 static void bce_settle(bc_eng *e, int64_t c, int64_t d, int64_t t) { k_settle(e, c, d, t); }
@@ -193,6 +192,5 @@ static int64_t bce_batch(bc_eng *e, const int64_t *camps, const int64_t *ks, con
 }
 
 static int64_t bce_row(bc_eng *e, int64_t lid) { return k_row(e, lid); }
-static void bce_sum_guarantees(bc_eng *e, int64_t C) { k_sum_guarantees(e, C); }
 
 #endif /* BURSARCORE_ENGINE_FFI_H */

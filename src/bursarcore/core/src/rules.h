@@ -154,56 +154,68 @@ typedef struct {
     int64_t warm;
 } bc_dec;
 
-enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_allows) */
+enum { BC_LAZY = 1 };
 
-/* §4.3 the credit rule's terms: the limit is X // den units (X the budget left, or the
- * spending cap, times an hour; den the duration times the price), clamped to BC_MAXV when
- * `capped` (a cap alone binds). 0 when the rule does not bind, 1 with terms, or an error. */
-static inline int bc_credit_terms(const bc_req *q, bc_i128 *X, bc_i128 *den, int *capped)
+/* The loops over the rules with a limit are unrolled, so each rule's case is chosen at
+ * compile time and its figures stay in registers. */
+#if defined(__GNUC__)
+#define BC_UNROLL _Pragma("GCC unroll 8")
+#else
+#define BC_UNROLL
+#endif   /* bc_limit: the limit is only compared with a size (bc_allows) */
+
+/* §4.3 the credit rule's terms for one request: the limit is X // den units (X the budget
+ * left, or the spending cap, times an hour; den the duration times the price), clamped to
+ * BC_MAXV when `capped` (a cap alone binds); `on` is 0 when the rule does not bind. */
+typedef struct {
+    bc_i128 X, den;
+    int capped, on;
+} bc_credit;
+
+/* Fill *ct for q: 0 or an error code. */
+static inline int bc_credit_terms(const bc_req *q, bc_credit *ct)
 {
-    int on = 0;
+    ct->on = 0;
+    ct->capped = 0;
+    ct->X = ct->den = 0;
     if (q->pm == 0)
         return 0;
-    *den = (bc_i128)q->dur * q->pm;
-    *capped = 0;
+    ct->den = (bc_i128)q->dur * q->pm;
     if (!q->free_when_broke) {     /* (an unlimited budget, left = MAXV, bounds a cost too) */
-        if (*den == 0)
+        if (q->dur == 0)           /* (den == 0: pm != 0 here) */
             return BC_E_ZERODIV;
-        *X = (bc_i128)q->left * BC_HOUR_NS;
-        on = 1;
+        ct->X = (bc_i128)q->left * BC_HOUR_NS;
+        ct->on = 1;
     }
     if (q->max_spend >= 0) {
-        if (*den == 0)
+        if (q->dur == 0)
             return BC_E_ZERODIV;
         /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
-        *capped = !on;
-        if (*capped || (bc_i128)q->max_spend * BC_HOUR_NS < *X)
-            *X = (bc_i128)q->max_spend * BC_HOUR_NS;
-        on = 1;
+        ct->capped = !ct->on;
+        if (ct->capped || (bc_i128)q->max_spend * BC_HOUR_NS < ct->X)
+            ct->X = (bc_i128)q->max_spend * BC_HOUR_NS;
+        ct->on = 1;
     }
-    return on;
+    return 0;
 }
 
-static inline int64_t bc_credit_limit(bc_i128 X, bc_i128 den, int capped)
+static inline int64_t bc_credit_limit(const bc_credit *ct)
 {
-    bc_i128 x = bc_fdiv128(X, den);
-    if (capped && x > BC_MAXV)
+    bc_i128 x = bc_fdiv128(ct->X, ct->den);
+    if (ct->capped && x > BC_MAXV)
         x = BC_MAXV;
     return x > BC_MAXV ? BC_MAXV : x < -BC_MAXV ? -BC_MAXV : (int64_t)x;
 }
 
-/* Rule i's exact limit for q (its terms valid: bc_limit returned 0 or BC_LAZY for it). */
-static inline int64_t bc_limit_exact(const bc_req *q, int i)
+/* Rule i's exact limit for q (its terms valid: bc_limit returned 0 or BC_LAZY for it; ct the
+ * credit rule's terms). */
+static inline int64_t bc_limit_exact(const bc_req *q, const bc_credit *ct, int i)
 {
-    bc_i128 X = 0, den = 0;
-    int capped = 0;
     switch (i) {
     case BC_LIMIT_TOKENS:
         return bc_token_limit(q->H, q->s, q->T, q->dur);
     case BC_LIMIT_CREDITS:
-        if (bc_credit_terms(q, &X, &den, &capped) <= 0)
-            return BC_MAXV;
-        return bc_credit_limit(X, den, capped);
+        return ct->on ? bc_credit_limit(ct) : BC_MAXV;
     }
     return BC_MAXV;
 }
@@ -211,10 +223,9 @@ static inline int64_t bc_limit_exact(const bc_req *q, int i)
 /* Rule i's limit for q to *lim (§4.1–§4.4; the capacity rule also sets *warm), or, when
  * `exact` is 0 and the limit takes a division, BC_LAZY: it is then only compared with the
  * size the other rules allow (bc_allows). 0, BC_LAZY or an error code. */
-static inline int bc_limit(const bc_req *q, int i, int exact, int64_t *lim, int64_t *warm)
+static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exact, int64_t *lim,
+                           int64_t *warm)
 {
-    bc_i128 X = 0, den = 0;
-    int capped = 0, on;
     int64_t firm;
     switch (i) {
     case BC_LIMIT_CEILING:
@@ -242,15 +253,12 @@ static inline int bc_limit(const bc_req *q, int i, int exact, int64_t *lim, int6
         }
         return BC_LAZY;
     case BC_LIMIT_CREDITS:
-        on = bc_credit_terms(q, &X, &den, &capped);
-        if (on < 0)
-            return on;
-        if (on == 0) {
+        if (!ct->on) {
             *lim = BC_MAXV;
             return 0;
         }
-        if (exact || den < 0) {
-            *lim = bc_credit_limit(X, den, capped);
+        if (exact || ct->den < 0) {
+            *lim = bc_credit_limit(ct);
             return 0;
         }
         return BC_LAZY;
@@ -261,10 +269,9 @@ static inline int bc_limit(const bc_req *q, int i, int exact, int64_t *lim, int6
 
 /* Whether rule i (bc_limit gave BC_LAZY) allows m units, without its division: the tokens'
  * T // dur >= q is T >= q·dur, the credits' X // den >= q is X >= q·den. */
-static inline int bc_allows(const bc_req *q, int i, int64_t m)
+static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t m)
 {
-    bc_i128 X = 0, den = 0, prod;
-    int capped = 0;
+    bc_i128 prod;
     int64_t mb, need;
     switch (i) {
     case BC_LIMIT_TOKENS:
@@ -273,10 +280,13 @@ static inline int bc_allows(const bc_req *q, int i, int64_t m)
         mb = m - bc_sustained_room(q->H, q->s);
         return bc_mul_over64(mb, q->dur, &need) ? (mb < 0) : (q->T >= need);
     case BC_LIMIT_CREDITS:
-        bc_credit_terms(q, &X, &den, &capped);
         if (m <= 0)
-            return X >= 0;
-        return (!capped || m <= BC_MAXV) && !bc_mul_over128(m, den, &prod) && X >= prod;
+            return ct->X >= 0;
+        if (ct->capped && m > BC_MAXV)
+            return 0;
+        if (0 <= ct->den && ct->den <= BC_I64_MAX)     /* m·den < 2**126: one multiply */
+            return ct->X >= (bc_i128)m * (int64_t)ct->den;
+        return !bc_mul_over128(m, ct->den, &prod) && ct->X >= prod;
     }
     return 0;
 }
@@ -290,33 +300,47 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
 {
     int lazy[BC_LIMITS], i, rc;
     int64_t m = nmax, n;
+    bc_credit ct;
+    rc = bc_credit_terms(q, &ct);
+    if (rc < 0)
+        return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
+    BC_UNROLL
     for (i = 0; i < BC_LIMITS; i++) {
-        rc = bc_limit(q, i, exact, &o->lim[i], &o->warm);
+        rc = bc_limit(q, &ct, i, exact, &o->lim[i], &o->warm);
         if (rc < 0)
             return rc;
         lazy[i] = rc == BC_LAZY;
         if (!lazy[i])
             m = bc_min64(m, o->lim[i]);
     }
+    BC_UNROLL
     for (i = 0; i < BC_LIMITS; i++) {
         if (!lazy[i])
             continue;
-        if (bc_allows(q, i, m)) {
+        if (bc_allows(q, &ct, i, m)) {
             o->lim[i] = m;          /* a lower bound: it does not bind */
         } else {
-            o->lim[i] = bc_limit_exact(q, i);
+            o->lim[i] = bc_limit_exact(q, &ct, i);
             lazy[i] = 0;
             m = bc_min64(m, o->lim[i]);
         }
     }
+    o->reason = BC_REASON_NONE;
+    if (__builtin_expect(m >= nmax, 1)) {
+        /* Every rule allows the whole request (m == nmax): a branch, not a select, so on
+         * the predicted path the size is nmax whatever the limits, and the next request,
+         * which reads the levels this grant moves, need not wait for these limits. */
+        o->n = nmax;
+        return 0;
+    }
     n = bc_max64(0, m);
     o->n = n;
-    o->reason = BC_REASON_NONE;
     if (n < nmin) {
+        BC_UNROLL
         for (i = 0; i < BC_LIMITS; i++) {
             if (lazy[i])
-                o->lim[i] = bc_limit_exact(q, i);
+                o->lim[i] = bc_limit_exact(q, &ct, i);
             if (o->lim[i] <= n) {
                 o->reason = bc_limit_reason[i];
                 break;
