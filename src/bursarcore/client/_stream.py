@@ -24,6 +24,7 @@ answers into the stream's own queue while ``window`` messages are unanswered.
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import urllib.parse
 from typing import Any, NamedTuple
@@ -115,12 +116,14 @@ def _raise_error(doc: dict[str, Any]) -> None:
         err = RateLimited(str(detail), float(doc.get("retry_after") or 1.0))
     else:
         err = Unavailable(f"stream: {status}: {detail}", status)
-    err.message_id = mid  # type: ignore[attr-defined]
+    setattr(err, "message_id", mid)   # which message this answers
     raise err
 
 
 class _Protocol:
     """Message building and answer decoding, shared by both streams."""
+
+    timeout: float            # seconds a read waits while an answer is due
 
     def __init__(self, campaign: str | None, binary: bool, frame: int, window: int) -> None:
         if binary and msgpack is None:  # pragma: no cover
@@ -223,9 +226,14 @@ class DecisionStream(_Protocol):
         from websockets.sync.client import connect
 
         self.timeout = float(timeout)
+        # a connection held open by this object (websockets >= 17.1 asks for legacy=True
+        # to return one outside a with block; earlier versions always do)
+        legacy: dict[str, Any] = \
+            {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
         try:
             self._ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"},
-                               open_timeout=timeout, compression=None, max_size=max_size)
+                               open_timeout=timeout, compression=None, max_size=max_size,
+                               **legacy)
         except InvalidStatus as e:
             raise handshake_error(e, campaign) from None
         except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as e:

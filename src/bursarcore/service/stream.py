@@ -182,14 +182,14 @@ class StreamSession:
                 # queued (the 503s) and closes the socket
                 await asyncio.wait([tasks[1]], timeout=self.ctx.service.commit_timeout)
         finally:
+            # no await here: a session cancelled from outside (the server shutting down)
+            # ends at once, and its tasks end at their next step
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
         for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                e = t.exception()
-                if not _is_disconnect(e):
-                    log.error("decision stream failed", exc_info=e)
+            err = None if t.cancelled() else t.exception()
+            if err is not None and not _is_disconnect(err):
+                log.error("decision stream failed", exc_info=err)
 
     async def _wait_room(self, need: int) -> None:
         while self.inflight + need > self.window:
@@ -209,6 +209,7 @@ class StreamSession:
             else:
                 self.binary = False
                 self._frame(msg.get("text") or "", False)
+            self._wake.set()          # the frame's own error answers, if any
             # decide the frame's messages a slice at a time (see the module docstring)
             while self._pending:
                 self._decide(self._pending[:SLICE], self._pending_binary)
@@ -245,9 +246,10 @@ class StreamSession:
             return
         wait = self.ctx.charge(self.p, len(items))
         if wait:
-            e = _Refused(429, "rate limit exceeded", retry_after=math.ceil(wait * 1000) / 1000)
+            limited = _Refused(429, "rate limit exceeded",
+                               retry_after=math.ceil(wait * 1000) / 1000)
             for m in items:
-                self._answer_now(m.get("id") if isinstance(m, dict) else None, e, binary)
+                self._answer_now(m.get("id") if isinstance(m, dict) else None, limited, binary)
             return
         self._pending = items
 
