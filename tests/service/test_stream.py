@@ -486,3 +486,17 @@ def test_stream_rate_limit_is_the_tokens_http_limit(tmp_path, base_config):
                 assert e.value.retry_after > 0
     finally:
         srv.stop()
+
+
+def test_an_intent_shape_seen_before_is_no_way_around_the_checks(svc):
+    """The server remembers the intents a connection sent (by value and type): a value
+    equal in Python but of another type (true for 1) is checked as new and refused."""
+    with svc.client() as c, c.websocket_connect("/v1/stream",
+                                                headers=svc.headers("alpha")) as ws:
+        ws.send_text(json.dumps([_acq(1), _acq(2), _acq(3, max=True), _acq(4, max=1.0),
+                                 _acq(5, campaign="beta"), _acq(6, campaign="alpha")]))
+        a = _answers(ws, 6)
+        assert [m["type"] for m in a] == ["decision", "decision", "error", "error", "error",
+                                          "decision"]
+        assert a[2]["detail"][0]["loc"] == ["max"] and a[3]["detail"][0]["loc"] == ["max"]
+        assert a[4]["status"] == 404

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import logging
 import math
@@ -69,6 +70,8 @@ OPS = ("acquire", "renew", "release", "consume")
 SLICE = 128
 #: the longest string id a message may carry
 MAX_ID_LEN = 64
+#: intent shapes a connection remembers (see StreamSession._intents)
+_INTENT_SHAPES = 1024
 _MAX_LEASE = 1 << 62
 #: fields every message may carry beside its operation's own
 _COMMON = ("id", "op", "campaign")
@@ -169,6 +172,10 @@ class StreamSession:
         self._room = asyncio.Event()      # the reader and the watcher: room in flight
         self._pending: list[Any] = []     # the messages of the frame being decided
         self._pending_binary = False
+        # intents this connection sent before, by campaign and fields (with their types,
+        # so that 1, 1.0 and true stay apart): an agent sends the same few shapes again
+        # and again, and an Intent is immutable, so a shape is checked once
+        self._intents: dict[tuple, Intent] = {}
 
     # ------------------------------------------------------------------ the tasks
     async def run(self) -> None:
@@ -293,6 +300,8 @@ class StreamSession:
                 self._push(doc, seq, binary)
             except _Refused as e:
                 self._push(_error_doc(mid, e), -1, binary)
+            except BursarError as e:           # bad input the checks found: nothing changed
+                self._push(_error_doc(mid, _refusal_of(e)), -1, binary)
             except ServiceUnavailable as e:
                 self._push(_error_doc(mid, _Refused(503, str(e))), -1, binary)
                 self.failed = True
@@ -305,11 +314,6 @@ class StreamSession:
         op = m.get("op")
         if op not in _FIELDS:
             raise _bad(["op"], f"must be one of {list(OPS)}")
-        allowed = _FIELDS[op]
-        for k in m:
-            if k not in allowed and k not in _COMMON:
-                raise _bad([str(k)], f"is not a field of {op}; its fields are "
-                           f"{[*_COMMON, *allowed]}", "extra_forbidden")
         campaign = m.get("campaign", self.campaign)
         if campaign is None:
             raise _bad(["campaign"], "is required: an operator token names the campaign")
@@ -317,20 +321,36 @@ class StreamSession:
                 or campaign not in ctx.broker.envelopes:
             raise _Refused(404, "campaign not found")
         broker = ctx.broker
+        key: tuple | None = None
+        if op == "acquire":
+            # a shape this connection sent before (only checked shapes are remembered)
+            key = (campaign, *[(k, v.__class__, v) for k, v in m.items() if k not in _COMMON])
+            try:
+                intent = self._intents.get(key)
+            except TypeError:                    # a list or a map among the values
+                key, intent = None, None
+            if intent is not None:
+                return op, functools.partial(broker.acquire, intent)
+        allowed = _FIELDS[op]
+        for k in m:
+            if k not in allowed and k not in _COMMON:
+                raise _bad([str(k)], f"is not a field of {op}; its fields are "
+                           f"{[*_COMMON, *allowed]}", "extra_forbidden")
         if op == "release":
             lid = _lease_id(m)
             return op, lambda: (ctx.own_lease(campaign, lid), broker.release(lid))[1]
         body = {k: v for k, v in m.items() if k not in _COMMON and k != "lease"}
+        if op == "acquire":
+            intent = self._intent(campaign, body)
+            if key is not None:
+                if len(self._intents) >= _INTENT_SHAPES:
+                    self._intents.clear()
+                self._intents[key] = intent
+            return op, functools.partial(broker.acquire, intent)
         try:
             model = _MODELS[op].model_validate(body)
         except ValidationError as e:
             raise _validation(e) from None
-        if op == "acquire":
-            try:
-                intent = ctx.intent_of(campaign, model, ())
-            except RequestValidationError as e:
-                raise _refusal_of(e) from None
-            return op, lambda: broker.acquire(intent)
         if op == "renew":
             lid = _lease_id(m)
             return op, lambda: (ctx.own_lease(campaign, lid),
@@ -338,6 +358,17 @@ class StreamSession:
         if model.dim not in broker.flow_dims:
             raise _bad(["dim"], f"must be a flow dimension, one of {broker.flow_dims}")
         return op, lambda: broker.consume(campaign, model.dim, model.amount)
+
+    def _intent(self, campaign: str, body: dict[str, Any]) -> Intent:
+        """An intent checked as the HTTP API checks it (the same model, the same rules)."""
+        try:
+            model = M.IntentIn.model_validate(body)
+        except ValidationError as e:
+            raise _validation(e) from None
+        try:
+            return self.ctx.intent_of(campaign, model, ())
+        except RequestValidationError as e:
+            raise _refusal_of(e) from None
 
     async def _writer(self) -> None:
         svc = self.ctx.service
