@@ -500,3 +500,21 @@ def test_an_intent_shape_seen_before_is_no_way_around_the_checks(svc):
                                           "decision"]
         assert a[2]["detail"][0]["loc"] == ["max"] and a[3]["detail"][0]["loc"] == ["max"]
         assert a[4]["status"] == 404
+
+
+def test_a_stream_outlives_the_request_timeout(tmp_path, base_config):
+    """``--request-timeout`` times the upgrade request only: an open stream that is idle
+    longer still answers (the WebSocket's own pings keep time from the upgrade on)."""
+    from bursarcore.service.testing import ServerProcess
+
+    srv = ServerProcess(tmp_path / "rt", base_config,
+                        extra_args=["--request-timeout", "0.5"]).start()
+    try:
+        with BursarClient(srv.url, srv.tokens["alpha"]) as c, c.stream(events=False) as s:
+            s.consume("fs", 0.0)
+            assert isinstance(next(s), Consumption)
+            time.sleep(1.2)                     # idle past the request timeout
+            s.consume("fs", 0.0)
+            assert isinstance(next(s), Consumption)
+    finally:
+        srv.stop()
