@@ -518,3 +518,43 @@ def test_a_stream_outlives_the_request_timeout(tmp_path, base_config):
             assert isinstance(next(s), Consumption)
     finally:
         srv.stop()
+
+
+def test_an_unexpected_exception_fails_that_message_only(base_config, tmp_path):
+    s = InProcessService(base_config, journal=tmp_path / "j.db")
+    real = s.broker.acquire
+    calls = []
+
+    def boom(intent):
+        calls.append(intent)
+        if len(calls) == 1:
+            raise OverflowError("Python int too large to convert to C long")
+        return real(intent)
+
+    s.broker.acquire = boom
+    with s.client() as c, c.websocket_connect("/v1/stream", headers=s.headers("alpha")) as ws:
+        ws.send_text(json.dumps([_acq(1), _acq(2)]))
+        bad, good = _answers(ws, 2)
+        assert (bad["id"], bad["status"]) == (1, 500) and "nothing was journaled" in bad["detail"]
+        assert good["type"] == "decision" and good["decision"]["outcome"] == "granted"
+    assert s.service.failed is None
+
+
+def test_a_journal_failure_answers_503_and_closes_the_stream(base_config, tmp_path):
+    import sqlite3
+
+    s = InProcessService(base_config, journal=tmp_path / "j.db")
+
+    def disk(intent):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with s.client() as c, c.websocket_connect("/v1/stream", headers=s.headers("alpha")) as ws:
+        ws.send_text(json.dumps({"id": 0, "op": "consume", "dim": "fs", "amount": 0.1}))
+        assert _answers(ws, 1)[0]["type"] == "consumption"
+        s.broker.acquire = disk
+        ws.send_text(json.dumps([_acq(1), _acq(2)]))
+        (err,) = _answers(ws, 1)                  # the rest of the frame is not decided
+        assert (err["id"], err["status"]) == (1, 503)
+        assert ws.receive() == {"type": "websocket.close", "code": 1011,
+                                "reason": "the journal cannot be written"}
+    assert s.service.failed is not None
