@@ -134,6 +134,7 @@ def test_answers_follow_the_order_of_the_messages_across_frames_and_forms(svc):
     ({"id": 1, "op": "consume", "dim": "fs", "amount": -1}, ["amount"], 422),
     ({"id": [1], "op": "consume", "dim": "fs", "amount": 1}, ["id"], 422),
     ({"id": "x" * 65, "op": "consume", "dim": "fs", "amount": 1}, ["id"], 422),
+    (_acq(1, campaign=7), ["campaign"], 422),
     ({"id": 1, "op": "release", "lease": 987654}, None, 404),
 ])
 def test_bad_messages_answer_an_error_naming_the_field_and_change_nothing(svc, message,

@@ -345,6 +345,11 @@ class BrokerService:
     def durable_seq(self) -> int:
         return self._durable
 
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`start` ran (the committer and the event log's wake-ups)."""
+        return self._new_events is not None
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._kick = asyncio.Event()

@@ -196,7 +196,13 @@ class StreamSession:
         for t in done:
             err = None if t.cancelled() else t.exception()
             if err is not None and not _is_disconnect(err):
+                # a bug, not the client: logged, and the client told (1011) rather than
+                # left to wait for answers that will not come
                 log.error("decision stream failed", exc_info=err)
+                try:
+                    await self.ws.close(code=1011, reason="internal error")
+                except Exception:  # noqa: BLE001 - the socket may be gone already
+                    pass
 
     async def _wait_room(self, need: int) -> None:
         while self.inflight + need > self.window:
@@ -317,8 +323,9 @@ class StreamSession:
         campaign = m.get("campaign", self.campaign)
         if campaign is None:
             raise _bad(["campaign"], "is required: an operator token names the campaign")
-        if not isinstance(campaign, str) or not self.p.may_act_for(campaign) \
-                or campaign not in ctx.broker.envelopes:
+        if not isinstance(campaign, str):
+            raise _bad(["campaign"], "must be a campaign name (a string)")
+        if not self.p.may_act_for(campaign) or campaign not in ctx.broker.envelopes:
             raise _Refused(404, "campaign not found")
         broker = ctx.broker
         key: tuple | None = None
@@ -422,6 +429,9 @@ class StreamSession:
                 self._room.clear()
                 await self._room.wait()
             room = max(1, min(100, self.window - len(self.out)))
+            if not svc.running:             # no commits, no events (an app not started)
+                await asyncio.sleep(1.0)
+                continue
             evs = await svc.wait_events(self.campaign, self.cursor, room, 30.0)
             if not evs:
                 continue
