@@ -559,3 +559,40 @@ def test_a_journal_failure_answers_503_and_closes_the_stream(base_config, tmp_pa
         assert ws.receive() == {"type": "websocket.close", "code": 1011,
                                 "reason": "the journal cannot be written"}
     assert s.service.failed is not None
+
+
+def test_a_busy_stream_does_not_stall_other_tenants(live):
+    """alpha floods its stream with 1000-message frames, reading as fast as it can;
+    beta's single HTTP requests meanwhile are answered within a bound (the stream's
+    frames are decided a slice at a time, with the event loop free between slices)."""
+    stop = threading.Event()
+    done = [0]
+
+    def flood():
+        with BursarClient(live.url, live.tokens["alpha"], timeout=30) as c, \
+                c.stream(events=False, binary=True, frame=1000, window=4000) as s:
+            while not stop.is_set():
+                for _ in range(1000):
+                    s.consume("fs", 0.0)
+                for _ in range(1000):
+                    next(s)
+                done[0] += 1000
+
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    try:
+        end = time.monotonic() + 30
+        while done[0] < 2000:                    # the flood is running
+            assert time.monotonic() < end and t.is_alive()
+            time.sleep(0.05)
+        worst = 0.0
+        with BursarClient(live.url, live.tokens["beta"], timeout=10) as b:
+            for _ in range(20):
+                t0 = time.monotonic()
+                assert b.consume("beta", "fs", 0.0).seq >= 0
+                worst = max(worst, time.monotonic() - t0)
+        assert t.is_alive()                      # still flooding while beta was served
+        assert worst < 2.0, worst
+    finally:
+        stop.set()
+        t.join(30)
