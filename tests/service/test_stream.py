@@ -596,3 +596,24 @@ def test_a_busy_stream_does_not_stall_other_tenants(live):
     finally:
         stop.set()
         t.join(30)
+
+
+def test_preempt_notice_and_revocation_arrive_on_the_holders_stream(svc):
+    with svc.client() as c, \
+            c.websocket_connect("/v1/stream", headers=svc.headers("gamma")) as wg, \
+            c.websocket_connect("/v1/stream", headers=svc.headers("alpha")) as wa:
+        wg.send_text(json.dumps(_acq(1, max=64, duration=600)))
+        lid = _answers(wg, 1)[0]["decision"]["lease"]["id"]
+        wa.send_text(json.dumps(_acq(2, max=8, duration=600)))     # within its guarantee
+        d = _answers(wa, 1)[0]["decision"]
+        assert d["path"] == "reclaim"
+        svc.clock.advance(2)                                       # past the 1 s grace
+        wa.send_text(json.dumps({"id": 3, "op": "consume", "dim": "fs", "amount": 0.1}))
+        _answers(wa, 1)
+        kinds = []
+        while "revoked" not in kinds:
+            msg = json.loads(wg.receive_text())
+            for m in msg if isinstance(msg, list) else [msg]:
+                assert m["type"] == "event" and m["event"]["lease_id"] == lid
+                kinds.append(m["event"]["kind"])
+        assert kinds == ["preempt_notice", "revoked"]
