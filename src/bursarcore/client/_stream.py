@@ -305,6 +305,8 @@ class DecisionStream(_Protocol):
         return self.receive().value
 
     def close(self) -> None:
+        """Send what was gathered (as a file's close writes its buffer), then close the
+        connection; answers not read by then are not read."""
         try:
             self.flush()
         except ServiceError:
