@@ -240,8 +240,8 @@ process: building and checking an `Intent` per message and decoding each answer 
 
 The target of 100,000 durable decisions/s over one connection is **not reached** on this
 machine: 40,000-60,000 (MessagePack, by frame size and run; 63,000 at best in an earlier
-run the same hour) is measured, with the load generator on the same two cores. What would reach it is deciding a run of a frame's intents in the broker's
-compiled batch loop (`Broker.admit_batch`, 200,000-500,000 a second through the columnar
+run the same hour) is measured, with the load generator on the same two cores. What would
+reach it is deciding a run of a frame's intents in the broker's compiled batch loop (`Broker.admit_batch`, 200,000-500,000 a second through the columnar
 endpoints); that needs the batch call to return what a `Decision` carries for each item
 (path, wait, retry_after, the lease), which `BatchResult` does not today — a change in the
 broker, not in the service.
