@@ -239,3 +239,78 @@ def test_columnar_batches_follow_the_access_rule(world):
         r = _columnar(http, tok["operator"], path, {**body, "campaigns": ["alpha", "beta"],
                                                     "campaign": [0, 1]}, "")
         assert r.status_code == 200 and len(r.json()["seq"]) == 2, r.text
+
+
+# the decision stream: messages name their campaign ({c}), leases by id ({l})
+STREAM = [
+    {"op": "acquire", "campaign": "{c}", "max": 1, "duration": 60},
+    {"op": "consume", "campaign": "{c}", "dim": "fs", "amount": 0.1},
+    {"op": "renew", "lease": "{l}", "duration": 5},
+    {"op": "release", "lease": "{l}"},
+]
+
+
+def _ws(server, token: str | None, query: str = ""):
+    """A raw WebSocket to ``/v1/stream``: the connection, or the refused upgrade's
+    (status, headers, body)."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    try:
+        return connect(server.url.replace("http", "ws", 1) + "/v1/stream" + query,
+                       additional_headers=headers, compression=None).__enter__()
+    except InvalidStatus as e:
+        return e.response.status_code, e.response.headers, e.response.body
+
+
+def _ask(ws, messages: list[dict]) -> list[dict]:
+    import json
+
+    ws.send(json.dumps([{**m, "id": i} for i, m in enumerate(messages)]))
+    out: list[dict] = []
+    while len(out) < len(messages):
+        doc = json.loads(ws.recv(timeout=10))
+        out += [m for m in (doc if isinstance(doc, list) else [doc]) if m["type"] != "event"]
+    return out
+
+
+def _fill(m: dict, c: str, l: int) -> dict:
+    return {k: (v.format(c=c) if v == "{c}" else l if v == "{l}" else v) for k, v in m.items()}
+
+
+def test_decision_stream_follows_the_access_rule(world, server):
+    """On the stream, a message for another campaign, or for another campaign's lease,
+    answers exactly what one for a missing campaign or lease answers, and changes
+    nothing; so does opening a stream on another campaign; no or a wrong token is 401 at
+    the upgrade; the token's own campaign and the operator succeed."""
+    pytest.importorskip("websockets")
+    http, tok, ids = world
+    wrong = tok["alpha"][:-4] + ("AAAA" if not tok["alpha"].endswith("AAAA") else "BBBB")
+    for token in (None, wrong, "x" * 300, "bsr_"):
+        status, headers, _ = _ws(server, token)
+        assert status == 401 and headers.get("www-authenticate") == "Bearer", token
+    theirs, missing = _ws(server, tok["alpha"], "?campaign=beta"), \
+        _ws(server, tok["alpha"], "?campaign=nosuch")
+    assert theirs[0] == missing[0] == 404 and theirs[2] == missing[2]
+    before = _snapshot(http, tok["beta"], "beta")
+    ws = _ws(server, tok["alpha"])
+    try:
+        for m in STREAM:
+            a, b = _ask(ws, [_fill(m, "beta", ids["beta"]["l"]),
+                             _fill(m, "nosuch", NOSUCH_ID)])
+            assert a["status"] == 404 and a == {**b, "id": a["id"]}, (m, a, b)
+        own = _ask(ws, [_fill(m, "alpha", ids["alpha"]["l"]) for m in STREAM])
+        assert [x["type"] for x in own] == ["decision", "consumption", "decision", "decision"]
+        assert own[3]["decision"]["outcome"] == "released"
+    finally:
+        ws.close()
+    assert _snapshot(http, tok["beta"], "beta") == before
+    ws = _ws(server, tok["operator"])
+    try:
+        got = _ask(ws, [_fill(m, "beta", ids["beta"]["l"]) for m in STREAM[:2]]
+                   + [{**_fill(STREAM[3], "beta", ids["beta"]["l"]), "campaign": "beta"}])
+        assert [x["type"] for x in got] == ["decision", "consumption", "decision"]
+        assert got[2]["decision"]["outcome"] == "released"
+    finally:
+        ws.close()

@@ -1,6 +1,6 @@
 """The client's ways to receive events, against the real service over loopback:
 ``poll()`` (every event since the last poll, like ``Broker.poll``; an operator's covers
-every campaign), ``events()`` pages, and ``stream()`` over server-sent events, which
+every campaign), ``events()`` pages, and ``event_stream()`` over server-sent events, which
 reconnects from the last seq."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_an_operators_poll_covers_every_campaign(srv):
         assert [e.lease_id for e in op.events(after=-1, campaign="beta", limit=1000).events
                 ].count(lb) == 1
         with pytest.raises(InvalidArgument, match="campaign"):
-            next(op.stream())                      # no broker-wide stream: name one
+            next(op.event_stream())                # no broker-wide stream: name one
 
 
 def test_stream_yields_events_as_they_happen_and_resumes_from_a_seq(srv):
@@ -85,18 +85,18 @@ def test_stream_yields_events_as_they_happen_and_resumes_from_a_seq(srv):
             cursor = start.next
         lid = c.acquire(Intent("beta", units={"gpu": 1}, duration=0.3)).lease.id
         t0 = time.monotonic()
-        seq, ev = next(iter(c.stream(after=cursor, max_seconds=10)))
+        seq, ev = next(iter(c.event_stream(after=cursor, max_seconds=10)))
         assert time.monotonic() - t0 < 8
         assert (ev.kind, ev.lease_id, ev.campaign) == ("expired", lid, "beta")
         page = c.events(after=cursor)
         assert page.seqs[0] == seq and page.events[0] == ev    # the same event, same cursor
         # resuming from its seq: nothing more (the stream ends at max_seconds)
         t0 = time.monotonic()
-        assert list(c.stream(after=seq, max_seconds=0.5)) == []
+        assert list(c.event_stream(after=seq, max_seconds=0.5)) == []
         assert 0.4 < time.monotonic() - t0 < 5
         # another campaign's stream is not there for this token
         with pytest.raises(UnknownCampaign):
-            next(c.stream(campaign="alpha"))
+            next(c.event_stream(campaign="alpha"))
 
 
 def test_stream_reconnects_when_the_server_ends_it(srv):
@@ -110,7 +110,7 @@ def test_stream_reconnects_when_the_server_ends_it(srv):
         lid = c.acquire(Intent("alpha", units={"gpu": 1}, duration=1.5)).lease.id
         before = c.requests
         got = []
-        for seq, ev in c.stream(after=after, max_seconds=10):
+        for seq, ev in c.event_stream(after=after, max_seconds=10):
             got.append(ev)
             if ev.lease_id == lid:
                 break
@@ -127,7 +127,7 @@ def test_async_stream_and_poll(srv):
             d = await c.acquire(Intent("beta", units={"gpu": 1}, duration=0.3))
             start = c._cursor
             streamed = None
-            async for seq, ev in c.stream(after=start, max_seconds=10):
+            async for seq, ev in c.event_stream(after=start, max_seconds=10):
                 streamed = (seq, ev)
                 break
             polled = []

@@ -2,7 +2,8 @@
 check that every acknowledged decision (an HTTP 2xx the client received) is still there,
 and that a quiet restart reproduces leases, balances and the pending queue exactly. The
 load mixes single decisions with columnar batches (``/v1/batch/...``, both forms), whose
-every row is an acknowledged decision."""
+every row is an acknowledged decision, and with decision streams (``/v1/stream``, both
+forms), whose every answer received is one."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from bursarcore.client import BursarClient, ServiceError
 
 CAMPAIGNS = ("alpha", "beta")
 COLUMNAR_ACKS: list[int] = []     # seqs acknowledged through the columnar batches
+STREAM_ACKS: list[int] = []       # seqs acknowledged on decision streams
 
 
 def _load(url: str, token: str, campaign: str, seed: int, acked: list, stop: threading.Event):
@@ -74,6 +76,57 @@ def _load(url: str, token: str, campaign: str, seed: int, acked: list, stop: thr
                 return                      # the server is gone
 
 
+def _stream_load(url: str, token: str, campaign: str, seed: int, acked: list,
+                 stop: threading.Event):
+    """One agent on the decision stream: runs of intents, consumptions, renewals and
+    releases sent without waiting, each answer recorded as it arrives."""
+    rng = random.Random(seed)
+    mine: list[int] = []
+    try:
+        with BursarClient(url, token, campaign=campaign, retries=0, timeout=5) as c, \
+                c.stream(events=False, binary=rng.random() < 0.5, frame=4) as s:
+            while not stop.is_set():
+                sent = []
+                for _ in range(rng.randint(1, 12)):
+                    r = rng.random()
+                    if r < 0.55 or not mine:
+                        s.acquire(Intent(campaign, units={"gpu": (1, rng.randint(1, 2))},
+                                         duration=3600))
+                        sent.append(("acquire", None))
+                    elif r < 0.75:
+                        lid = mine.pop(rng.randrange(len(mine)))
+                        s.release(lid)
+                        sent.append(("release", lid))
+                    elif r < 0.85:
+                        lid = rng.choice(mine)
+                        s.renew(lid, 60)
+                        sent.append(("renew", lid))
+                    else:
+                        s.consume("fs", 0.01)
+                        sent.append(("consume", None))
+                for op, lid in sent:
+                    x = next(s)                # answers arrive in the order sent
+                    STREAM_ACKS.append(x.seq)
+                    if op == "consume":
+                        acked.append(("consume", campaign, x.seq, None, x.allowed, None, 0))
+                    elif op == "acquire":
+                        acked.append(("acquire", campaign, x.seq, x.intent_id, x.outcome,
+                                      x.lease.id if x.lease else None,
+                                      x.lease.units if x.lease else 0))
+                        if x.granted:
+                            mine.append(x.lease.id)
+                    elif op == "release":
+                        acked.append(("release", campaign, x.seq, x.intent_id, x.outcome,
+                                      lid, 0))
+                    else:
+                        acked.append(("renew", campaign, x.seq, x.intent_id, x.outcome, lid,
+                                      x.lease.expiry if x.lease else None))
+                        if lid in mine and x.outcome == "refused" and x.reason == "invalid":
+                            mine.remove(lid)
+    except ServiceError:
+        return                              # the server is gone
+
+
 def _state(url: str, op_token: str) -> dict:
     st = httpx.get(f"{url}/v1/state", headers={"Authorization": f"Bearer {op_token}"},
                    timeout=10).json()
@@ -104,6 +157,9 @@ def _kill_cycles(srv, kills: int, seed: int) -> list:
         threads = [threading.Thread(target=_load, args=(srv.url, srv.tokens[c], c,
                                                         seed * 10_000 + k * 10 + i, acked, stop))
                    for i, c in enumerate(CAMPAIGNS * 2)]
+        threads.append(threading.Thread(target=_stream_load, args=(
+            srv.url, srv.tokens[CAMPAIGNS[k % 2]], CAMPAIGNS[k % 2], seed * 10_000 + k * 10 + 9,
+            acked, stop)))
         for t in threads:
             t.start()
         deadline = time.monotonic() + 5
@@ -181,6 +237,7 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
             results[b] = e
 
     COLUMNAR_ACKS.clear()
+    STREAM_ACKS.clear()
     t0 = time.monotonic()
     threads = [threading.Thread(target=run, args=(b, i + 1)) for i, b in enumerate(BACKENDS)]
     for t in threads:
@@ -195,6 +252,7 @@ def test_sigkills_under_load_lose_no_acknowledged_decision(tmp_path, base_config
                 raise acked
             assert len(acked) >= 3 * KILLS_PER_BACKEND * 2 // len(BACKENDS), (b, len(acked))
         assert COLUMNAR_ACKS, "no decision was acknowledged through a columnar batch"
+        assert STREAM_ACKS, "no decision was acknowledged on a decision stream"
         for b in BACKENDS:
             acked = results[b]
             _verify(servers[b], acked)

@@ -12,6 +12,11 @@ embedded to remote by changing the line that makes the broker::
 
 A campaign argument may be left out: it defaults to the token's own campaign.
 
+``stream()`` opens the decision stream (``/v1/stream``, one WebSocket): intents, renewals,
+releases and consumptions sent without waiting, answered in order once durable, with the
+campaign's events on the same connection (:class:`DecisionStream`). ``event_stream()``
+iterates over the campaign's events alone (server-sent events).
+
 Errors: bad input raises :class:`~bursarcore.errors.InvalidArgument` naming the field (HTTP
 422); another campaign's or a missing lease raises :class:`~bursarcore.errors.UnknownLease`
 (404), a campaign :class:`~bursarcore.errors.UnknownCampaign`; a refusal is a value, as in
@@ -30,10 +35,12 @@ from __future__ import annotations
 from ._async import AsyncBursarClient
 from ._base import (EventPage, Forbidden, RateLimited, ServiceError, ServiceTimeout, Ticket,
                     Unauthorized, Unavailable)
+from ._stream import Answer, AsyncDecisionStream, DecisionStream
 from ._sync import BursarClient
 
 __all__ = ["BursarClient", "AsyncBursarClient", "ServiceError", "Unauthorized", "Forbidden",
-           "RateLimited", "Unavailable", "ServiceTimeout", "EventPage", "Ticket"]
+           "RateLimited", "Unavailable", "ServiceTimeout", "EventPage", "Ticket",
+           "DecisionStream", "AsyncDecisionStream", "Answer"]
 
 # the public names are documented (and printed) as this package's
 for _name in __all__:

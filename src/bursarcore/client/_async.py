@@ -14,6 +14,7 @@ from ..errors import InvalidArgument
 from . import _batch
 from ._base import (EventPage, ServiceTimeout, Ticket, Unavailable, _Base, _needs_table, _Req,
                     _SSE, httpx)
+from ._stream import AsyncDecisionStream, stream_url
 
 
 class AsyncBursarClient(_Base):
@@ -205,9 +206,21 @@ class AsyncBursarClient(_Base):
                 return out
             page = await self.events(page.next, 0.0, limit)
 
-    async def stream(self, after: int = -1, max_seconds: float | None = None,
-                     campaign: str | None = None) -> AsyncIterator[tuple[int, Event]]:
-        """:meth:`BursarClient.stream` as an async iterator (``async for``)."""
+    def stream(self, campaign: str | None = None, *, after: int | None = None,
+               events: bool = True, binary: bool = False, frame: int = 100,
+               window: int = 2048) -> AsyncDecisionStream:
+        """:meth:`BursarClient.stream` for asyncio: ``async with client.stream() as s``,
+        then ``await s.acquire(...)`` and ``async for item in s`` (decisions,
+        consumptions and events, the broker's types)."""
+        return AsyncDecisionStream(stream_url(self.base_url, campaign, after, events),
+                                   self._token,
+                                   campaign=campaign if campaign is not None else self._campaign,
+                                   binary=binary, frame=frame, window=window,
+                                   timeout=self.timeout)
+
+    async def event_stream(self, after: int = -1, max_seconds: float | None = None,
+                           campaign: str | None = None) -> AsyncIterator[tuple[int, Event]]:
+        """:meth:`BursarClient.event_stream` as an async iterator (``async for``)."""
         camp = campaign if campaign is not None else await self.campaign()
         if camp is None:
             raise InvalidArgument("campaign", "an operator token must name the campaign")

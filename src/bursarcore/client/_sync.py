@@ -13,6 +13,7 @@ from ..errors import InvalidArgument
 from . import _batch
 from ._base import (EventPage, ServiceTimeout, Ticket, Unavailable, _Base, _needs_table, _Req,
                     _SSE, httpx)
+from ._stream import DecisionStream, stream_url
 
 
 class BursarClient(_Base):
@@ -216,7 +217,23 @@ class BursarClient(_Base):
                 return out
             page = self.events(page.next, 0.0, limit)
 
-    def stream(self, after: int = -1, max_seconds: float | None = None,
+    def stream(self, campaign: str | None = None, *, after: int | None = None,
+               events: bool = True, binary: bool = False, frame: int = 100,
+               window: int = 2048) -> DecisionStream:
+        """Open the decision stream (``/v1/stream``, one WebSocket): send intents,
+        renewals, releases and consumptions without waiting, read the answers in the
+        order sent (each once its journal record is durable) and ``campaign``'s events
+        (the token's own by default; an operator token without one: every campaign's
+        events, and each message names its campaign). ``after``: the event cursor (a
+        journal seq; default: events from now on); ``events=False``: none; ``binary``:
+        MessagePack frames; ``frame``: messages per frame at most; ``window``: messages
+        unanswered at most before a send reads answers first. Use as a context manager;
+        see :class:`~bursarcore.client.DecisionStream`."""
+        return DecisionStream(stream_url(self.base_url, campaign, after, events), self._token,
+                              campaign=campaign if campaign is not None else self._campaign,
+                              binary=binary, frame=frame, window=window, timeout=self.timeout)
+
+    def event_stream(self, after: int = -1, max_seconds: float | None = None,
                campaign: str | None = None) -> Iterator[tuple[int, Event]]:
         """Server-sent events (``/events/stream``): yields ``(seq, event)`` as each event
         becomes durable, from the cursor ``after`` on. The server ends a stream after a

@@ -35,7 +35,7 @@ from .. import __version__
 from ..admission import Intent
 from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
 from ..journal import records as J
-from . import batch
+from . import batch, stream
 from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
 from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
@@ -56,14 +56,18 @@ class ServiceSettings:
     and ``max_batch_body`` bytes per columnar batch (``/v1/batch/...``), ``commit_timeout`` the
     longest wait for a journal commit before a request answers 503; ``metrics_campaigns``
     campaigns shown by name in ``/metrics`` (the rest summed as ``other``) and
-    ``metrics_require_token`` whether ``/metrics`` needs the operator token."""
+    ``metrics_require_token`` whether ``/metrics`` needs the operator token;
+    ``stream_window`` messages at most in flight (read, not yet answered) on one decision
+    stream connection and ``stream_frame`` messages at most in one of its frames (a frame
+    is at most ``max_body`` bytes)."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
                  max_batch_items: int = 100_000, max_batch_body: int = 64 << 20,
                  max_longpoll: float = 60.0, commit_timeout: float | None = 30.0,
-                 metrics_campaigns: int = 20, metrics_require_token: bool = True) -> None:
+                 metrics_campaigns: int = 20, metrics_require_token: bool = True,
+                 stream_window: int = 4096, stream_frame: int = 1000) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
@@ -74,6 +78,8 @@ class ServiceSettings:
         self.commit_timeout = None if commit_timeout is None else float(commit_timeout)
         self.metrics_campaigns = int(metrics_campaigns)
         self.metrics_require_token = bool(metrics_require_token)
+        self.stream_window = max(1, int(stream_window))
+        self.stream_frame = max(1, min(int(stream_frame), self.stream_window))
 
 
 # ---------------------------------------------------------------------------- ASGI layer
@@ -594,6 +600,13 @@ def create_app(service: BrokerService, tokens: TokenStore,
     # columnar batches (batch.py): intents and consumptions as columns, JSON or MessagePack
     batch.install(app, service, principal, charge, max_items=st.max_batch_items,
                   common=_SCOPED)
+
+    # the decision stream (stream.py): one WebSocket per agent, answers in order once durable
+    app.state.streams = stream.install(
+        app, service, tokens, limiter, fail_limiter, batch_unit=st.batch_unit,
+        window=st.stream_window, frame=st.stream_frame, max_frame_bytes=st.max_body,
+        intent_of=intent_of, own_lease=own_lease, on_sent=metrics.observe_stream)
+    metrics.streams = app.state.streams.sessions
 
     # ------------------------------------------------------------------ flow dimensions
     @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,

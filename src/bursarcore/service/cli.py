@@ -249,7 +249,7 @@ def serve(args: argparse.Namespace) -> int:
     return _run(app, args.host, args.port, args.ready_file, logging_config, args.access_log,
                 keep_alive=args.keep_alive, request_timeout=args.request_timeout,
                 max_connections=args.max_connections,
-                limit_concurrency=args.limit_concurrency)
+                limit_concurrency=args.limit_concurrency, ws_max_size=args.max_body)
 
 
 def _with_file(args: argparse.Namespace, file_cfg: Any) -> argparse.Namespace:
@@ -395,7 +395,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _run(app: Any, host: str, port: int, ready_file: str | None,
          logging_config: dict[str, Any], access_log: bool, *, keep_alive: float = 5.0, request_timeout: float = 10.0,
-         max_connections: int = 2048, limit_concurrency: int = 1024) -> int:
+         max_connections: int = 2048, limit_concurrency: int = 1024,
+         ws_max_size: int = 1 << 20) -> int:
     import uvicorn
 
     from .connections import bounded_protocol
@@ -426,7 +427,13 @@ def _run(app: Any, host: str, port: int, ready_file: str | None,
                             timeout_keep_alive=keep_alive,  # type: ignore[arg-type]
                             limit_concurrency=limit_concurrency or None,
                             # headers larger than this are a 400, not buffered without end
-                            h11_max_incomplete_event_size=64 * 1024)
+                            h11_max_incomplete_event_size=64 * 1024,
+                            # the decision stream: a frame is at most a body's size, few
+                            # frames wait unread (back pressure reaches the client's TCP
+                            # window), and no compression (CPU per message, for messages
+                            # of a hundred bytes)
+                            ws="auto", ws_max_size=ws_max_size, ws_max_queue=4,
+                            ws_per_message_deflate=False)
     server = _Server(config)
     server.run(sockets=[sock])
     return 0

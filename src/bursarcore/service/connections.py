@@ -66,6 +66,12 @@ def bounded_protocol(request_timeout: float, max_connections: int) -> type[async
                     and not c.more_body:
                 self._stop()                      # read in full: no longer timed here
 
+        def handle_websocket_upgrade(self, event: Any) -> None:
+            # the upgrade request arrived in full: the WebSocket protocol takes the
+            # connection over (its own pings time it from here), so this one's timer stops
+            self._stop()
+            super().handle_websocket_upgrade(event)
+
         def _start(self) -> None:
             if request_timeout > 0:
                 self._before = self.cycle

@@ -345,6 +345,11 @@ class BrokerService:
     def durable_seq(self) -> int:
         return self._durable
 
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`start` ran (the committer and the event log's wake-ups)."""
+        return self._new_events is not None
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._kick = asyncio.Event()
@@ -394,6 +399,19 @@ class BrokerService:
           validates before it changes state: :class:`OperationFailed` (HTTP 500) for this
           request only, logged with its traceback; the service goes on serving.
         """
+        result, err, target = self.apply(fn, *args, **kwargs)
+        await self.wait_durable(target)
+        if err is not None:
+            raise err
+        return result
+
+    def apply(self, fn: Callable[..., Any], *args: Any,
+              **kwargs: Any) -> tuple[Any, BaseException | None, int]:
+        """The first half of :meth:`call`, for callers that pipeline (the decision stream):
+        run one broker operation under the lock, with :meth:`call`'s failure policy, and
+        return ``(result, error, seq)`` — the expected error it raised (bad input, nothing
+        changed) or None, and the journal seq to pass to :meth:`wait_durable` before the
+        result may be acknowledged. An unexpected error raises here, as in :meth:`call`."""
         if self.failed is not None:
             raise ServiceUnavailable("the journal cannot be written; not accepting operations")
         err: BaseException | None = None
@@ -402,15 +420,12 @@ class BrokerService:
             before = len(self.journal)
             try:
                 result = fn(*args, **kwargs)
-            except self.expected_errors as e:   # bad input: nothing changed; re-raised below
+            except self.expected_errors as e:   # bad input: nothing changed
                 err = e
             except Exception as e:
                 self._unexpected(e, before, getattr(fn, "__name__", repr(fn)))
             target = len(self.journal) - 1
-        await self.wait_durable(target)
-        if err is not None:
-            raise err
-        return result
+        return result, err, target
 
     def _unexpected(self, e: Exception, journal_before: int, what: str) -> None:
         """Classify an unexpected exception of an operation (see :meth:`call`); raises."""

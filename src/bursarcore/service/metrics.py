@@ -70,6 +70,11 @@ class ServiceMetrics:
         self.commit_records = Histogram("bursar_journal_commit_records",
                                         "Journal records per commit group (group commit's "
                                         "batch size)", registry=r, buckets=_BATCH_BUCKETS)
+        self.stream_answers = Counter("bursar_stream_answers", "Answers sent on decision "
+                                      "streams (decisions, consumptions and errors)",
+                                      registry=r)
+        #: the live decision stream sessions (set by the app)
+        self.streams: Iterable[Any] = ()
         self._decisions: dict[tuple[int, int, int], int] = {}
         self._counted = 0              # journal records before this seq are counted
         self._snapshot: dict[str, Any] | None = None
@@ -79,6 +84,10 @@ class ServiceMetrics:
     def observe_commit(self, seconds: float, records: int) -> None:
         self.commit_seconds.observe(seconds)
         self.commit_records.observe(records)
+
+    def observe_stream(self, answers: int) -> None:
+        if answers:
+            self.stream_answers.inc(answers)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.latency.labels(method, route).observe(seconds)
@@ -124,6 +133,18 @@ class ServiceMetrics:
                                 value=float(svc.failed is not None))
         yield GaugeMetricFamily("bursar_journal_durable_seq", "Sequence number of the last "
                                 "durable journal record", value=float(svc.latest_seq()))
+        sessions = list(self.streams)
+        yield GaugeMetricFamily("bursar_stream_connections", "Open decision stream "
+                                "connections", value=float(len(sessions)))
+        yield GaugeMetricFamily("bursar_stream_inflight", "Messages read on decision "
+                                "streams and not yet answered, summed over connections",
+                                value=float(sum(s.inflight for s in sessions)))
+        yield GaugeMetricFamily("bursar_stream_inflight_peak", "The most messages ever in "
+                                "flight on one open decision stream connection",
+                                value=float(max((s.peak for s in sessions), default=0)))
+        yield GaugeMetricFamily("bursar_stream_received", "Messages read on the open "
+                                "decision stream connections",
+                                value=float(sum(s.received for s in sessions)))
         snap = self._snapshot
         if snap is None:
             return

@@ -1,0 +1,560 @@
+"""The decision stream: ``/v1/stream``, one WebSocket per agent (docs/service.md, "The
+decision stream").
+
+An agent opens one connection and sends intents, renewals, releases and consumptions
+without waiting for each answer; the server decides them in the order they arrive and
+answers each, **in the same order**, once its journal record is durable. Events of the
+stream's campaign (preempt notices, revocations, expiries, activations, grants and
+refusals of pending intents) arrive on the same connection as they become durable.
+
+Durability is the HTTP API's: each message runs through :meth:`BrokerService.apply`
+(the broker operation under the lock, with the service's failure policy) and its answer
+waits in :meth:`BrokerService.wait_durable` for the group commit that covers it, so an
+answer the client receives is an acknowledged decision. One connection's answers share
+fsyncs with each other and with every concurrent HTTP request.
+
+Back pressure. A connection holds at most ``window`` messages that were read and not yet
+answered on the socket. The server reads the next frame only while a whole frame still
+fits (``in flight + frame <= window``): a client that does not read its answers stops
+being read, its TCP window fills and its sends block, and the server holds no more than
+``window`` answers for it. Events are fetched from the service's event log (the journal
+behind it) only while the outgoing queue has room, so a slow reader lags behind the log
+rather than growing a buffer.
+
+Fairness. A frame's messages are decided in slices of :data:`SLICE`, with a return to the
+event loop between slices, so a connection sending large frames never holds the loop for
+more than one slice, and every other connection and request, the committer and the
+ticker go on between them. Rate limits are the per-token ones of the HTTP API: a frame of
+k messages costs ``1 + k // batch_unit`` requests, as a batch of k items does.
+
+Access is the HTTP API's rule: a campaign token acts only for its own campaign, the
+operator for any, and a campaign the token may not act for answers exactly as one that
+does not exist (404 ``campaign not found``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import json
+import logging
+import math
+from typing import Any, Callable
+
+from fastapi import FastAPI, WebSocket
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from ..admission import Intent
+from ..errors import BursarError, InvalidArgument, UnknownCampaign, UnknownLease
+from . import models as M
+from .auth import Principal, TokenStore
+from .core import BrokerService, OperationFailed, ServiceUnavailable, json_safe
+from .ratelimit import RateLimiter
+
+try:  # the binary form needs msgpack (a dependency of the 'service' extra)
+    import msgpack
+except ImportError:  # pragma: no cover
+    msgpack = None
+
+__all__ = ["install", "OPS", "SLICE", "StreamSession", "MAX_ID_LEN"]
+
+log = logging.getLogger("bursarcore.service")
+
+#: the operations a message may ask for
+OPS = ("acquire", "renew", "release", "consume")
+#: messages decided between two returns to the event loop
+SLICE = 128
+#: the longest string id a message may carry
+MAX_ID_LEN = 64
+#: intent shapes a connection remembers (see StreamSession._intents)
+_INTENT_SHAPES = 1024
+_MAX_LEASE = 1 << 62
+#: fields every message may carry beside its operation's own
+_COMMON = ("id", "op", "campaign")
+_FIELDS = {"acquire": ("dim", "min", "max", "duration", "deadline", "max_spend",
+                       "service_class", "ttl"),
+           "renew": ("lease", "duration", "max_spend"),
+           "release": ("lease",),
+           "consume": ("dim", "amount")}
+_MODELS: dict[str, Any] = {"acquire": M.IntentIn, "renew": M.RenewIn, "consume": M.ConsumeIn}
+
+
+class _Refused(Exception):
+    """One message's error frame: ``status`` (422, 404, 429, 500, 503) and ``detail`` (a
+    list of ``{loc, msg, type}`` for 422, else a sentence)."""
+
+    def __init__(self, status: int, detail: Any, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.retry_after = status, detail, retry_after
+
+
+def _bad(loc: list, msg: str, kind: str = "invalid_argument") -> _Refused:
+    return _Refused(422, [{"loc": loc, "msg": msg, "type": kind}])
+
+
+def _error_doc(mid: Any, e: _Refused) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": mid, "type": "error", "status": e.status, "detail": e.detail}
+    if e.retry_after is not None:
+        doc["retry_after"] = e.retry_after
+    return doc
+
+
+def _refusal_of(e: BaseException) -> _Refused:
+    """The error frame of an expected error a broker call raised (nothing changed)."""
+    if isinstance(e, UnknownCampaign):
+        return _Refused(404, "campaign not found")
+    if isinstance(e, UnknownLease):
+        return _Refused(404, ("intent" if "intent" in e.field else "lease") + " not found")
+    if isinstance(e, InvalidArgument):
+        return _bad([e.field], e.rule)
+    if isinstance(e, RequestValidationError):
+        return _Refused(422, [{"loc": [x for x in it.get("loc", ()) if x != "body"],
+                               "msg": str(it.get("msg", "invalid")),
+                               "type": str(it.get("type", "value_error"))}
+                              for it in e.errors()])
+    if isinstance(e, StarletteHTTPException):
+        return _Refused(e.status_code, e.detail)
+    return _Refused(422, [{"loc": ["message"], "msg": str(e), "type": type(e).__name__}])
+
+
+def _validation(e: ValidationError) -> _Refused:
+    return _Refused(422, [{"loc": [x if isinstance(x, int) else str(x) for x in it["loc"]],
+                           "msg": str(it["msg"]), "type": str(it["type"])}
+                          for it in e.errors()])
+
+
+def _encode(docs: list[dict[str, Any]], binary: bool) -> str | bytes:
+    """One frame: a message alone, several as an array."""
+    one: Any = docs[0] if len(docs) == 1 else docs
+    if binary:
+        assert msgpack is not None
+        return msgpack.packb(one, use_bin_type=True)
+    try:
+        return json.dumps(one, separators=(",", ":"), allow_nan=False)
+    except ValueError:     # JSON has no infinity: null, as everywhere in the API
+        return json.dumps(json_safe(one), separators=(",", ":"), allow_nan=False)
+
+
+class _Out:
+    """One outgoing message: an answer (``answer`` True: counted in flight) or an event,
+    sendable once ``seq`` is durable."""
+
+    __slots__ = ("doc", "seq", "binary", "answer")
+
+    def __init__(self, doc: dict[str, Any], seq: int, binary: bool, answer: bool) -> None:
+        self.doc, self.seq, self.binary, self.answer = doc, seq, binary, answer
+
+
+class StreamSession:
+    """One connection: a reader that decides messages, a writer that answers them once
+    durable, and (unless ``events`` is off) an event watcher. See the module docstring."""
+
+    def __init__(self, ws: Any, ctx: "_Context", p: Principal, campaign: str | None,
+                 after: int, events: bool) -> None:
+        self.ws, self.ctx, self.p = ws, ctx, p
+        self.campaign = campaign          # default campaign of messages; events' filter
+        self.cursor = after
+        self.events = events
+        self.window = ctx.window
+        self.frame_max = min(ctx.frame, ctx.window)
+        self.out: collections.deque[_Out] = collections.deque()
+        self.inflight = 0                 # answers read and not yet sent
+        self.peak = 0                     # the most ever in flight (metrics, tests)
+        self.received = 0                 # messages read
+        self.answered = 0                 # answers sent
+        self.binary = False               # the form of the client's last frame
+        self.failed = False               # the service stopped acknowledging
+        self._wake = asyncio.Event()      # the writer: something to send
+        self._room = asyncio.Event()      # the reader and the watcher: room in flight
+        self._pending: list[Any] = []     # the messages of the frame being decided
+        self._pending_binary = False
+        # intents this connection sent before, by campaign and fields (with their types,
+        # so that 1, 1.0 and true stay apart): an agent sends the same few shapes again
+        # and again, and an Intent is immutable, so a shape is checked once
+        self._intents: dict[tuple, Intent] = {}
+
+    # ------------------------------------------------------------------ the tasks
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self._reader()), asyncio.create_task(self._writer())]
+        if self.events:
+            tasks.append(asyncio.create_task(self._watcher()))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if self.failed and tasks[1] not in done:
+                # the reader stopped because the service did: the writer sends what is
+                # queued (the 503s) and closes the socket
+                await asyncio.wait([tasks[1]], timeout=self.ctx.service.commit_timeout)
+        finally:
+            # no await here: a session cancelled from outside (the server shutting down)
+            # ends at once, and its tasks end at their next step
+            for t in tasks:
+                t.cancel()
+        for t in done:
+            err = None if t.cancelled() else t.exception()
+            if err is not None and not _is_disconnect(err):
+                # a bug, not the client: logged, and the client told (1011) rather than
+                # left to wait for answers that will not come
+                log.error("decision stream failed", exc_info=err)
+                try:
+                    await self.ws.close(code=1011, reason="internal error")
+                except Exception:  # noqa: BLE001 - the socket may be gone already
+                    pass
+
+    async def _wait_room(self, need: int) -> None:
+        while self.inflight + need > self.window:
+            self._room.clear()
+            await self._room.wait()
+
+    async def _reader(self) -> None:
+        ws = self.ws
+        while True:
+            await self._wait_room(self.frame_max)
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            if msg.get("bytes") is not None:
+                self.binary = True
+                self._frame(msg["bytes"], True)
+            else:
+                self.binary = False
+                self._frame(msg.get("text") or "", False)
+            self._wake.set()          # the frame's own error answers, if any
+            # decide the frame's messages a slice at a time (see the module docstring)
+            while self._pending:
+                self._decide(self._pending[:SLICE], self._pending_binary)
+                del self._pending[:SLICE]
+                self._wake.set()
+                if self.failed:
+                    return
+                await asyncio.sleep(0)
+
+    def _frame(self, data: str | bytes, binary: bool) -> None:
+        """Read one frame into ``_pending`` (its messages); a frame that cannot be read
+        answers one error (id null) and changes nothing."""
+        self._pending, self._pending_binary = [], binary
+        if len(data) > self.ctx.max_frame_bytes:
+            self._answer_now(None, _bad(["frame"], f"must be at most "
+                                        f"{self.ctx.max_frame_bytes} bytes"), binary)
+            return
+        try:
+            if binary:
+                if msgpack is None:  # pragma: no cover
+                    raise ValueError("the binary form needs msgpack on the server")
+                doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
+            else:
+                doc = json.loads(data)
+        except Exception as e:  # noqa: BLE001 - each parser has errors of its own
+            name = "MessagePack" if binary else "JSON"
+            self._answer_now(None, _bad(["frame"], f"is not valid {name} "
+                                        f"({type(e).__name__})", "frame_invalid"), binary)
+            return
+        items = doc if isinstance(doc, list) else [doc]
+        if not items or len(items) > self.frame_max:
+            self._answer_now(None, _bad(["frame"], f"must hold 1 to {self.frame_max} "
+                                        f"messages"), binary)
+            return
+        wait = self.ctx.charge(self.p, len(items))
+        if wait:
+            limited = _Refused(429, "rate limit exceeded",
+                               retry_after=math.ceil(wait * 1000) / 1000)
+            for m in items:
+                self._answer_now(m.get("id") if isinstance(m, dict) else None, limited, binary)
+            return
+        self._pending = items
+
+    def _answer_now(self, mid: Any, e: _Refused, binary: bool) -> None:
+        """An error answer that changes nothing (it still waits for the answers before it,
+        which the writer sends first)."""
+        if not _valid_id(mid):
+            mid = None
+        self._push(_error_doc(mid, e), -1, binary)
+
+    def _push(self, doc: dict[str, Any], seq: int, binary: bool) -> None:
+        self.received += 1
+        self.inflight += 1
+        if self.inflight > self.peak:
+            self.peak = self.inflight
+        self.out.append(_Out(doc, seq, binary, True))
+
+    def _decide(self, items: list[Any], binary: bool) -> None:
+        svc = self.ctx.service
+        for m in items:
+            mid = m.get("id") if isinstance(m, dict) else None
+            try:
+                if not isinstance(m, dict):
+                    raise _bad(["message"], "must be a map of named fields")
+                if not _valid_id(mid):
+                    mid = None
+                    raise _bad(["id"], f"must be an integer or a string of 1 to "
+                               f"{MAX_ID_LEN} characters")
+                op, fn = self._prepare(m)
+                try:
+                    result, err, seq = svc.apply(fn)
+                except OperationFailed as e:
+                    raise _Refused(500, str(e)) from None
+                if err is not None:
+                    raise _refusal_of(err)
+                if op == "consume":
+                    doc = {"id": mid, "type": "consumption",
+                           "consumption": M.consumption_out(result)}
+                else:
+                    doc = {"id": mid, "type": "decision", "decision": M.decision_out(result)}
+                self._push(doc, seq, binary)
+            except _Refused as e:
+                self._push(_error_doc(mid, e), -1, binary)
+            except BursarError as e:           # bad input the checks found: nothing changed
+                self._push(_error_doc(mid, _refusal_of(e)), -1, binary)
+            except ServiceUnavailable as e:
+                self._push(_error_doc(mid, _Refused(503, str(e))), -1, binary)
+                self.failed = True
+                return
+
+    def _prepare(self, m: dict[str, Any]) -> tuple[str, Callable[[], Any]]:
+        """Check one message; return its op and the broker call that decides it. Raises
+        :class:`_Refused` naming the field, before anything changes."""
+        ctx = self.ctx
+        op = m.get("op")
+        if op not in _FIELDS:
+            raise _bad(["op"], f"must be one of {list(OPS)}")
+        campaign = m.get("campaign", self.campaign)
+        if campaign is None:
+            raise _bad(["campaign"], "is required: an operator token names the campaign")
+        if not isinstance(campaign, str):
+            raise _bad(["campaign"], "must be a campaign name (a string)")
+        if not self.p.may_act_for(campaign) or campaign not in ctx.broker.envelopes:
+            raise _Refused(404, "campaign not found")
+        broker = ctx.broker
+        key: tuple | None = None
+        if op == "acquire":
+            # a shape this connection sent before (only checked shapes are remembered)
+            key = (campaign, *[(k, v.__class__, v) for k, v in m.items() if k not in _COMMON])
+            try:
+                intent = self._intents.get(key)
+            except TypeError:                    # a list or a map among the values
+                key, intent = None, None
+            if intent is not None:
+                return op, functools.partial(broker.acquire, intent)
+        allowed = _FIELDS[op]
+        for k in m:
+            if k not in allowed and k not in _COMMON:
+                raise _bad([str(k)], f"is not a field of {op}; its fields are "
+                           f"{[*_COMMON, *allowed]}", "extra_forbidden")
+        if op == "release":
+            lid = _lease_id(m)
+            return op, lambda: (ctx.own_lease(campaign, lid), broker.release(lid))[1]
+        body = {k: v for k, v in m.items() if k not in _COMMON and k != "lease"}
+        if op == "acquire":
+            intent = self._intent(campaign, body)
+            if key is not None:
+                if len(self._intents) >= _INTENT_SHAPES:
+                    self._intents.clear()
+                self._intents[key] = intent
+            return op, functools.partial(broker.acquire, intent)
+        try:
+            model = _MODELS[op].model_validate(body)
+        except ValidationError as e:
+            raise _validation(e) from None
+        if op == "renew":
+            lid = _lease_id(m)
+            return op, lambda: (ctx.own_lease(campaign, lid),
+                                broker.renew(lid, model.duration, model.max_spend))[1]
+        if model.dim not in broker.flow_dims:
+            raise _bad(["dim"], f"must be a flow dimension, one of {broker.flow_dims}")
+        return op, lambda: broker.consume(campaign, model.dim, model.amount)
+
+    def _intent(self, campaign: str, body: dict[str, Any]) -> Intent:
+        """An intent checked as the HTTP API checks it (the same model, the same rules)."""
+        try:
+            model = M.IntentIn.model_validate(body)
+        except ValidationError as e:
+            raise _validation(e) from None
+        try:
+            return self.ctx.intent_of(campaign, model, ())
+        except RequestValidationError as e:
+            raise _refusal_of(e) from None
+
+    async def _writer(self) -> None:
+        svc = self.ctx.service
+        ws = self.ws
+        while True:
+            if not self.out:
+                if self.failed:
+                    await ws.close(code=1011, reason="the journal cannot be written")
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = list(self.out)
+            self.out.clear()
+            seq = max(o.seq for o in batch)
+            try:
+                await svc.wait_durable(seq)
+            except ServiceUnavailable as e:
+                # not acknowledged: the decisions may or may not become durable (as with
+                # a crash); each of them answers 503 instead
+                for o in batch:
+                    if o.seq >= 0 and o.answer:
+                        o.doc = _error_doc(o.doc["id"], _Refused(503, str(e)))
+                if svc.failed is not None:
+                    self.failed = True
+            sent = 0
+            i = 0
+            while i < len(batch):
+                j = i
+                form = batch[i].binary
+                while j < len(batch) and batch[j].binary == form and j - i < 1000:
+                    j += 1
+                payload = _encode([o.doc for o in batch[i:j]], form)
+                if isinstance(payload, bytes):
+                    await ws.send_bytes(payload)
+                else:
+                    await ws.send_text(payload)
+                for o in batch[i:j]:
+                    if o.answer:
+                        sent += 1
+                i = j
+            self.inflight -= sent
+            self.answered += sent
+            self.ctx.sent(sent)
+            self._room.set()
+
+    async def _watcher(self) -> None:
+        svc = self.ctx.service
+        while True:
+            while len(self.out) >= self.window:
+                self._room.clear()
+                await self._room.wait()
+            room = max(1, min(100, self.window - len(self.out)))
+            if not svc.running:             # no commits, no events (an app not started)
+                await asyncio.sleep(1.0)
+                continue
+            evs = await svc.wait_events(self.campaign, self.cursor, room, 30.0)
+            if not evs:
+                continue
+            for e in evs:
+                self.out.append(_Out({"type": "event", "event": e}, -1, self.binary, False))
+                self.cursor = e["seq"]
+            self._wake.set()
+
+
+def _valid_id(mid: Any) -> bool:
+    if isinstance(mid, bool):
+        return False
+    if isinstance(mid, int):
+        return -(1 << 63) <= mid < (1 << 63)
+    return isinstance(mid, str) and 1 <= len(mid) <= MAX_ID_LEN
+
+
+def _lease_id(m: dict[str, Any]) -> int:
+    lid = m.get("lease")
+    if isinstance(lid, bool) or not isinstance(lid, int) or not 0 <= lid <= _MAX_LEASE:
+        raise _bad(["lease"], f"must be a lease id, an integer >= 0 and <= {_MAX_LEASE}")
+    return lid
+
+
+def _is_disconnect(e: BaseException) -> bool:
+    # the client went away mid-send: the server's socket layer says so in its own words
+    from starlette.websockets import WebSocketDisconnect
+    return isinstance(e, (WebSocketDisconnect, OSError, ConnectionError)) \
+        or type(e).__name__ in ("ClientDisconnected", "ConnectionClosed", "ConnectionClosedOK",
+                                "ConnectionClosedError")
+
+
+class _Context:
+    """What every session of one app shares."""
+
+    def __init__(self, service: BrokerService, limiter: RateLimiter, batch_unit: int,
+                 window: int, frame: int, max_frame_bytes: int,
+                 intent_of: Callable[..., Intent], own_lease: Callable[[str, int], Any],
+                 on_sent: Callable[[int], None]) -> None:
+        self.service, self.broker = service, service.broker
+        self.limiter, self.batch_unit = limiter, batch_unit
+        self.window, self.frame, self.max_frame_bytes = window, frame, max_frame_bytes
+        self.intent_of, self.own_lease = intent_of, own_lease
+        self.sent = on_sent
+        self.sessions: set[StreamSession] = set()
+
+    def charge(self, p: Principal, n: int) -> float:
+        """The rate limit of a frame of ``n`` messages: 0 when allowed, else the wait."""
+        return self.limiter.check(p.token_id, 1 + n // self.batch_unit)
+
+
+def install(app: FastAPI, service: BrokerService, tokens: TokenStore, limiter: RateLimiter,
+            fail_limiter: RateLimiter, *, batch_unit: int, window: int, frame: int,
+            max_frame_bytes: int, intent_of: Callable[..., Intent],
+            own_lease: Callable[[str, int], Any],
+            on_sent: Callable[[int], None] = lambda n: None) -> _Context:
+    """Add ``/v1/stream`` to ``app``; returns the shared context (its live sessions)."""
+    ctx = _Context(service, limiter, batch_unit, max(1, window), max(1, frame),
+                   max_frame_bytes, intent_of, own_lease, on_sent)
+    broker = service.broker
+
+    async def deny(ws: WebSocket, status: int, detail: Any,
+                   headers: dict[str, str] | None = None) -> None:
+        send_denial = getattr(ws, "send_denial_response", None)
+        if send_denial is not None and "websocket.http.response" in \
+                (ws.scope.get("extensions") or {}):
+            await send_denial(JSONResponse({"detail": detail}, status_code=status,
+                                           headers=headers))
+        else:  # a server without denial responses: the handshake fails (HTTP 403)
+            await ws.close(code=1008)
+
+    @app.websocket("/v1/stream")
+    async def stream(ws: WebSocket) -> None:
+        """The decision stream (docs/service.md)."""
+        auth = ws.headers.get("authorization") or ""
+        scheme, _, cred = auth.partition(" ")
+        p = tokens.authenticate(cred.strip()) if scheme.lower() == "bearer" else None
+        if p is None:
+            host = ws.client.host if ws.client else "?"
+            wait = fail_limiter.check(host)
+            if wait:
+                await deny(ws, 429, "too many failed authentications",
+                           {"Retry-After": str(max(1, math.ceil(wait)))})
+                return
+            await deny(ws, 401, "missing or invalid bearer token",
+                       {"WWW-Authenticate": "Bearer"})
+            return
+        q = ws.query_params
+        unknown = sorted(set(q) - {"campaign", "after", "events"})
+        if unknown:
+            await deny(ws, 422, [{"loc": ["query", unknown[0]], "type": "extra_forbidden",
+                                  "msg": "is not a parameter; they are campaign, after, "
+                                         "events"}])
+            return
+        campaign = q.get("campaign", p.campaign)
+        if campaign is not None and (not p.may_act_for(campaign)
+                                     or campaign not in broker.envelopes):
+            await deny(ws, 404, "campaign not found")
+            return
+        after = service.durable_seq
+        if "after" in q:
+            try:
+                after = int(q["after"])
+                if not -1 <= after <= 1 << 62:
+                    raise ValueError
+            except ValueError:
+                await deny(ws, 422, [{"loc": ["query", "after"], "type": "invalid_argument",
+                                      "msg": "must be a journal seq, an integer >= -1"}])
+                return
+        events = q.get("events", "true").lower()
+        if events not in ("true", "false", "1", "0"):
+            await deny(ws, 422, [{"loc": ["query", "events"], "type": "invalid_argument",
+                                  "msg": "must be true or false"}])
+            return
+        if service.failed is not None:
+            await deny(ws, 503, "the journal cannot be written")
+            return
+        await ws.accept()
+        session = StreamSession(ws, ctx, p, campaign, after, events in ("true", "1"))
+        ctx.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            ctx.sessions.discard(session)
+
+    return ctx
