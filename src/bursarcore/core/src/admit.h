@@ -153,11 +153,11 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
  * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
  * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
  * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after. */
-static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks,
-                              const int64_t *dims, const int64_t *nmins, const int64_t *nmaxs,
-                              const int64_t *durs, int64_t t, int64_t intent0, int64_t *on,
-                              int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
-                              int64_t *rec)
+__attribute__((always_inline)) static inline int64_t k_batch(
+    bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
+    const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
+    int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
+    int64_t *rec)
 {
     int64_t buf[4] = {0, 0, 0, 0}, before[4 + BC_LIMITS] = {0}, c, d, k, pc, pd, pr, i;
     int64_t D = e->D, K = e->K, calloc = e->calloc;
@@ -226,9 +226,10 @@ static inline int64_t k_batch(bc_eng *e, const int64_t *camps, const int64_t *ks
     return m;
 }
 
-/* k_batch without and with a journal: each a copy of the one loop, the first with the
- * journal's branches folded away. (Not `flatten`: the compiler's own inlining, with the
- * rules' loops unrolled, keeps the loop smaller and as fast.) */
+/* k_batch without and with a journal: each a copy of the one loop (k_batch is always
+ * inlined), the first with the journal's branches folded away. What the loop calls is
+ * inlined by the compiler's own choice, not forced (`flatten`): with the rules' loops
+ * unrolled, that loop runs fewer instructions per request. */
 __attribute__((unused)) static int64_t k_batch_plain(
     bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
     const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,

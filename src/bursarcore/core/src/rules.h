@@ -154,7 +154,7 @@ typedef struct {
     int64_t warm;
 } bc_dec;
 
-enum { BC_LAZY = 1 };
+enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_allows) */
 
 /* The loops over the rules with a limit are unrolled, so each rule's case is chosen at
  * compile time and its figures stay in registers. */
@@ -162,7 +162,7 @@ enum { BC_LAZY = 1 };
 #define BC_UNROLL _Pragma("GCC unroll 8")
 #else
 #define BC_UNROLL
-#endif   /* bc_limit: the limit is only compared with a size (bc_allows) */
+#endif
 
 /* §4.3 the credit rule's terms for one request: the limit is X // den units (X the budget
  * left, or the spending cap, times an hour; den the duration times the price), clamped to
