@@ -96,7 +96,7 @@ DISTRIBUTION = {
     "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib", "tqdm": "tqdm",
     "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
     "token_bucket": "token-bucket", "pytest": "pytest", "cffi": "cffi",
-    "prometheus_client": "prometheus-client", "msgpack": "msgpack",
+    "prometheus_client": "prometheus-client", "msgpack": "msgpack", "websockets": "websockets",
 }
 
 #: which extra a module of src/bursarcore belongs to (first match); the rest is the core

@@ -77,7 +77,7 @@ def _load(url: str, token: str, campaign: str, seed: int, acked: list, stop: thr
 
 
 def _stream_load(url: str, token: str, campaign: str, seed: int, acked: list,
-                 stop: threading.Event):
+                 stop: threading.Event, answered: list):
     """One agent on the decision stream: runs of intents, consumptions, renewals and
     releases sent without waiting, each answer recorded as it arrives."""
     rng = random.Random(seed)
@@ -107,6 +107,7 @@ def _stream_load(url: str, token: str, campaign: str, seed: int, acked: list,
                 for op, lid in sent:
                     x = next(s)                # answers arrive in the order sent
                     STREAM_ACKS.append(x.seq)
+                    answered.append(x.seq)
                     if op == "consume":
                         acked.append(("consume", campaign, x.seq, None, x.allowed, None, 0))
                     elif op == "acquire":
@@ -150,20 +151,28 @@ def _kill_cycles(srv, kills: int, seed: int) -> list:
     clients, SIGKILL it mid-load once a random number of decisions were acknowledged."""
     rng = random.Random(seed)
     acked: list = []
+    streamed: list = []                       # the stream agents' answers, among acked
+
+    def http_acks() -> int:
+        # the kill comes after 3-15 more acknowledgements of the HTTP clients: the stream
+        # agent's answers (a dozen at once) are not counted, or they would end most cycles
+        # before an HTTP client got to its columnar batches
+        return len(acked) - len(streamed)
+
     for k in range(kills):
         srv.start(timeout=120)
-        mark = len(acked) + rng.randint(3, 15)
+        mark = http_acks() + rng.randint(3, 15)
         stop = threading.Event()
         threads = [threading.Thread(target=_load, args=(srv.url, srv.tokens[c], c,
                                                         seed * 10_000 + k * 10 + i, acked, stop))
                    for i, c in enumerate(CAMPAIGNS * 2)]
         threads.append(threading.Thread(target=_stream_load, args=(
             srv.url, srv.tokens[CAMPAIGNS[k % 2]], CAMPAIGNS[k % 2], seed * 10_000 + k * 10 + 9,
-            acked, stop)))
+            acked, stop, streamed)))
         for t in threads:
             t.start()
         deadline = time.monotonic() + 5
-        while len(acked) < mark and time.monotonic() < deadline:
+        while http_acks() < mark and time.monotonic() < deadline:
             time.sleep(0.005)
         srv.kill()                            # mid-load: requests are in flight
         stop.set()
