@@ -101,6 +101,16 @@ _GEN_RESET = 1 << 20  # pending.gen is truncated once it reaches 1 MiB
 _UNSET: Any = object()
 
 
+def _lease(rec: Record) -> float | None:
+    """The heartbeat a record about to be written carries as its lease mark: a claimed
+    record's (see :meth:`TaskQueue._scan_claimed`); ``None`` for any other."""
+    c = rec.get("claim")
+    if rec.get("state") != "claimed" or not isinstance(c, dict):
+        return None
+    hb = c.get("heartbeat")
+    return float(hb) if isinstance(hb, (int, float)) else None
+
+
 def _read_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -159,6 +169,7 @@ class TaskQueue(ShardPicking, Inspection):
                                 stale_after=self.config.lock_stale_after, timeout=lock_timeout,
                                 sleep=sleep, owner=self.worker)
         self._last_scan = float("-inf")
+        self._marks: bool | None = None  # see _marks_honest
         self._home = shard_of(self.worker, n)
         self._crowd = 0
         self._claimed_seen = None
@@ -469,7 +480,8 @@ class TaskQueue(ShardPicking, Inspection):
                 dst = edit(rec)
                 if dst is None:
                     return "lost"
-                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable,
+                                           lease=_lease(rec))
             with self._lock.hold(lock, wait=wait) as held:
                 if not held:
                     return "busy"
@@ -496,7 +508,8 @@ class TaskQueue(ShardPicking, Inspection):
                     dst = edit(rec)
                     if dst is None:
                         return "lost"
-                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable,
+                                           lease=_lease(rec))
                 assert tmp is not None and dst is not None
                 os.replace(tmp, src)
                 tmp = None
@@ -672,7 +685,16 @@ class TaskQueue(ShardPicking, Inspection):
         self._last_scan = now
         taken: list[str] = []
         synced: set[str] = set()
+        marks = self._marks_honest()
+        stale_after = self.config.stale_after
         for path in self._claimed_paths() if paths is None else paths:
+            if marks:  # a lease-marked record still in its lease needs no read
+                try:
+                    hb = _files.lease_of(os.stat(path))
+                except FileNotFoundError:
+                    continue
+                if hb is not None and now - hb <= stale_after:
+                    continue
             try:
                 rec = read_json(path)
             except FileNotFoundError:
@@ -685,6 +707,18 @@ class TaskQueue(ShardPicking, Inspection):
                 self._act_on_claimed(path, now, taken, synced)
         self._sync(synced)
         return taken
+
+    def _marks_honest(self) -> bool:
+        """Does this host's view of the queue show a record's mode bits as written? (A
+        mount that shows every file executable would make every record look lease-marked;
+        then the scan reads every claimed record.) Probed once per handle."""
+        if self._marks is None:
+            tmp = _files.temp_file(os.path.join(self.root, "lease-probe"), "", durable=False)
+            try:
+                self._marks = not os.stat(tmp).st_mode & _files.LEASE_MARK
+            finally:
+                _files.unlink(tmp)
+        return self._marks
 
     def _needs_action(self, rec: Record, now: float) -> bool:
         if rec.get("state") != "claimed" or not rec.get("claim"):
