@@ -110,6 +110,8 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     claimed = [t for lg in logs for t in lg["claimed"]]
     waits = np.array([w for lg in logs for w in lg["waits"]] or [0.0])
     steady = np.array([w for lg in logs for w in lg["waits"][1:-1]] or [0.0])
+    first = np.array([lg["waits"][0] for lg in logs if lg["waits"]] or [0.0])
+    last = np.array([lg["waits"][-1] for lg in logs if len(lg["waits"]) > 1] or [0.0])
     elapsed = max(lg["end"] for lg in logs)
     problems = []
     if killed or len(logs) != workers:
@@ -131,6 +133,12 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
             "wait_ms_p99": 1e3 * float(np.percentile(waits, 99)),
             "wait_ms_max": 1e3 * float(waits.max()),
             "wait_ms_p99_steady": 1e3 * float(np.percentile(steady, 99)), "load_1min": load,
+            "wait_ms_first_p50": 1e3 * float(np.median(first)),
+            "wait_ms_first_max": 1e3 * float(first.max()),
+            "wait_ms_last_p50": 1e3 * float(np.median(last)),
+            "wait_ms_last_max": 1e3 * float(last.max()),
+            "over_100ms": [int((first > 0.1).sum()), int((steady > 0.1).sum()),
+                           int((last > 0.1).sum())],
             "verified": not problems, "problems": problems[:5]}
 
 
@@ -138,7 +146,9 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['impl']} | {r['workers']} | {'yes' if r['durable'] else 'no'} | "
             f"{r['done']}/{r['tasks']} in {r['elapsed_s']:.1f} s | **{r['ops_per_s']:,.0f}** | "
             f"{r['tasks_per_s']:,.0f} | {r['wait_ms_p50']:.2f} / {r['wait_ms_p99']:.1f} / "
-            f"{r['wait_ms_max']:.0f} | {r['wait_ms_p99_steady']:.1f} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
+            f"{r['wait_ms_max']:.0f} | {r['wait_ms_p99_steady']:.1f} | "
+            f"{r['wait_ms_first_p50']:.0f} / {r['wait_ms_last_p50']:.0f} | "
+            f"{'/'.join(map(str, r['over_100ms']))} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
             f"{r['load_1min']:.1f} |")
 
 
@@ -158,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     mods = {impl: load_impl(impl, a.old_rev) for impl in a.impl.split(",")}
     durables = {"yes": [True], "no": [False], "both": [True, False]}[a.durable]
     workdir = tempfile.mkdtemp(prefix="queue-scaling-", dir=a.dir)
-    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | steady p99 ms | put_many s | verified | load |")
-    print("|---|--:|---|--:|--:|--:|--:|--:|--:|---|--:|")
+    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | steady p99 ms | first / last claim p50 ms | > 100 ms first/steady/last | put_many s | verified | load |")
+    print("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|")
     results = []
     try:
         for durable in durables:

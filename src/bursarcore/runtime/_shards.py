@@ -64,6 +64,10 @@ CROWD_CLAIMS = 64
 RELISTS = 144
 """Shard listings one claim makes at most, beyond a listing of every shard (twice the
 default shard count, and some): then it only drops names."""
+DRAINED = 8
+"""Shards a claim re-lists one by one and finds without an eligible name before it lists
+every shard at once instead (a queue running dry: the full listing, which a claim that
+finds nothing makes anyway, then replaces the remaining shard-by-shard listings)."""
 MAX_PASSED = 16
 """Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
 for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
@@ -346,6 +350,7 @@ class ShardPicking:
         gone_in: set[int] = set()
         listed: set[int] = set()  # shards re-listed in this call
         budget = RELISTS
+        drained = 0  # shards re-listed one by one in this call and found without a name
         cls: Any = None  # in a crowd, after a name found taken: its class
         k = -1
         while True:
@@ -381,6 +386,13 @@ class ShardPicking:
                 self._relist(worker_tier, shards, k)
                 if wait:
                     busy.append(k)
+                drained += not shards[k]
+                if drained >= DRAINED:  # the queue runs dry: list every shard at once
+                    shards = self._candidates(worker_tier, refresh=True)
+                    keys = self._pick_keys[worker_tier]
+                    fresh = True
+                    gone_in.clear()
+                    busy.clear()
                 continue
             name = shards[k][-1]
             fallback = (wait or self._crowd > 0) and budget > 0
@@ -398,6 +410,15 @@ class ShardPicking:
                     self._relist(worker_tier, shards, k)
                     listed.add(k)
                     self._crowd = CROWD_CLAIMS
+                    drained += not shards[k]
+                    if drained >= DRAINED and not fresh:  # as above
+                        shards = self._candidates(worker_tier, refresh=True)
+                        keys = self._pick_keys[worker_tier]
+                        fresh = True
+                        gone_in.clear()
+                        busy.clear()
+                        cls = None
+                        continue
                 else:
                     gone_in.add(k)
                 if self._crowd > 0:
