@@ -58,6 +58,10 @@ STATES = ("pending", "claimed", "done", "failed")
 PREFIX = {"pending": "p", "claimed": "c", "done": "d", "failed": "f"}
 STATE_OF = {v: k for k, v in PREFIX.items()}
 SHARDS_DIR = "shards"
+FINISHED_DIR = "finished"
+"""Subdirectory of a shard directory that holds its ``done`` and ``failed`` records
+(format 4), so that a claimer's listing of the shard holds pending and claimed ones only."""
+FINISHED = ("done", "failed")
 
 CROWD_CLAIMS = 64
 """Claims a handle stays in crowd mode after it last met a busy shard lock."""
@@ -80,6 +84,12 @@ def shard_of(task_id: str, shards: int) -> int:
 
 def shard_dir(root: str, k: int) -> str:
     return os.path.join(root, SHARDS_DIR, str(k))
+
+
+def finished_dir(root: str, k: int, fmt: int) -> str:
+    """Directory of shard ``k``'s finished records: its ``finished/`` subdirectory (format
+    4), or the shard directory itself (format 3)."""
+    return os.path.join(shard_dir(root, k), FINISHED_DIR) if fmt >= 4 else shard_dir(root, k)
 
 
 def pending_name(tier: int, failures: int, seq: int, task_id: str) -> str:

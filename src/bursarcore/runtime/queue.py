@@ -77,8 +77,9 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
                       default_worker_id)
 from ._files import Record, read_json
 from ._inspect import Inspection
-from ._shards import (SHARDS_DIR, STATES, ShardPicking, parse_name, parse_pending, pending_name,
-                      pending_task_id, shard_dir, shard_of, state_name)
+from ._shards import (FINISHED, SHARDS_DIR, STATES, ShardPicking, finished_dir, parse_name,
+                      parse_pending, pending_name, pending_task_id, shard_dir, shard_of,
+                      state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
 
 __all__ = [
@@ -148,9 +149,12 @@ class TaskQueue(ShardPicking, Inspection):
         except ValueError as exc:
             raise QueueError(f"{cfg_path}: {exc}") from None
         self.config = QueueConfig.from_json(data)
+        self.format: int = data["format"]
         self.policy = self.config.policy
         n = self.config.lock_shards
         self._shard_dirs = [shard_dir(self.root, k) for k in range(n)]
+        self._fin_dirs = [finished_dir(self.root, k, self.format) for k in range(n)]
+        self._dirs = [(d,) if d == f else (d, f) for d, f in zip(self._shard_dirs, self._fin_dirs)]
         self._ids = os.path.join(self.root, "ids")
         self._gen = os.path.join(self.root, "pending.gen")
         locks_dir = os.path.join(self.root, ".locks")
@@ -206,9 +210,12 @@ class TaskQueue(ShardPicking, Inspection):
         os.makedirs(root, exist_ok=True)
         cfg_path = os.path.join(root, "queue.json")
         existing = None
+        fmt = FORMAT
         if os.path.exists(cfg_path):
             with open(cfg_path, "rb") as f:
-                existing = QueueConfig.from_json(json.loads(f.read()))
+                data = json.loads(f.read())
+            existing = QueueConfig.from_json(data)
+            fmt = data["format"]
         if lock == "auto" and existing is not None:
             lock = existing.lock  # reopening: the queue's lock was decided when it was made
         elif lock == "auto":
@@ -226,8 +233,9 @@ class TaskQueue(ShardPicking, Inspection):
             raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
         for d in ("ids", ".locks", SHARDS_DIR):
             os.makedirs(os.path.join(root, d), exist_ok=True)
-        for k in range(config.lock_shards):
-            os.makedirs(shard_dir(root, k), exist_ok=True)
+        for k in range(config.lock_shards):  # (a finished/ directory's entry is made
+            os.makedirs(finished_dir(root, k, fmt), exist_ok=True)  # durable by the first
+            os.makedirs(shard_dir(root, k), exist_ok=True)  # move into it: see _move)
         if existing is None:
             if config.durable:
                 _files.fsync_dir(os.path.join(root, SHARDS_DIR))
@@ -253,8 +261,11 @@ class TaskQueue(ShardPicking, Inspection):
         return self._shard_dirs[shard_of(task_id, len(self._shard_dirs))]
 
     def _spath(self, state: str, task_id: str) -> str:
-        """Path of ``task_id`` in ``claimed``, ``done`` or ``failed``."""
-        return os.path.join(self._sdir(task_id), state_name(state, task_id))
+        """Path of ``task_id`` in ``claimed``, ``done`` or ``failed`` (the last two in its
+        shard's finished directory)."""
+        k = shard_of(task_id, len(self._shard_dirs))
+        d = self._fin_dirs[k] if state in FINISHED else self._shard_dirs[k]
+        return os.path.join(d, state_name(state, task_id))
 
     def _shard(self, task_id: str) -> str:
         """Name of the lock of ``task_id``'s shard; every change of that task holds it."""
@@ -266,10 +277,11 @@ class TaskQueue(ShardPicking, Inspection):
         _files.write_json(path, record, durable=self.config.durable, sync_dir=False)
 
     def _move(self, src: str, dst: str, synced: set[str]) -> None:
-        """``rename(src, dst)`` inside one shard directory; adds it to ``synced``, which
-        the caller fsyncs (:meth:`_sync`) after leaving the shard lock and before
-        returning."""
+        """``rename(src, dst)`` inside one shard (its directory, or between it and its
+        finished directory); adds both directories to ``synced``, which the caller fsyncs
+        (:meth:`_sync`) after leaving the shard lock and before returning."""
         os.rename(src, dst)
+        synced.add(os.path.dirname(src))
         synced.add(os.path.dirname(dst))
 
     def _sync(self, dirs: Iterable[str]) -> None:
@@ -409,7 +421,8 @@ class TaskQueue(ShardPicking, Inspection):
     def _known_locked(self, task_id: str) -> bool:
         """Is ``task_id`` in some state? Called under its shard lock, so it cannot move."""
         return any(p is not None and p[1] == task_id
-                   for p in map(parse_name, _files.listdir(self._sdir(task_id))))
+                   for d in self._dirs[shard_of(task_id, len(self._dirs))]
+                   for p in map(parse_name, _files.listdir(d)))
 
     # ------------------------------------------------------------------ work
     def claim(self, worker_tier: int = 0) -> Claim | None:
@@ -519,7 +532,7 @@ class TaskQueue(ShardPicking, Inspection):
             if tmp is not None:
                 _files.unlink(tmp)
         assert rec is not None and dst is not None
-        self._sync((os.path.dirname(src),))
+        self._sync({os.path.dirname(src), os.path.dirname(dst)})
         if parse_pending(os.path.basename(dst)) is not None:
             self._bump()
         return rec, dst
@@ -759,7 +772,7 @@ class TaskQueue(ShardPicking, Inspection):
         if task_ids is not None:
             ids = [check_task_id(t) for t in task_ids]
         else:
-            ids = sorted(p[1] for d in self._shard_dirs for p in map(parse_name, _files.listdir(d))
+            ids = sorted(p[1] for d in self._fin_dirs for p in map(parse_name, _files.listdir(d))
                          if p is not None and p[0] == "failed")
         moved = []
         synced: set[str] = set()
