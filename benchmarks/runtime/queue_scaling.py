@@ -44,21 +44,31 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 def load_impl(name: str, old_rev: str | None) -> Any:
     """The queue module: ``new`` is this tree's; ``old`` is ``queue.py`` of ``old_rev``,
-    imported as a sibling module so that its relative imports (``..errors``, ``.locks``,
-    ``.tiers``) resolve to this tree's, whose classes it uses are unchanged."""
+    with the whole ``runtime`` package of that revision imported beside this tree's as
+    ``bursarcore._runtime_old`` (its modules import each other, and ``..errors`` resolves
+    to this tree's)."""
     if name == "new":
         from bursarcore.runtime import queue
         return queue
-    src = subprocess.run(["git", "-C", REPO, "show", f"{old_rev}:src/bursarcore/runtime/queue.py"],
-                         check=True, capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="queue-old-"), "queue_old.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("bursarcore.runtime._queue_old", path)
+    prefix = "src/bursarcore/runtime/"
+    names = subprocess.run(["git", "-C", REPO, "ls-tree", "--name-only", old_rev, prefix],
+                           check=True, capture_output=True, text=True).stdout.split()
+    pkg = os.path.join(tempfile.mkdtemp(prefix="queue-old-"), "runtime_old")
+    os.makedirs(pkg)
+    for path in names:
+        if path.endswith(".py"):
+            src = subprocess.run(["git", "-C", REPO, "show", f"{old_rev}:{path}"], check=True,
+                                 capture_output=True, text=True).stdout
+            with open(os.path.join(pkg, os.path.basename(path)), "w") as f:
+                f.write(src)
+    spec = importlib.util.spec_from_file_location(
+        "bursarcore._runtime_old", os.path.join(pkg, "__init__.py"),
+        submodule_search_locations=[pkg])
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("bursarcore._runtime_old.queue")
 
 
 def _sleep_until(t: float) -> None:
