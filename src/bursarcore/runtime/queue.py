@@ -144,6 +144,7 @@ class TaskQueue(ShardPicking, Inspection):
         try:
             with open(cfg_path, "rb") as f:
                 data = json.loads(f.read())
+                cfg_mode = os.fstat(f.fileno()).st_mode
         except FileNotFoundError:
             raise NotAQueue(f"{self.root}: no queue.json (create the queue first)") from None
         except ValueError as exc:
@@ -173,7 +174,9 @@ class TaskQueue(ShardPicking, Inspection):
                                 stale_after=self.config.lock_stale_after, timeout=lock_timeout,
                                 sleep=sleep, owner=self.worker)
         self._last_scan = float("-inf")
-        self._marks: bool | None = None  # see _marks_honest
+        # a mount that shows every file executable would make every record look
+        # lease-marked: then trust no mark (queue.json is created without the bit)
+        self._marks = not cfg_mode & _files.LEASE_MARK
         self._home = shard_of(self.worker, n)
         self._crowd = 0
         self._claimed_seen = None
@@ -385,7 +388,7 @@ class TaskQueue(ShardPicking, Inspection):
         for k, (task_id, payload, tier) in enumerate(items):
             marker = os.path.join(self._ids, task_id)
             dst = os.path.join(self._sdir(task_id), pending_name(tier, 0, seq + k, task_id))
-            rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
+            rec = {"format": self.format, "id": task_id, "payload": payload, "seq": seq + k,
                    "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
                    "state": "pending", "submitted_at": now, "claim": None, "resume": None,
                    "history": []}
@@ -698,7 +701,7 @@ class TaskQueue(ShardPicking, Inspection):
         self._last_scan = now
         taken: list[str] = []
         synced: set[str] = set()
-        marks = self._marks_honest()
+        marks = self._marks
         stale_after = self.config.stale_after
         for path in self._claimed_paths() if paths is None else paths:
             if marks:  # a lease-marked record still in its lease needs no read
@@ -720,18 +723,6 @@ class TaskQueue(ShardPicking, Inspection):
                 self._act_on_claimed(path, now, taken, synced)
         self._sync(synced)
         return taken
-
-    def _marks_honest(self) -> bool:
-        """Does this host's view of the queue show a record's mode bits as written? (A
-        mount that shows every file executable would make every record look lease-marked;
-        then the scan reads every claimed record.) Probed once per handle."""
-        if self._marks is None:
-            tmp = _files.temp_file(os.path.join(self.root, "lease-probe"), "", durable=False)
-            try:
-                self._marks = not os.stat(tmp).st_mode & _files.LEASE_MARK
-            finally:
-                _files.unlink(tmp)
-        return self._marks
 
     def _needs_action(self, rec: Record, now: float) -> bool:
         if rec.get("state") != "claimed" or not rec.get("claim"):
