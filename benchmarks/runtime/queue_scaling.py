@@ -1,14 +1,16 @@
 """Claim + complete throughput of :class:`~bursarcore.runtime.TaskQueue` against worker
 processes: this tree's queue, and optionally (``--impl new,old --old-rev REV``, in the
-same run, for a ratio) the ``queue.py`` of another revision.
+same run, for a ratio) the queue of another revision (its whole ``runtime`` package).
 
 W forked worker processes each open the queue and, from one common instant, loop
 ``claim(0)`` → ``complete(c)`` on no-op tasks until ``claim`` returns ``None`` or the time
 limit passes. Reported per run: claims + completions per second (``ops/s``, from the common
 start to the last worker's end), tasks per second, and the claim wait (the duration of one
-``claim()`` call) p50 / p99 / max, and the p99 of the steady state (each worker's first
-claim, which lists every shard and parses every pending name, and its last, which finds
-the queue empty and scans for stale claims, left out). Every run is verified afterwards: no task claimed twice,
+``claim()`` call) p50 / p99 / max, the p99 of the steady state (each worker's first
+claim, which lists every shard, and its last, which finds the queue empty, lists every
+shard and scans for stale claims, left out), the median first and last claim, and how
+many first, steady and last claims waited over 100 ms. Every run is verified afterwards:
+no task claimed twice,
 every ``complete`` accepted, ``counts()`` = done for what was claimed and pending for the
 rest, ``check() == []``.
 
@@ -47,7 +49,7 @@ def load_impl(name: str, old_rev: str | None) -> Any:
     with the whole ``runtime`` package of that revision imported beside this tree's as
     ``bursarcore._runtime_old`` (its modules import each other, and ``..errors`` resolves
     to this tree's)."""
-    if name == "new":
+    if name in ("new", "new3"):  # new3: this tree's queue on a queue of format 3
         from bursarcore.runtime import queue
         return queue
     prefix = "src/bursarcore/runtime/"
@@ -94,11 +96,26 @@ def _worker(mod: Any, root: str, wid: int, t0: float, t_stop: float, out: str) -
     os.replace(out + ".tmp", out)
 
 
+def as_format_3(mod: Any, root: str) -> Any:
+    """Reopen the new, empty queue at ``root`` as a queue of format 3 (finished records in
+    the shard directories), which this tree's queue reads and writes in that layout."""
+    cfg = os.path.join(root, "queue.json")
+    with open(cfg) as f:
+        data = json.load(f)
+    with open(cfg, "w") as f:
+        json.dump({**data, "format": 3}, f)
+    for k in os.listdir(os.path.join(root, "shards")):
+        os.rmdir(os.path.join(root, "shards", k, "finished"))
+    return mod.TaskQueue(root)
+
+
 def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: float,
         workdir: str) -> dict[str, Any]:
     root = os.path.join(workdir, f"q-{impl}-{workers}-{int(durable)}")
     shutil.rmtree(root, ignore_errors=True)
     q = mod.TaskQueue.create(root, mod.QueueConfig(durable=durable), lock="fcntl")
+    if impl == "new3":
+        q = as_format_3(mod, root)
     a = time.monotonic()
     q.put_many([(f"t{i:06d}", None) for i in range(n_tasks)])
     put_s = time.monotonic() - a
@@ -131,6 +148,8 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     if sum(lg["not_ok"] for lg in logs):
         problems.append("a complete() returned False")
     counts = q.counts()
+    if impl == "new3" and (q.format != 3 or os.path.isdir(os.path.join(root, "shards", "0", "finished"))):
+        problems.append("the format 3 queue changed layout")
     want = {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}
     if counts != want:
         problems.append(f"counts {counts}, expected {want}")
@@ -166,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,16,64,256")
     p.add_argument("--durable", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--impl", default="new", help="comma list of new, old")
+    p.add_argument("--impl", default="new",
+                   help="comma list of new, new3 (this tree's queue on a format 3 queue), old")
     p.add_argument("--old-rev", help="the revision whose queue.py is 'old'")
     p.add_argument("--tasks", type=int, default=4000)
     p.add_argument("--limit", type=float, default=20.0, help="seconds per run (bounded)")

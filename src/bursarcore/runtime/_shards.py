@@ -1,18 +1,22 @@
 """Shard directories of the task queue and how a claimer picks a pending task.
 
-Format 3 layout: each task lives in one shard directory, ``<root>/shards/<k>/`` with
-``k = crc32(task id) % lock_shards``, the same number as its shard lock. Its state is the
-first letter of its file name::
+Format 4 layout: each task lives in one shard, ``<root>/shards/<k>/`` with
+``k = crc32(task id) % lock_shards``, the same number as its shard lock; pending and
+claimed in the shard directory, done and failed in its ``finished/`` subdirectory. Its
+state is the first letter of its file name::
 
     p.<tier>.<failures>.<seq>.<id>.json    pending (the name carries the claim order)
     c.<id>.json                            claimed
-    d.<id>.json                            done
-    f.<id>.json                            failed
+    finished/d.<id>.json                   done
+    finished/f.<id>.json                   failed
 
-A state change is a ``rename`` inside one directory: it takes only that directory's lock
-in the kernel (a rename between two directories also takes the filesystem-wide rename
-lock), it contends only with changes of the same shard, which hold the same shard lock
-anyway, and a durable change fsyncs one directory.
+A claim, heartbeat, release or retry is a ``rename`` inside one directory: it takes only
+that directory's lock in the kernel (a rename between two directories also takes the
+filesystem-wide rename lock), it contends only with changes of the same shard, which hold
+the same shard lock anyway, and a durable change fsyncs one directory. Moves into and out
+of ``finished/`` (completion, final failure, requeue) cross to the subdirectory, so that a
+claimer's listing of a shard holds what is left to do, never what was done. Format 3
+queues keep finished records in the shard directory (:func:`finished_dir`).
 
 Picking: a handle lists the shard directories and keeps, per shard, the eligible pending
 names sorted by preference for each worker tier: the listing is sorted as strings (in C),
@@ -38,7 +42,8 @@ of the same shard, and a claimer that finds its name taken under the shard lock 
 waited for the lock) takes the shard's best name at that moment if it is of the class it
 sought or a better one (:meth:`ShardPicking._best_now`). A claim re-lists at most
 :data:`RELISTS` shards (so a name that is "gone" at every try, such as a dangling link,
-cannot keep it going). Workers with different homes thus work in
+cannot keep it going), and once :data:`DRAINED` of its re-listings found a shard empty it
+lists every shard at once instead (the queue is running dry). Workers with different homes thus work in
 different shards, each in submission order, instead of chasing one name; between shards,
 a crowd does not keep submission order.
 """

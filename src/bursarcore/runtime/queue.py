@@ -2,7 +2,7 @@
 database, no service, no queue-wide lock.
 
 SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``; in short
-(format 3)::
+(format 4)::
 
     <root>/queue.json            settings every worker obeys (written once, at create)
     <root>/seq                   next submission number (changed under the lock .locks/seq)
@@ -12,11 +12,15 @@ SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``
     <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
     <root>/shards/<k>/p.<tier>.<failures>.<seq>.<id>.json   pending
     <root>/shards/<k>/c.<id>.json   record with claim {worker, token, heartbeat, ...}
-    <root>/shards/<k>/d.<id>.json   record with result
-    <root>/shards/<k>/f.<id>.json   record with reason
+    <root>/shards/<k>/finished/d.<id>.json   record with result
+    <root>/shards/<k>/finished/f.<id>.json   record with reason
 
-A task lives in the directory of its shard, and its state is the first letter of its file
-name (:mod:`._shards`), so every state change is a rename inside one directory.
+A task lives in the directory of its shard while pending or claimed, in the shard's
+``finished/`` directory once done or failed, and its state is the first letter of its file
+name (:mod:`._shards`): every state change is a rename inside the shard, within its
+directory or between it and ``finished/``. A queue of format 3 (finished records in the
+shard directory itself) is opened, read and written in that layout, so workers of the
+version that made it can share it; it is not migrated.
 
 Every change of one task happens while holding *that task's shard lock*, for the few
 system calls of the change only; no operation holds a lock for more than one task at a
@@ -27,8 +31,9 @@ between calls (an fcntl section opens its lock file, locks it, and closes it).
 Guarantees (checked by ``tests/runtime``):
 
 * Every task is in exactly one of the states ``pending claimed done failed`` at every
-  instant: each state change is one ``rename`` of the task's file inside its shard
-  directory, made under its shard lock, and every writer of a task holds that lock.
+  instant: each state change is one ``rename`` of the task's file inside its shard (one
+  atomic rename, also between the shard directory and its ``finished/``), made under its
+  shard lock, and every writer of a task holds that lock.
 * A claim is held by one worker at a time. A worker's heartbeat, completion, failure or
   release is accepted only while its claim token is the one in its claimed record; once a
   peer has reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``.
@@ -37,21 +42,27 @@ Guarantees (checked by ``tests/runtime``):
 * A claim whose heartbeat is older than ``stale_after`` (default 180 s) is reclaimed by any
   peer, and (by default) counts as a failure: a worker killed for memory routes its task
   up a tier. A task that failed ``max_failures`` times goes to ``failed`` with the reason.
+  A claimed record carries its heartbeat as a *lease mark* (:func:`._files.mark_lease`:
+  its modification time, checked against its size, and the owner execute bit): the scan
+  ``stat``\ s each claimed record and reads only those the mark does not show to be within
+  their lease. A marked time is never later than the heartbeat, so a record skipped is not
+  stale; every record that is half moved, unmarked or changed since is read.
 * Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
   moves it, and a record's ``state`` says where it is going; a worker that dies between
   the two leaves a record that the next stale scan moves on without counting anything
   twice. A worker that dies inside a section drops its fcntl lock with it (a lock file is
   broken after ``lock_stale_after``). With ``durable=True`` (default) the record is fsynced
-  before it is published and its shard directory after the move (outside the lock, before
-  the call returns), so a transition that returned survives power loss: both renames of a
-  change are in that one directory, so one directory fsync covers them.
+  before it is published and the directories of its move after it (outside the lock,
+  before the call returns), so a transition that returned survives power loss: both
+  renames of a change are in its shard directory, which one fsync covers, except a move
+  into or out of ``finished/``, which fsyncs both directories.
 
 Claiming without a global lock: see :mod:`._shards` (exact preference order for a lone
 claimer; in a crowd, each claimer starts from its own home shard within the best names of
 the best class).
 
-Queues of earlier formats are refused with :class:`QueueError`: format 1 (one queue-wide
-``.lock``) and format 2 (state directories shared by all shards). Finish them with the
+Queues of earlier formats than 3 are refused with :class:`QueueError`: format 1 (one
+queue-wide ``.lock``) and format 2 (state directories shared by all shards). Finish them with the
 version that made them, since workers of two kinds on one queue would not see each
 other's tasks.
 
