@@ -44,7 +44,7 @@ Guarantees (checked by ``tests/runtime``):
   up a tier. A task that failed ``max_failures`` times goes to ``failed`` with the reason.
   A claimed record carries its heartbeat as a *lease mark* (:func:`._files.mark_lease`:
   its modification time, checked against its size, and the owner execute bit): the scan
-  ``stat``\ s each claimed record and reads only those the mark does not show to be within
+  calls ``stat`` on each claimed record and reads only those the mark does not show within
   their lease. A marked time is never later than the heartbeat, so a record skipped is not
   stale; every record that is half moved, unmarked or changed since is read.
 * Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
