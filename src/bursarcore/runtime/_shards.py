@@ -42,8 +42,8 @@ of the same shard, and a claimer that finds its name taken under the shard lock 
 waited for the lock) takes the shard's best name at that moment if it is of the class it
 sought or a better one (:meth:`ShardPicking._best_now`). A claim re-lists at most
 :data:`RELISTS` shards (so a name that is "gone" at every try, such as a dangling link,
-cannot keep it going), and once :data:`DRAINED` of its re-listings found a shard empty it
-lists every shard at once instead (the queue is running dry). Workers with different homes thus work in
+cannot keep it going), and (format 4) once :data:`DRAINED` of its re-listings found a shard
+empty it lists every shard at once instead (the queue is running dry). Workers with different homes thus work in
 different shards, each in submission order, instead of chasing one name; between shards,
 a crowd does not keep submission order.
 """
@@ -76,7 +76,9 @@ default shard count, and some): then it only drops names."""
 DRAINED = 8
 """Shards a claim re-lists one by one and finds without an eligible name before it lists
 every shard at once instead (a queue running dry: the full listing, which a claim that
-finds nothing makes anyway, then replaces the remaining shard-by-shard listings)."""
+finds nothing makes anyway, then replaces the remaining shard-by-shard listings). Format 4
+only: in format 3 a full listing holds every finished record too, and costs more than the
+listings it would replace."""
 MAX_PASSED = 16
 """Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
 for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
@@ -203,6 +205,8 @@ class ShardPicking:
     _cands: dict[int, list[Any]]
     _calls: int
     """Claims this handle made (a listing remembers the claim that made it)."""
+    _drained: int
+    """:data:`DRAINED`, or (format 3) more re-listings than a claim makes: never."""
     _claimed_seen: list[str] | None
     """Claimed records seen by the last full listing (for the stale scan that follows a
     claim which found nothing)."""
@@ -402,7 +406,7 @@ class ShardPicking:
                 if wait:
                     busy.append(k)
                 drained += not shards[k]
-                if drained >= DRAINED:  # the queue runs dry: list every shard at once
+                if drained >= self._drained:  # the queue runs dry: list every shard at once
                     shards = self._candidates(worker_tier, refresh=True)
                     keys = self._pick_keys[worker_tier]
                     fresh = True
@@ -426,7 +430,7 @@ class ShardPicking:
                     listed.add(k)
                     self._crowd = CROWD_CLAIMS
                     drained += not shards[k]
-                    if drained >= DRAINED and not fresh:  # as above
+                    if drained >= self._drained and not fresh:  # as above
                         shards = self._candidates(worker_tier, refresh=True)
                         keys = self._pick_keys[worker_tier]
                         fresh = True

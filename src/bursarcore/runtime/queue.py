@@ -88,9 +88,9 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
                       default_worker_id)
 from ._files import Record, read_json
 from ._inspect import Inspection
-from ._shards import (FINISHED, SHARDS_DIR, STATES, ShardPicking, finished_dir, parse_name,
-                      parse_pending, pending_name, pending_task_id, shard_dir, shard_of,
-                      state_name)
+from ._shards import (DRAINED, FINISHED, RELISTS, SHARDS_DIR, STATES, ShardPicking,
+                      finished_dir, parse_name, parse_pending, pending_name, pending_task_id,
+                      shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
 
 __all__ = [
@@ -189,6 +189,7 @@ class TaskQueue(ShardPicking, Inspection):
         # lease-marked: then trust no mark (queue.json is created without the bit)
         self._marks = not cfg_mode & _files.LEASE_MARK
         self._home = shard_of(self.worker, n)
+        self._drained = DRAINED if self.format >= 4 else RELISTS + 1
         self._crowd = 0
         self._claimed_seen = None
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
