@@ -54,8 +54,8 @@ def mark_lease(fd: int, heartbeat: float, size: int) -> bool:
         ns = ms * 1_000_000 + size % 1_000_000
         os.utime(fd, ns=(ns, ns))
         os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | LEASE_MARK)
-    except (OSError, OverflowError, ValueError, TypeError):
-        return False
+    except (OSError, OverflowError, ValueError, TypeError, NotImplementedError):
+        return False  # (a platform without utime or fchmod on a descriptor: unmarked)
     return True
 
 
