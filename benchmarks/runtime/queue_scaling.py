@@ -148,7 +148,8 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     if sum(lg["not_ok"] for lg in logs):
         problems.append("a complete() returned False")
     counts = q.counts()
-    if impl == "new3" and (q.format != 3 or os.path.isdir(os.path.join(root, "shards", "0", "finished"))):
+    if impl == "new3" and (q.format != 3
+                           or os.path.isdir(os.path.join(root, "shards", "0", "finished"))):
         problems.append("the format 3 queue changed layout")
     want = {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}
     if counts != want:

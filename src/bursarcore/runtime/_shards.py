@@ -43,9 +43,9 @@ waited for the lock) takes the shard's best name at that moment if it is of the 
 sought or a better one (:meth:`ShardPicking._best_now`). A claim re-lists at most
 :data:`RELISTS` shards (so a name that is "gone" at every try, such as a dangling link,
 cannot keep it going), and (format 4) once :data:`DRAINED` of its re-listings found a shard
-empty it lists every shard at once instead (the queue is running dry). Workers with different homes thus work in
-different shards, each in submission order, instead of chasing one name; between shards,
-a crowd does not keep submission order.
+empty it lists every shard at once instead (the queue is running dry). Workers with
+different homes thus work in different shards, each in submission order, instead of
+chasing one name; between shards, a crowd does not keep submission order.
 """
 
 from __future__ import annotations
