@@ -1,14 +1,16 @@
 """Claim + complete throughput of :class:`~bursarcore.runtime.TaskQueue` against worker
 processes: this tree's queue, and optionally (``--impl new,old --old-rev REV``, in the
-same run, for a ratio) the ``queue.py`` of another revision.
+same run, for a ratio) the queue of another revision (its whole ``runtime`` package).
 
 W forked worker processes each open the queue and, from one common instant, loop
 ``claim(0)`` → ``complete(c)`` on no-op tasks until ``claim`` returns ``None`` or the time
 limit passes. Reported per run: claims + completions per second (``ops/s``, from the common
 start to the last worker's end), tasks per second, and the claim wait (the duration of one
-``claim()`` call) p50 / p99 / max, and the p99 of the steady state (each worker's first
-claim, which lists every shard and parses every pending name, and its last, which finds
-the queue empty and scans for stale claims, left out). Every run is verified afterwards: no task claimed twice,
+``claim()`` call) p50 / p99 / max, the p99 of the steady state (each worker's first
+claim, which lists every shard, and its last, which finds the queue empty, lists every
+shard and scans for stale claims, left out), the median first and last claim, and how
+many first, steady and last claims waited over 100 ms. Every run is verified afterwards:
+no task claimed twice,
 every ``complete`` accepted, ``counts()`` = done for what was claimed and pending for the
 rest, ``check() == []``.
 
@@ -44,21 +46,31 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 def load_impl(name: str, old_rev: str | None) -> Any:
     """The queue module: ``new`` is this tree's; ``old`` is ``queue.py`` of ``old_rev``,
-    imported as a sibling module so that its relative imports (``..errors``, ``.locks``,
-    ``.tiers``) resolve to this tree's, whose classes it uses are unchanged."""
-    if name == "new":
+    with the whole ``runtime`` package of that revision imported beside this tree's as
+    ``bursarcore._runtime_old`` (its modules import each other, and ``..errors`` resolves
+    to this tree's)."""
+    if name in ("new", "new3"):  # new3: this tree's queue on a queue of format 3
         from bursarcore.runtime import queue
         return queue
-    src = subprocess.run(["git", "-C", REPO, "show", f"{old_rev}:src/bursarcore/runtime/queue.py"],
-                         check=True, capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="queue-old-"), "queue_old.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("bursarcore.runtime._queue_old", path)
+    prefix = "src/bursarcore/runtime/"
+    names = subprocess.run(["git", "-C", REPO, "ls-tree", "--name-only", old_rev, prefix],
+                           check=True, capture_output=True, text=True).stdout.split()
+    pkg = os.path.join(tempfile.mkdtemp(prefix="queue-old-"), "runtime_old")
+    os.makedirs(pkg)
+    for path in names:
+        if path.endswith(".py"):
+            src = subprocess.run(["git", "-C", REPO, "show", f"{old_rev}:{path}"], check=True,
+                                 capture_output=True, text=True).stdout
+            with open(os.path.join(pkg, os.path.basename(path)), "w") as f:
+                f.write(src)
+    spec = importlib.util.spec_from_file_location(
+        "bursarcore._runtime_old", os.path.join(pkg, "__init__.py"),
+        submodule_search_locations=[pkg])
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("bursarcore._runtime_old.queue")
 
 
 def _sleep_until(t: float) -> None:
@@ -84,11 +96,26 @@ def _worker(mod: Any, root: str, wid: int, t0: float, t_stop: float, out: str) -
     os.replace(out + ".tmp", out)
 
 
+def as_format_3(mod: Any, root: str) -> Any:
+    """Reopen the new, empty queue at ``root`` as a queue of format 3 (finished records in
+    the shard directories), which this tree's queue reads and writes in that layout."""
+    cfg = os.path.join(root, "queue.json")
+    with open(cfg) as f:
+        data = json.load(f)
+    with open(cfg, "w") as f:
+        json.dump({**data, "format": 3}, f)
+    for k in os.listdir(os.path.join(root, "shards")):
+        os.rmdir(os.path.join(root, "shards", k, "finished"))
+    return mod.TaskQueue(root)
+
+
 def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: float,
         workdir: str) -> dict[str, Any]:
     root = os.path.join(workdir, f"q-{impl}-{workers}-{int(durable)}")
     shutil.rmtree(root, ignore_errors=True)
     q = mod.TaskQueue.create(root, mod.QueueConfig(durable=durable), lock="fcntl")
+    if impl == "new3":
+        q = as_format_3(mod, root)
     a = time.monotonic()
     q.put_many([(f"t{i:06d}", None) for i in range(n_tasks)])
     put_s = time.monotonic() - a
@@ -110,6 +137,8 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     claimed = [t for lg in logs for t in lg["claimed"]]
     waits = np.array([w for lg in logs for w in lg["waits"]] or [0.0])
     steady = np.array([w for lg in logs for w in lg["waits"][1:-1]] or [0.0])
+    first = np.array([lg["waits"][0] for lg in logs if lg["waits"]] or [0.0])
+    last = np.array([lg["waits"][-1] for lg in logs if len(lg["waits"]) > 1] or [0.0])
     elapsed = max(lg["end"] for lg in logs)
     problems = []
     if killed or len(logs) != workers:
@@ -119,6 +148,9 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
     if sum(lg["not_ok"] for lg in logs):
         problems.append("a complete() returned False")
     counts = q.counts()
+    if impl == "new3" and (q.format != 3
+                           or os.path.isdir(os.path.join(root, "shards", "0", "finished"))):
+        problems.append("the format 3 queue changed layout")
     want = {"pending": n_tasks - len(claimed), "claimed": 0, "done": len(claimed), "failed": 0}
     if counts != want:
         problems.append(f"counts {counts}, expected {want}")
@@ -131,6 +163,12 @@ def run(mod: Any, impl: str, workers: int, durable: bool, n_tasks: int, limit: f
             "wait_ms_p99": 1e3 * float(np.percentile(waits, 99)),
             "wait_ms_max": 1e3 * float(waits.max()),
             "wait_ms_p99_steady": 1e3 * float(np.percentile(steady, 99)), "load_1min": load,
+            "wait_ms_first_p50": 1e3 * float(np.median(first)),
+            "wait_ms_first_max": 1e3 * float(first.max()),
+            "wait_ms_last_p50": 1e3 * float(np.median(last)),
+            "wait_ms_last_max": 1e3 * float(last.max()),
+            "over_100ms": [int((first > 0.1).sum()), int((steady > 0.1).sum()),
+                           int((last > 0.1).sum())],
             "verified": not problems, "problems": problems[:5]}
 
 
@@ -138,7 +176,9 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['impl']} | {r['workers']} | {'yes' if r['durable'] else 'no'} | "
             f"{r['done']}/{r['tasks']} in {r['elapsed_s']:.1f} s | **{r['ops_per_s']:,.0f}** | "
             f"{r['tasks_per_s']:,.0f} | {r['wait_ms_p50']:.2f} / {r['wait_ms_p99']:.1f} / "
-            f"{r['wait_ms_max']:.0f} | {r['wait_ms_p99_steady']:.1f} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
+            f"{r['wait_ms_max']:.0f} | {r['wait_ms_p99_steady']:.1f} | "
+            f"{r['wait_ms_first_p50']:.0f} / {r['wait_ms_last_p50']:.0f} | "
+            f"{'/'.join(map(str, r['over_100ms']))} | {r['put_s']:.1f} | {'yes' if r['verified'] else 'NO ' + '; '.join(r['problems'])} | "
             f"{r['load_1min']:.1f} |")
 
 
@@ -146,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,16,64,256")
     p.add_argument("--durable", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--impl", default="new", help="comma list of new, old")
+    p.add_argument("--impl", default="new",
+                   help="comma list of new, new3 (this tree's queue on a format 3 queue), old")
     p.add_argument("--old-rev", help="the revision whose queue.py is 'old'")
     p.add_argument("--tasks", type=int, default=4000)
     p.add_argument("--limit", type=float, default=20.0, help="seconds per run (bounded)")
@@ -158,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     mods = {impl: load_impl(impl, a.old_rev) for impl in a.impl.split(",")}
     durables = {"yes": [True], "no": [False], "both": [True, False]}[a.durable]
     workdir = tempfile.mkdtemp(prefix="queue-scaling-", dir=a.dir)
-    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | steady p99 ms | put_many s | verified | load |")
-    print("|---|--:|---|--:|--:|--:|--:|--:|--:|---|--:|")
+    print("| queue | workers | durable | done | claims+completions/s | tasks/s | claim wait ms p50 / p99 / max | steady p99 ms | first / last claim p50 ms | > 100 ms first/steady/last | put_many s | verified | load |")
+    print("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|")
     results = []
     try:
         for durable in durables:

@@ -13,6 +13,7 @@ lock that a claim needs for the duration of the batch.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -75,6 +76,7 @@ class _Crash(Exception):
 class QueueMachine(RuleBasedStateMachine):
     lock = "fcntl"
     durable = False
+    format = 4
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,8 +87,16 @@ class QueueMachine(RuleBasedStateMachine):
                           tiers=TIERS, promote_after=1, durable=self.durable, lock_shards=3)
         root = self.root = os.path.join(self.dir, "q")
         TaskQueue.create(root, cfg, lock=self.lock, clock=self.clock, worker="creator").close()
+        if self.format == 3:  # the layout of format 3: finished records beside the others
+            with open(os.path.join(root, "queue.json")) as f:
+                data = json.load(f)
+            with open(os.path.join(root, "queue.json"), "w") as f:
+                json.dump({**data, "format": 3}, f)
+            for k in os.listdir(os.path.join(root, "shards")):
+                os.rmdir(os.path.join(root, "shards", k, "finished"))
         self.handles = [TaskQueue(root, clock=self.clock, worker=f"h{k}", sleep=lambda s: None)
                         for k in range(3)]
+        assert {h.format for h in self.handles} == {self.format}
         self.model = _Model()
         self.claims: list = []  # every Claim ever returned, current or lost
         self.accepted: dict[str, int] = {}  # task id -> completions accepted
@@ -278,6 +288,10 @@ class QueueMachineDurable(QueueMachine):
     durable = True
 
 
+class QueueMachineFormat3(QueueMachine):
+    format = 3
+
+
 _settings = settings(max_examples=60, stateful_step_count=35, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 TestQueueTransitions = QueueMachine.TestCase
@@ -286,6 +300,8 @@ TestQueueTransitionsFileLock = QueueMachineFileLock.TestCase
 TestQueueTransitionsFileLock.settings = settings(_settings, max_examples=15)
 TestQueueTransitionsDurable = QueueMachineDurable.TestCase
 TestQueueTransitionsDurable.settings = settings(_settings, max_examples=10)
+TestQueueTransitionsFormat3 = QueueMachineFormat3.TestCase
+TestQueueTransitionsFormat3.settings = settings(_settings, max_examples=15)
 
 
 # ---------------------------------------------------------------------- descriptors

@@ -249,3 +249,92 @@ def test_random_workloads_keep_every_guarantee(tmp_path, seed, lock):
         events_of = [h["event"] for h in rec["history"]]
         assert events_of.count("claim") == rec["attempts"]
     assert q.check() == []
+
+
+# ---------------------------------------------------------------------- leases
+def _holder(root, marker_dir, log_path, t_end, hold, beat, crash_id):
+    """Holds each claim ``hold`` s, heartbeating every ``beat`` s (its lease mark moves
+    with each heartbeat), then completes it; dies holding ``crash_id`` at its first claim."""
+    q = TaskQueue(root, worker=f"h{os.getpid()}")
+    events = []
+    try:
+        while (c := _claim_marked(q, 0, marker_dir, events,
+                                  lambda n: n["pending"] == 0 and n["claimed"] == 0, t_end, 0.05)):
+            mark = os.path.join(marker_dir, c.task_id)
+            if c.task_id == crash_id and c.attempts == 1:
+                os.unlink(mark)
+                with open(log_path, "w") as f:
+                    json.dump(events + [["crash", c.task_id]], f)
+                os._exit(3)
+            until = time.time() + hold
+            while time.time() < until:
+                time.sleep(beat)
+                if not q.heartbeat(c):
+                    events.append(["lost", c.task_id])
+                    break
+            os.unlink(mark)
+            events.append(["done", c.task_id, q.complete(c, {"by": q.worker})])
+    finally:
+        with open(log_path, "w") as f:
+            json.dump(events, f)
+
+
+def _scanner(root, log_path, stop_flag, t_end):
+    q = TaskQueue(root, worker=f"s{os.getpid()}")
+    taken = []
+    while not os.path.exists(stop_flag) and time.time() < t_end:
+        taken += q.reclaim_stale()
+        time.sleep(0.01)
+    with open(log_path, "w") as f:
+        json.dump(taken, f)
+
+
+@pytest.mark.parametrize("fmt", [4, 3])
+def test_scans_reclaim_dead_claims_and_never_live_ones(tmp_path, fmt):
+    """Holders keep each claim longer than ``stale_after``, heartbeating well inside it,
+    while scanners scan without pause: the stale scans (which skip a claim still in its
+    lease unread) never take a live claim, and do take the claim of a holder that died,
+    once its lease expired; each task is done exactly once. In both layouts."""
+    root = str(tmp_path / "q")
+    q = TaskQueue.create(root, QueueConfig(stale_after=1.2, scan_every=0.05))
+    if fmt == 3:
+        q.close()
+        with open(os.path.join(root, "queue.json")) as f:
+            data = json.load(f)
+        with open(os.path.join(root, "queue.json"), "w") as f:
+            json.dump({**data, "format": 3}, f)
+        for k in os.listdir(os.path.join(root, "shards")):
+            os.rmdir(os.path.join(root, "shards", k, "finished"))
+        q = TaskQueue(root)
+    assert q.format == fmt
+    tasks = [(f"t{i:03d}", None) for i in range(16)]
+    q.put_many(tasks)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    stop = str(tmp_path / "stop")
+    ctx = mp.get_context("fork")
+    t_end = time.time() + DEADLINE
+    holders = [ctx.Process(target=_holder, args=(root, str(markers), str(tmp_path / f"h{k}.json"),
+                                                 t_end, 1.5, 0.1, "t000"))
+               for k in range(6)]
+    scanners = [ctx.Process(target=_scanner, args=(root, str(tmp_path / f"s{k}.json"), stop, t_end))
+                for k in range(2)]
+    for p in holders + scanners:
+        p.start()
+    for p in holders:
+        p.join(DEADLINE + 10)
+    open(stop, "w").close()
+    for p in scanners:
+        p.join(DEADLINE + 10)
+    assert not any(p.is_alive() for p in holders + scanners)
+    events = [e for k in range(6) for e in json.load(open(tmp_path / f"h{k}.json"))]
+    taken = [t for k in range(2) for t in json.load(open(tmp_path / f"s{k}.json"))]
+    assert [e for e in events if e[0] in ("double", "lost")] == []
+    assert all(e[2] is True for e in events if e[0] == "done")
+    assert sorted(e[1] for e in events if e[0] == "done") == sorted(t for t, _ in tasks)
+    assert ["crash", "t000"] in events
+    rec = q.get("t000")[1]
+    assert "stale" in [h["event"] for h in rec["history"]]
+    assert set(taken) <= {"t000"}  # a scanner, or a holder's claim, took the dead claim
+    assert q.counts() == {"pending": 0, "claimed": 0, "done": 16, "failed": 0}
+    assert q.check() == []

@@ -654,10 +654,11 @@ def test_check_reports_a_task_in_two_states(qdir, clock):
     q.put("t", None)
     c = q.claim()
     sdir = qdir / "shards" / q._shard("t")
-    shutil.copy(sdir / "c.t.json", sdir / "d.t.json")
+    shutil.copy(sdir / "c.t.json", sdir / "finished" / "d.t.json")
     problems = q.check()
     assert any("t: in ['claimed', 'done']" in p for p in problems)
-    assert any(p.startswith(f"shards/{q._shard('t')}/d.t.json: record says claimed") for p in problems)
+    assert any(p.startswith(f"shards/{q._shard('t')}/finished/d.t.json: record says claimed")
+               for p in problems)
     del c
 
 
@@ -665,7 +666,7 @@ def test_check_reports_a_record_outside_its_shard(qdir, clock):
     q = make(qdir, clock, lock_shards=4)
     q.put("t", None)
     k = int(q._shard("t"))
-    [name] = os.listdir(qdir / "shards" / str(k))
+    [name] = [n for n in os.listdir(qdir / "shards" / str(k)) if n != "finished"]
     os.rename(qdir / "shards" / str(k) / name, qdir / "shards" / str((k + 1) % 4) / name)
     assert q.check() == [f"shards/{(k + 1) % 4}/{name}: not in its shard ({k})"]
 
@@ -696,11 +697,13 @@ def test_damaged_records_are_quarantined_not_fatal(qdir, clock, caplog):
 # ---------------------------------------------------------------------- durability
 def _record_fs_ops(monkeypatch, qdir):
     """Record renames and directory fsyncs as (op, directory name) events; shard k's
-    directory is named ``s<k>``."""
+    directory is named ``s<k>``, its finished directory ``e<k>``."""
     import stat as stat_mod
 
     names = {os.stat(qdir).st_ino: "root", os.stat(qdir / "ids").st_ino: "ids"}
     names.update({os.stat(qdir / "shards" / k).st_ino: f"s{k}" for k in os.listdir(qdir / "shards")})
+    names.update({os.stat(qdir / "shards" / k / "finished").st_ino: f"e{k}"
+                  for k in os.listdir(qdir / "shards")})
     events = []
     real_fsync, real_rename, real_replace = os.fsync, os.rename, os.replace
     where = lambda p: names.get(os.stat(os.path.dirname(os.path.abspath(p))).st_ino, "?")  # noqa: E731
@@ -738,10 +741,13 @@ def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
     """With durable=True every create or move that changes a task's state is followed by
     an fsync of the directory it changed before the call returns. A state change is a
     rename inside the task's shard directory, so it costs one file fsync (the rewritten
-    record) and one directory fsync, and touches no other directory."""
+    record) and one directory fsync, and touches no other directory; a move into or out
+    of the finished states renames between the shard directory and its finished
+    directory, and fsyncs both."""
     q = make(qdir, clock, max_failures=2, lock_shards=8)
     events = _record_fs_ops(monkeypatch, qdir)
     sa, sb = f"s{q._shard('a')}", f"s{q._shard('b')}"
+    ea, eb = f"e{q._shard('a')}", f"e{q._shard('b')}"
 
     def check(*dirs, syncs=None):
         for d in dirs:
@@ -762,7 +768,7 @@ def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
     assert c.task_id == "b"
     events.clear()
     assert q.complete(c) is True
-    check(sb, syncs=["filesync", "dirsync"])
+    check(eb, sb, syncs=["filesync", "dirsync", "dirsync"])
     c = q.claim()
     assert c.task_id == "a"
     events.clear()
@@ -771,9 +777,9 @@ def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
     assert q.release(c) is True
     check(sa, syncs=["filesync", "dirsync"])
     assert q.fail(q.claim(), "y") == "failed"
-    check(sa)
+    check(ea, sa)
     assert q.requeue_failed() == ["a"]
-    check(sa, syncs=["filesync", "dirsync"])
+    check(ea, sa, syncs=["filesync", "dirsync", "dirsync"])
     q.claim()
     events.clear()
     clock.advance(q.config.stale_after + 1)

@@ -12,9 +12,14 @@ from ..errors import BursarError, InvalidArgument
 from .tiers import TierPolicy
 
 __all__ = ["QueueConfig", "Claim", "QueueError", "NotAQueue", "default_worker_id",
-           "check_task_id", "FORMAT", "MAX_SHARDS"]
+           "check_task_id", "FORMAT", "FORMATS", "MAX_SHARDS"]
 
-FORMAT = 3
+FORMAT = 4
+"""Format of the queues this version creates. Format 4: a shard's finished records
+(``done``, ``failed``) in its ``finished/`` subdirectory. Format 3 (all of a shard's
+records in its directory) is still opened, read and written in its own layout."""
+FORMATS = (3, 4)
+"""Formats this version opens."""
 MAX_SHARDS = 4096
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,199}$")
 _OLD_FORMATS = {
@@ -91,8 +96,9 @@ class QueueConfig:
                 f"bursarcore ({old}), which this version (format {FORMAT}, one directory per "
                 "shard) does not read; finish it with the version that made it, or create a "
                 "new queue")
-        if data.get("format") != FORMAT:
-            raise QueueError(f"queue.json format {data.get('format')!r}, expected {FORMAT}")
+        if data.get("format") not in FORMATS:
+            raise QueueError(f"queue.json format {data.get('format')!r}, expected one of "
+                             f"{FORMATS}")
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import stat
 import uuid
 from typing import Any
 
@@ -32,13 +34,52 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def temp_file(path: str, text: str, *, durable: bool) -> str:
+LEASE_MARK = stat.S_IXUSR
+"""Mode bit of a lease-marked claimed record (see :func:`mark_lease`). No record is
+created with it (records are created with mode ``0o666`` less the umask)."""
+
+
+def mark_lease(fd: int, heartbeat: float, size: int) -> bool:
+    """Give the open record ``fd`` of ``size`` bytes (written, not yet published) the
+    lease mark: its modification time set to ``heartbeat`` rounded down to the millisecond,
+    less one millisecond, plus ``size % 10**6`` nanoseconds (a check: a write in place
+    sets another time), then :data:`LEASE_MARK` set. The bit is set only once the time is,
+    so a marked record's time is never later than its heartbeat; a filesystem that refuses
+    either, or keeps coarser times, leaves the record unmarked or failing the check (a
+    stale scan then reads it). Returns whether it was marked."""
+    try:
+        ms = math.floor(heartbeat * 1e3) - 1
+        if ms < 0:
+            return False
+        ns = ms * 1_000_000 + size % 1_000_000
+        os.utime(fd, ns=(ns, ns))
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | LEASE_MARK)
+    except (OSError, OverflowError, ValueError, TypeError, NotImplementedError):
+        return False  # (a platform without utime or fchmod on a descriptor: unmarked)
+    return True
+
+
+def lease_of(st: os.stat_result) -> float | None:
+    """A lower bound of the heartbeat of a record that carries the lease mark intact
+    (:func:`mark_lease`), or ``None``: no mark, or a time or size that changed since."""
+    t = st.st_mtime_ns
+    if not st.st_mode & LEASE_MARK or t % 1_000_000 != st.st_size % 1_000_000:
+        return None
+    return t / 1e9
+
+
+def temp_file(path: str, text: str, *, durable: bool, lease: float | None = None) -> str:
     """Write ``text`` to a new hidden temp file beside ``path`` (fsynced if ``durable``);
-    returns its name."""
+    returns its name. ``lease``: the heartbeat of the claimed record ``text`` is, written
+    as its lease mark (:func:`mark_lease`)."""
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
+    data = text.encode()
     with open(tmp, "xb") as f:
-        f.write(text.encode())
+        f.write(data)
+        if lease is not None:
+            f.flush()
+            mark_lease(f.fileno(), lease, len(data))
         if durable:
             f.flush()
             os.fsync(f.fileno())

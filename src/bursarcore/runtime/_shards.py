@@ -1,18 +1,22 @@
 """Shard directories of the task queue and how a claimer picks a pending task.
 
-Format 3 layout: each task lives in one shard directory, ``<root>/shards/<k>/`` with
-``k = crc32(task id) % lock_shards``, the same number as its shard lock. Its state is the
-first letter of its file name::
+Format 4 layout: each task lives in one shard, ``<root>/shards/<k>/`` with
+``k = crc32(task id) % lock_shards``, the same number as its shard lock; pending and
+claimed in the shard directory, done and failed in its ``finished/`` subdirectory. Its
+state is the first letter of its file name::
 
     p.<tier>.<failures>.<seq>.<id>.json    pending (the name carries the claim order)
     c.<id>.json                            claimed
-    d.<id>.json                            done
-    f.<id>.json                            failed
+    finished/d.<id>.json                   done
+    finished/f.<id>.json                   failed
 
-A state change is a ``rename`` inside one directory: it takes only that directory's lock
-in the kernel (a rename between two directories also takes the filesystem-wide rename
-lock), it contends only with changes of the same shard, which hold the same shard lock
-anyway, and a durable change fsyncs one directory.
+A claim, heartbeat, release or retry is a ``rename`` inside one directory: it takes only
+that directory's lock in the kernel (a rename between two directories also takes the
+filesystem-wide rename lock), it contends only with changes of the same shard, which hold
+the same shard lock anyway, and a durable change fsyncs one directory. Moves into and out
+of ``finished/`` (completion, final failure, requeue) cross to the subdirectory, so that a
+claimer's listing of a shard holds what is left to do, never what was done. Format 3
+queues keep finished records in the shard directory (:func:`finished_dir`).
 
 Picking: a handle lists the shard directories and keeps, per shard, the eligible pending
 names sorted by preference for each worker tier: the listing is sorted as strings (in C),
@@ -38,9 +42,10 @@ of the same shard, and a claimer that finds its name taken under the shard lock 
 waited for the lock) takes the shard's best name at that moment if it is of the class it
 sought or a better one (:meth:`ShardPicking._best_now`). A claim re-lists at most
 :data:`RELISTS` shards (so a name that is "gone" at every try, such as a dangling link,
-cannot keep it going). Workers with different homes thus work in
-different shards, each in submission order, instead of chasing one name; between shards,
-a crowd does not keep submission order.
+cannot keep it going), and (format 4) once :data:`DRAINED` of its re-listings found a shard
+empty it lists every shard at once instead (the queue is running dry). Workers with
+different homes thus work in different shards, each in submission order, instead of
+chasing one name; between shards, a crowd does not keep submission order.
 """
 
 from __future__ import annotations
@@ -58,12 +63,22 @@ STATES = ("pending", "claimed", "done", "failed")
 PREFIX = {"pending": "p", "claimed": "c", "done": "d", "failed": "f"}
 STATE_OF = {v: k for k, v in PREFIX.items()}
 SHARDS_DIR = "shards"
+FINISHED_DIR = "finished"
+"""Subdirectory of a shard directory that holds its ``done`` and ``failed`` records
+(format 4), so that a claimer's listing of the shard holds pending and claimed ones only."""
+FINISHED = ("done", "failed")
 
 CROWD_CLAIMS = 64
 """Claims a handle stays in crowd mode after it last met a busy shard lock."""
 RELISTS = 144
 """Shard listings one claim makes at most, beyond a listing of every shard (twice the
 default shard count, and some): then it only drops names."""
+DRAINED = 8
+"""Shards a claim re-lists one by one and finds without an eligible name before it lists
+every shard at once instead (a queue running dry: the full listing, which a claim that
+finds nothing makes anyway, then replaces the remaining shard-by-shard listings). Format 4
+only: in format 3 a full listing holds every finished record too, and costs more than the
+listings it would replace."""
 MAX_PASSED = 16
 """Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
 for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
@@ -76,6 +91,12 @@ def shard_of(task_id: str, shards: int) -> int:
 
 def shard_dir(root: str, k: int) -> str:
     return os.path.join(root, SHARDS_DIR, str(k))
+
+
+def finished_dir(root: str, k: int, fmt: int) -> str:
+    """Directory of shard ``k``'s finished records: its ``finished/`` subdirectory (format
+    4), or the shard directory itself (format 3)."""
+    return os.path.join(shard_dir(root, k), FINISHED_DIR) if fmt >= 4 else shard_dir(root, k)
 
 
 def pending_name(tier: int, failures: int, seq: int, task_id: str) -> str:
@@ -184,6 +205,8 @@ class ShardPicking:
     _cands: dict[int, list[Any]]
     _calls: int
     """Claims this handle made (a listing remembers the claim that made it)."""
+    _drained: int
+    """:data:`DRAINED`, or (format 3) more re-listings than a claim makes: never."""
     _claimed_seen: list[str] | None
     """Claimed records seen by the last full listing (for the stale scan that follows a
     claim which found nothing)."""
@@ -346,6 +369,7 @@ class ShardPicking:
         gone_in: set[int] = set()
         listed: set[int] = set()  # shards re-listed in this call
         budget = RELISTS
+        drained = 0  # shards re-listed one by one in this call and found without a name
         cls: Any = None  # in a crowd, after a name found taken: its class
         k = -1
         while True:
@@ -381,6 +405,13 @@ class ShardPicking:
                 self._relist(worker_tier, shards, k)
                 if wait:
                     busy.append(k)
+                drained += not shards[k]
+                if drained >= self._drained:  # the queue runs dry: list every shard at once
+                    shards = self._candidates(worker_tier, refresh=True)
+                    keys = self._pick_keys[worker_tier]
+                    fresh = True
+                    gone_in.clear()
+                    busy.clear()
                 continue
             name = shards[k][-1]
             fallback = (wait or self._crowd > 0) and budget > 0
@@ -398,6 +429,15 @@ class ShardPicking:
                     self._relist(worker_tier, shards, k)
                     listed.add(k)
                     self._crowd = CROWD_CLAIMS
+                    drained += not shards[k]
+                    if drained >= self._drained and not fresh:  # as above
+                        shards = self._candidates(worker_tier, refresh=True)
+                        keys = self._pick_keys[worker_tier]
+                        fresh = True
+                        gone_in.clear()
+                        busy.clear()
+                        cls = None
+                        continue
                 else:
                     gone_in.add(k)
                 if self._crowd > 0:

@@ -2,7 +2,7 @@
 database, no service, no queue-wide lock.
 
 SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``; in short
-(format 3)::
+(format 4)::
 
     <root>/queue.json            settings every worker obeys (written once, at create)
     <root>/seq                   next submission number (changed under the lock .locks/seq)
@@ -12,11 +12,15 @@ SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``
     <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
     <root>/shards/<k>/p.<tier>.<failures>.<seq>.<id>.json   pending
     <root>/shards/<k>/c.<id>.json   record with claim {worker, token, heartbeat, ...}
-    <root>/shards/<k>/d.<id>.json   record with result
-    <root>/shards/<k>/f.<id>.json   record with reason
+    <root>/shards/<k>/finished/d.<id>.json   record with result
+    <root>/shards/<k>/finished/f.<id>.json   record with reason
 
-A task lives in the directory of its shard, and its state is the first letter of its file
-name (:mod:`._shards`), so every state change is a rename inside one directory.
+A task lives in the directory of its shard while pending or claimed, in the shard's
+``finished/`` directory once done or failed, and its state is the first letter of its file
+name (:mod:`._shards`): every state change is a rename inside the shard, within its
+directory or between it and ``finished/``. A queue of format 3 (finished records in the
+shard directory itself) is opened, read and written in that layout, so workers of the
+version that made it can share it; it is not migrated.
 
 Every change of one task happens while holding *that task's shard lock*, for the few
 system calls of the change only; no operation holds a lock for more than one task at a
@@ -27,8 +31,9 @@ between calls (an fcntl section opens its lock file, locks it, and closes it).
 Guarantees (checked by ``tests/runtime``):
 
 * Every task is in exactly one of the states ``pending claimed done failed`` at every
-  instant: each state change is one ``rename`` of the task's file inside its shard
-  directory, made under its shard lock, and every writer of a task holds that lock.
+  instant: each state change is one ``rename`` of the task's file inside its shard (one
+  atomic rename, also between the shard directory and its ``finished/``), made under its
+  shard lock, and every writer of a task holds that lock.
 * A claim is held by one worker at a time. A worker's heartbeat, completion, failure or
   release is accepted only while its claim token is the one in its claimed record; once a
   peer has reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``.
@@ -37,21 +42,27 @@ Guarantees (checked by ``tests/runtime``):
 * A claim whose heartbeat is older than ``stale_after`` (default 180 s) is reclaimed by any
   peer, and (by default) counts as a failure: a worker killed for memory routes its task
   up a tier. A task that failed ``max_failures`` times goes to ``failed`` with the reason.
+  A claimed record carries its heartbeat as a *lease mark* (:func:`._files.mark_lease`:
+  its modification time, checked against its size, and the owner execute bit): the scan
+  calls ``stat`` on each claimed record and reads only those the mark does not show within
+  their lease. A marked time is never later than the heartbeat, so a record skipped is not
+  stale; every record that is half moved, unmarked or changed since is read.
 * Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
   moves it, and a record's ``state`` says where it is going; a worker that dies between
   the two leaves a record that the next stale scan moves on without counting anything
   twice. A worker that dies inside a section drops its fcntl lock with it (a lock file is
   broken after ``lock_stale_after``). With ``durable=True`` (default) the record is fsynced
-  before it is published and its shard directory after the move (outside the lock, before
-  the call returns), so a transition that returned survives power loss: both renames of a
-  change are in that one directory, so one directory fsync covers them.
+  before it is published and the directories of its move after it (outside the lock,
+  before the call returns), so a transition that returned survives power loss: both
+  renames of a change are in its shard directory, which one fsync covers, except a move
+  into or out of ``finished/``, which fsyncs both directories.
 
 Claiming without a global lock: see :mod:`._shards` (exact preference order for a lone
 claimer; in a crowd, each claimer starts from its own home shard within the best names of
 the best class).
 
-Queues of earlier formats are refused with :class:`QueueError`: format 1 (one queue-wide
-``.lock``) and format 2 (state directories shared by all shards). Finish them with the
+Queues of earlier formats than 3 are refused with :class:`QueueError`: format 1 (one
+queue-wide ``.lock``) and format 2 (state directories shared by all shards). Finish them with the
 version that made them, since workers of two kinds on one queue would not see each
 other's tasks.
 
@@ -77,8 +88,9 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
                       default_worker_id)
 from ._files import Record, read_json
 from ._inspect import Inspection
-from ._shards import (SHARDS_DIR, STATES, ShardPicking, parse_name, parse_pending, pending_name,
-                      pending_task_id, shard_dir, shard_of, state_name)
+from ._shards import (DRAINED, FINISHED, RELISTS, SHARDS_DIR, STATES, ShardPicking,
+                      finished_dir, parse_name, parse_pending, pending_name, pending_task_id,
+                      shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
 
 __all__ = [
@@ -99,6 +111,16 @@ MAX_SEQ = 10**12
 order is submission order (:mod:`._shards`)."""
 _GEN_RESET = 1 << 20  # pending.gen is truncated once it reaches 1 MiB
 _UNSET: Any = object()
+
+
+def _lease(rec: Record) -> float | None:
+    """The heartbeat a record about to be written carries as its lease mark: a claimed
+    record's (see :meth:`TaskQueue._scan_claimed`); ``None`` for any other."""
+    c = rec.get("claim")
+    if rec.get("state") != "claimed" or not isinstance(c, dict):
+        return None
+    hb = c.get("heartbeat")
+    return float(hb) if isinstance(hb, (int, float)) else None
 
 
 def _read_bytes(path: str) -> bytes:
@@ -133,14 +155,18 @@ class TaskQueue(ShardPicking, Inspection):
         try:
             with open(cfg_path, "rb") as f:
                 data = json.loads(f.read())
+                cfg_mode = os.fstat(f.fileno()).st_mode
         except FileNotFoundError:
             raise NotAQueue(f"{self.root}: no queue.json (create the queue first)") from None
         except ValueError as exc:
             raise QueueError(f"{cfg_path}: {exc}") from None
         self.config = QueueConfig.from_json(data)
+        self.format: int = data["format"]
         self.policy = self.config.policy
         n = self.config.lock_shards
         self._shard_dirs = [shard_dir(self.root, k) for k in range(n)]
+        self._fin_dirs = [finished_dir(self.root, k, self.format) for k in range(n)]
+        self._dirs = [(d,) if d == f else (d, f) for d, f in zip(self._shard_dirs, self._fin_dirs)]
         self._ids = os.path.join(self.root, "ids")
         self._gen = os.path.join(self.root, "pending.gen")
         locks_dir = os.path.join(self.root, ".locks")
@@ -159,7 +185,11 @@ class TaskQueue(ShardPicking, Inspection):
                                 stale_after=self.config.lock_stale_after, timeout=lock_timeout,
                                 sleep=sleep, owner=self.worker)
         self._last_scan = float("-inf")
+        # a mount that shows every file executable would make every record look
+        # lease-marked: then trust no mark (queue.json is created without the bit)
+        self._marks = not cfg_mode & _files.LEASE_MARK
         self._home = shard_of(self.worker, n)
+        self._drained = DRAINED if self.format >= 4 else RELISTS + 1
         self._crowd = 0
         self._claimed_seen = None
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
@@ -195,9 +225,12 @@ class TaskQueue(ShardPicking, Inspection):
         os.makedirs(root, exist_ok=True)
         cfg_path = os.path.join(root, "queue.json")
         existing = None
+        fmt = FORMAT
         if os.path.exists(cfg_path):
             with open(cfg_path, "rb") as f:
-                existing = QueueConfig.from_json(json.loads(f.read()))
+                data = json.loads(f.read())
+            existing = QueueConfig.from_json(data)
+            fmt = data["format"]
         if lock == "auto" and existing is not None:
             lock = existing.lock  # reopening: the queue's lock was decided when it was made
         elif lock == "auto":
@@ -215,8 +248,9 @@ class TaskQueue(ShardPicking, Inspection):
             raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
         for d in ("ids", ".locks", SHARDS_DIR):
             os.makedirs(os.path.join(root, d), exist_ok=True)
-        for k in range(config.lock_shards):
-            os.makedirs(shard_dir(root, k), exist_ok=True)
+        for k in range(config.lock_shards):  # (a finished/ directory's entry is made
+            os.makedirs(finished_dir(root, k, fmt), exist_ok=True)  # durable by the first
+            os.makedirs(shard_dir(root, k), exist_ok=True)  # move into it: see _move)
         if existing is None:
             if config.durable:
                 _files.fsync_dir(os.path.join(root, SHARDS_DIR))
@@ -242,8 +276,11 @@ class TaskQueue(ShardPicking, Inspection):
         return self._shard_dirs[shard_of(task_id, len(self._shard_dirs))]
 
     def _spath(self, state: str, task_id: str) -> str:
-        """Path of ``task_id`` in ``claimed``, ``done`` or ``failed``."""
-        return os.path.join(self._sdir(task_id), state_name(state, task_id))
+        """Path of ``task_id`` in ``claimed``, ``done`` or ``failed`` (the last two in its
+        shard's finished directory)."""
+        k = shard_of(task_id, len(self._shard_dirs))
+        d = self._fin_dirs[k] if state in FINISHED else self._shard_dirs[k]
+        return os.path.join(d, state_name(state, task_id))
 
     def _shard(self, task_id: str) -> str:
         """Name of the lock of ``task_id``'s shard; every change of that task holds it."""
@@ -255,10 +292,11 @@ class TaskQueue(ShardPicking, Inspection):
         _files.write_json(path, record, durable=self.config.durable, sync_dir=False)
 
     def _move(self, src: str, dst: str, synced: set[str]) -> None:
-        """``rename(src, dst)`` inside one shard directory; adds it to ``synced``, which
-        the caller fsyncs (:meth:`_sync`) after leaving the shard lock and before
-        returning."""
+        """``rename(src, dst)`` inside one shard (its directory, or between it and its
+        finished directory); adds both directories to ``synced``, which the caller fsyncs
+        (:meth:`_sync`) after leaving the shard lock and before returning."""
         os.rename(src, dst)
+        synced.add(os.path.dirname(src))
         synced.add(os.path.dirname(dst))
 
     def _sync(self, dirs: Iterable[str]) -> None:
@@ -362,7 +400,7 @@ class TaskQueue(ShardPicking, Inspection):
         for k, (task_id, payload, tier) in enumerate(items):
             marker = os.path.join(self._ids, task_id)
             dst = os.path.join(self._sdir(task_id), pending_name(tier, 0, seq + k, task_id))
-            rec = {"format": FORMAT, "id": task_id, "payload": payload, "seq": seq + k,
+            rec = {"format": self.format, "id": task_id, "payload": payload, "seq": seq + k,
                    "base_tier": tier, "tier": tier, "failures": 0, "attempts": 0,
                    "state": "pending", "submitted_at": now, "claim": None, "resume": None,
                    "history": []}
@@ -398,7 +436,8 @@ class TaskQueue(ShardPicking, Inspection):
     def _known_locked(self, task_id: str) -> bool:
         """Is ``task_id`` in some state? Called under its shard lock, so it cannot move."""
         return any(p is not None and p[1] == task_id
-                   for p in map(parse_name, _files.listdir(self._sdir(task_id))))
+                   for d in self._dirs[shard_of(task_id, len(self._dirs))]
+                   for p in map(parse_name, _files.listdir(d)))
 
     # ------------------------------------------------------------------ work
     def claim(self, worker_tier: int = 0) -> Claim | None:
@@ -469,7 +508,8 @@ class TaskQueue(ShardPicking, Inspection):
                 dst = edit(rec)
                 if dst is None:
                     return "lost"
-                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                tmp = _files.temp_file(src, _files.dumps(rec), durable=durable,
+                                           lease=_lease(rec))
             with self._lock.hold(lock, wait=wait) as held:
                 if not held:
                     return "busy"
@@ -496,7 +536,8 @@ class TaskQueue(ShardPicking, Inspection):
                     dst = edit(rec)
                     if dst is None:
                         return "lost"
-                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable)
+                    tmp = _files.temp_file(src, _files.dumps(rec), durable=durable,
+                                           lease=_lease(rec))
                 assert tmp is not None and dst is not None
                 os.replace(tmp, src)
                 tmp = None
@@ -506,7 +547,7 @@ class TaskQueue(ShardPicking, Inspection):
             if tmp is not None:
                 _files.unlink(tmp)
         assert rec is not None and dst is not None
-        self._sync((os.path.dirname(src),))
+        self._sync({os.path.dirname(src), os.path.dirname(dst)})
         if parse_pending(os.path.basename(dst)) is not None:
             self._bump()
         return rec, dst
@@ -672,7 +713,16 @@ class TaskQueue(ShardPicking, Inspection):
         self._last_scan = now
         taken: list[str] = []
         synced: set[str] = set()
+        marks = self._marks
+        stale_after = self.config.stale_after
         for path in self._claimed_paths() if paths is None else paths:
+            if marks:  # a lease-marked record still in its lease needs no read
+                try:
+                    hb = _files.lease_of(os.stat(path))
+                except FileNotFoundError:
+                    continue
+                if hb is not None and now - hb <= stale_after:
+                    continue
             try:
                 rec = read_json(path)
             except FileNotFoundError:
@@ -725,7 +775,7 @@ class TaskQueue(ShardPicking, Inspection):
         if task_ids is not None:
             ids = [check_task_id(t) for t in task_ids]
         else:
-            ids = sorted(p[1] for d in self._shard_dirs for p in map(parse_name, _files.listdir(d))
+            ids = sorted(p[1] for d in self._fin_dirs for p in map(parse_name, _files.listdir(d))
                          if p is not None and p[0] == "failed")
         moved = []
         synced: set[str] = set()
