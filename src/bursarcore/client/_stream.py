@@ -126,6 +126,9 @@ class _Protocol:
     timeout: float            # seconds a read waits while an answer is due
 
     def __init__(self, campaign: str | None, binary: bool, frame: int, window: int) -> None:
+        if websockets is None:  # pragma: no cover
+            raise ImportError("the decision stream needs websockets: "
+                              "pip install 'bursarcore[service]'")
         if binary and msgpack is None:  # pragma: no cover
             raise ImportError("the binary form needs msgpack: pip install 'bursarcore[service]'")
         self.campaign = campaign
@@ -220,9 +223,6 @@ class DecisionStream(_Protocol):
                  frame: int = 100, window: int = 2048, timeout: float = 10.0,
                  max_size: int = 1 << 24) -> None:
         super().__init__(campaign, binary, frame, window)
-        if websockets is None:  # pragma: no cover
-            raise ImportError("the decision stream needs websockets: "
-                              "pip install 'bursarcore[service]'")
         from websockets.sync.client import connect
 
         self.timeout = float(timeout)
@@ -328,9 +328,6 @@ class AsyncDecisionStream(_Protocol):
                  frame: int = 100, window: int = 2048, timeout: float = 10.0,
                  max_size: int = 1 << 24) -> None:
         super().__init__(campaign, binary, frame, window)
-        if websockets is None:  # pragma: no cover
-            raise ImportError("the decision stream needs websockets: "
-                              "pip install 'bursarcore[service]'")
         self._url, self._token, self._max_size = url, token, max_size
         self.timeout = float(timeout)
         self._ws: Any = None
