@@ -12,7 +12,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
-from ._abi import LIMITS
+from ._abi import LIMITS as _LIMITS
 
 cnp.import_array()
 
@@ -78,7 +78,7 @@ def layout():
         "unmet": <char*>&r.unmet - b, "tokens_after": <char*>&r.tokens_after - b,
         "credits_after": <char*>&r.credits_after - b, "held_after": <char*>&r.held_after - b,
     }
-    for q, name in enumerate(LIMITS):
+    for q, name in enumerate(_LIMITS):
         off[f"lim_{name}"] = <char*>&r.lim[q] - b
     return sizeof(Rec), off
 
