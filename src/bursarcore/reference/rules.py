@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .leases import Campaign, Dimension, Holding
+    from .leases import Campaign, Dimension
 
 NS = 1_000_000_000
 HOUR_NS = 3600 * NS
@@ -103,41 +103,51 @@ class Limits:
         return OK
 
 
-def limits(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, dur: int,
-           spend: int | None, price: int, instant: bool) -> Limits:
-    """What each rule allows one more lease of campaign c (holding h of dimension dim, in
-    class cls) for dur ns at ``price`` (SPEC §4.1–§4.4); h is settled to now."""
+def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: int,
+           spend: int | None, price: int, instant: bool, firm: int) -> Limits:
+    """What each rule allows one more lease of the campaign ``path[0]`` (of class cls, on
+    dimension dim, index d) for dur ns at ``price`` (SPEC §4.1–§4.4). ``path`` is the
+    campaign and its ancestors (SPEC §14): the ceiling, the bucket and the budget of every
+    one of them must admit the lease, so each rule's limit is the smallest over the path.
+    ``firm``: the most firm units the reserve rule allows the campaign (SPEC §4.1, §14).
+    Holdings are settled to now."""
     if cls.preemptible:
         # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
         warm = cap = dim.opportunistic_room()
     else:
-        # SPEC §4.1: the others' unmet guarantees stay free; c's own may be used
-        firm = dim.firm_room() + h.unmet()
+        # SPEC §4.1, §14: the others' unmet guarantees stay free; c's own may be used
         warm = min(dim.free_now(), firm)
         cap = min(dim.reachable(), firm)
-    return Limits({"ceiling": h.b - h.H,                                     # SPEC §4.4
+    hs = [v.hold[d] for v in path]
+    left = min(v.left for v in path)
+    return Limits({"ceiling": min(h.b - h.H for h in hs),                      # SPEC §4.4
                    "capacity": cap,
-                   "tokens": token_limit(h.H, h.s, h.T, dur, instant),       # SPEC §4.2
-                   "credits": credit_limit(c.left, dur, price, cls.free_when_broke, spend)},
+                   "tokens": min(token_limit(h.H, h.s, h.T, dur, instant)      # SPEC §4.2
+                                 for h in hs),
+                   "credits": credit_limit(left, dur, price, cls.free_when_broke, spend)},
                   warm=warm, price=price)
 
 
-def never(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, others_g: int, nmin: int,
-          dur: int, price: int, instant: bool) -> int:
+def never(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, firm_bound: int,
+          nmin: int, dur: int, price: int, instant: bool) -> int:
     """SPEC §4.4: the rule by which an intent of at least nmin can never be met, even in
-    an otherwise empty pool with full buckets and escrow refunded, else OK (``others_g``:
-    the other campaigns' guarantees in dim)."""
-    if nmin > h.b:
+    an otherwise empty pool with full buckets and escrow refunded, else OK. Every node of
+    the campaign's path (SPEC §14) is checked; ``firm_bound``: the most firm units the
+    campaign could have in an empty pool (the capacity less the other campaigns'
+    guarantees, in a flat set)."""
+    hs = [v.hold[d] for v in path]
+    if any(nmin > h.b for h in hs):
         return CEILING
     if cls.preemptible:
         if nmin > dim.cap - dim.headroom:
             return CAPACITY
-    elif nmin > dim.cap - others_g:
+    elif nmin > firm_bound:
         return CAPACITY
-    if not instant and excess(0, nmin, h.s) * dur > h.B:
+    if not instant and any(excess(0, nmin, h.s) * dur > h.B for h in hs):
         return TOKENS
-    if (price and not c.unlimited and not cls.free_when_broke
-            and lease_cost(nmin, dur, price) > c.left + c.escrow):
+    if (price and not cls.free_when_broke
+            and any(not v.unlimited and lease_cost(nmin, dur, price) > v.left + v.escrow
+                    for v in path)):
         return CREDITS
     return OK
 
