@@ -180,16 +180,14 @@ static inline int bc_credit_terms(const bc_req *q, bc_credit *ct)
     ct->X = ct->den = 0;
     if (q->pm == 0)
         return 0;
+    if (q->dur == 0 && (!q->free_when_broke || q->max_spend >= 0))
+        return BC_E_ZERODIV;       /* (den == 0: pm != 0 here) */
     ct->den = (bc_i128)q->dur * q->pm;
     if (!q->free_when_broke) {     /* (an unlimited budget, left = MAXV, bounds a cost too) */
-        if (q->dur == 0)           /* (den == 0: pm != 0 here) */
-            return BC_E_ZERODIV;
         ct->X = (bc_i128)q->left * BC_HOUR_NS;
         ct->on = 1;
     }
     if (q->max_spend >= 0) {
-        if (q->dur == 0)
-            return BC_E_ZERODIV;
         /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
         ct->capped = !ct->on;
         if (ct->capped || (bc_i128)q->max_spend * BC_HOUR_NS < ct->X)
@@ -291,6 +289,36 @@ static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t
     return 0;
 }
 
+/* bc_size's two passes over rule i, called once per rule with i constant (each rule's case
+ * chosen at compile time, its figures in registers): the first takes its limit, or learns it
+ * is lazy, and cuts m, the size so far, to each limit it has; the second compares a lazy
+ * limit with m and divides it out, cutting m, only when it does not allow m. */
+static inline int bc_size_pass1(const bc_req *q, const bc_credit *ct, int i, int exact,
+                                bc_dec *o, int *lazy, int64_t *m)
+{
+    int rc = bc_limit(q, ct, i, exact, &o->lim[i], &o->warm);
+    if (rc < 0)
+        return rc;
+    lazy[i] = rc == BC_LAZY;
+    if (!lazy[i])
+        *m = bc_min64(*m, o->lim[i]);
+    return 0;
+}
+
+static inline void bc_size_pass2(const bc_req *q, const bc_credit *ct, int i, bc_dec *o,
+                                 int *lazy, int64_t *m)
+{
+    if (!lazy[i])
+        return;
+    if (bc_allows(q, ct, i, *m)) {
+        o->lim[i] = *m;             /* a lower bound: it does not bind */
+    } else {
+        o->lim[i] = bc_limit_exact(q, ct, i);
+        lazy[i] = 0;
+        *m = bc_min64(*m, o->lim[i]);
+    }
+}
+
 /* §4.4 the size of a request of [nmin, nmax] units: the largest n <= nmax every rule allows
  * (0 if none), and, when it is below nmin, the first rule in BC_LIMIT_* order whose limit
  * held it there. With `exact` 0 a rule whose limit takes a division is divided out only when
@@ -305,27 +333,15 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
     if (rc < 0)
         return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
-    BC_UNROLL
-    for (i = 0; i < BC_LIMITS; i++) {
-        rc = bc_limit(q, &ct, i, exact, &o->lim[i], &o->warm);
-        if (rc < 0)
-            return rc;
-        lazy[i] = rc == BC_LAZY;
-        if (!lazy[i])
-            m = bc_min64(m, o->lim[i]);
-    }
-    BC_UNROLL
-    for (i = 0; i < BC_LIMITS; i++) {
-        if (!lazy[i])
-            continue;
-        if (bc_allows(q, &ct, i, m)) {
-            o->lim[i] = m;          /* a lower bound: it does not bind */
-        } else {
-            o->lim[i] = bc_limit_exact(q, &ct, i);
-            lazy[i] = 0;
-            m = bc_min64(m, o->lim[i]);
-        }
-    }
+    if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CREDITS, exact, o, lazy, &m)) < 0)
+        return rc;
+    bc_size_pass2(q, &ct, BC_LIMIT_CEILING, o, lazy, &m);
+    bc_size_pass2(q, &ct, BC_LIMIT_CAPACITY, o, lazy, &m);
+    bc_size_pass2(q, &ct, BC_LIMIT_TOKENS, o, lazy, &m);
+    bc_size_pass2(q, &ct, BC_LIMIT_CREDITS, o, lazy, &m);
     o->reason = BC_REASON_NONE;
     if (__builtin_expect(m >= nmax, 1)) {
         /* Every rule allows the whole request (m == nmax): a branch, not a select, so on
