@@ -80,7 +80,7 @@ cdef extern from "engine.h" nogil:
 
     ctypedef struct CdRow "bc_cdrow":
         int64_t tlast, H, T, s, b, Bcap, acc, tok_debited
-        int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2
+        int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, up, Rch, Xch
     ctypedef struct CRow "bc_crow":
         int64_t left, escrow, cred_debited, budget, spent, refunded
         double fsS, fsG
@@ -111,6 +111,7 @@ cdef extern from "engine.h" nogil:
         int64_t* top
         CdRow* cd
         CRow* cr
+        int64_t* gch
         int64_t* fs_par
         long long fs_t
         double fs_w
@@ -154,6 +155,9 @@ cdef extern from "engine.h" nogil:
     void k_memo_init(Memo* mo)
     void k_settle(Eng* e, int64_t c, int64_t d, int64_t t)
     int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
+    int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
+    int64_t k_child_room(const Eng* e, int64_t p, int64_t d)
+    void k_link(Eng* e, int64_t c, int64_t p, int64_t t)
     int64_t k_free(const Eng* e, int64_t d)
     double k_fs_weight(Eng* e, int64_t t)
     void k_hold(Eng* e, int64_t c, int64_t d, int64_t delta, int firm)

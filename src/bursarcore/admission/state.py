@@ -55,8 +55,14 @@ PATHS = ("warm", "reclaim", "cold")
 # reads a campaign's three lines instead of a line per field. Every field is also an
 # attribute, a view of its column (``st.T[c, d]``, ``st.left[c]``); the compiled engine's
 # row structs (``_engine.CdRow``, ``CRow``) list the columns in this order.
+# The tree of envelopes (SPEC §14) is kept in the last three columns: ``up``, the parent's
+# index + 1 (-1 for a top-level node with children, 0 for a flat campaign); ``Rch``, Σ over
+# the node's children of their commitments R; ``Xch``, Σ over them of what they add to its
+# holding H (which its ceiling and bucket bind; ``Hf`` counts its own firm units). Per
+# (campaign, dimension) ``gch`` holds Σ of its children's guarantees. A flat campaign has
+# zeros in all four.
 _CD_FIELDS = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited",
-              "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped")
+              "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped", "up", "Rch", "Xch")
 CD_WIDTH = 16
 _C_FIELDS = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
 C_WIDTH = 8
@@ -125,7 +131,7 @@ class EngineState:
     ``version`` counts attribute assignments: it moves whenever an array is replaced
     (growth) or a scalar such as ``C`` changes, never on in-place writes. A compiled kernel
     caches raw pointers to the arrays (in ``binding_view``, dropped on every bump) and rebuilds
-    them when it moves. ``gsum`` is Σ_c g[c, d], kept by :meth:`add_campaign` (``g``
+    them when it moves. ``gsum`` is Σ of the top-level g[c, d], kept by :meth:`add_campaign` (``g``
     changes nowhere else).
     """
 
@@ -146,7 +152,7 @@ class EngineState:
     oppa: I64
     pend: I64
     price: I64
-    gsum: I64                         # (D,) Σ_c g[c, d]
+    gsum: I64                         # (D,) Σ of the top-level g[c, d]
     cls: I64                          # (classes, 6)
     cong_thr: I64
     cong_mult: I64
@@ -177,6 +183,10 @@ class EngineState:
     tok_minted: I64
     tok_refunded: I64
     tok_clipped: I64
+    up: I64
+    Rch: I64
+    Xch: I64
+    gch: I64                          # (_calloc, D) Σ of a node's children's guarantees
     left: I64
     escrow: I64
     cred_debited: I64
@@ -232,7 +242,8 @@ class EngineState:
             n, D = d["g"].shape
             cd, cr = np.zeros((n, D, CD_WIDTH), np.int64), np.zeros((n, C_WIDTH), np.int64)
             for j, f in enumerate(_CD_FIELDS):
-                cd[:, :, j] = d.pop(f)
+                if f in d:                 # (the tree's columns came later: zeros)
+                    cd[:, :, j] = d.pop(f)
             for j, f in enumerate(_C_FIELDS):
                 cr[:, j] = d.pop(f)
             for j, f in enumerate(_CF_FIELDS):
@@ -249,7 +260,7 @@ class EngineState:
             for j, f in enumerate(_L_FIELDS):
                 if f in d:
                     lr[:, j] = d.pop(f)
-        self.__dict__.update(d)
+        self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
@@ -273,7 +284,7 @@ class EngineState:
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
         self.price = np.array(price, dtype=np.int64)
-        self.gsum = z()                    # Σ_c g[c, d], kept by add_campaign
+        self.gsum = z()                    # Σ of the top-level g[c, d], kept by add_campaign
         # class table: rank, mult_ppm, priced, preemptible, grace_ns, free_when_broke
         self.cls = np.array(classes, dtype=np.int64).reshape(-1, 6)
         self.cong_thr = np.array(cong_thresholds, dtype=np.int64)
@@ -316,7 +327,10 @@ class EngineState:
 
     # -- growth ------------------------------------------------------------------------
     def add_campaign(self, g: npt.ArrayLike, s: npt.ArrayLike, b: npt.ArrayLike,
-                     Bcap: npt.ArrayLike, budget: int, now_ns: int) -> int:
+                     Bcap: npt.ArrayLike, budget: int, now_ns: int, top: bool = True) -> int:
+        """A campaign's records. ``top``: a top-level node, whose guarantee joins U and
+        ``gsum``; otherwise a node of a tree (SPEC §14) that the kernels' ``link`` makes a
+        child of its parent next."""
         if self.C == self._calloc:
             self._set_rows(self.cdrow, self.crow, max(16, 2 * self._calloc))
         c = self.C
@@ -325,8 +339,9 @@ class EngineState:
         self.tlast[c] = now_ns
         self.budget[c] = budget
         self.left[c] = budget
-        self.U += np.asarray(g, dtype=np.int64)
-        self.gsum += np.asarray(g, dtype=np.int64)
+        if top:
+            self.U += np.asarray(g, dtype=np.int64)
+            self.gsum += np.asarray(g, dtype=np.int64)
         self.C += 1
         return c
 
@@ -339,7 +354,11 @@ class EngineState:
         keep = min(self.C, cd.shape[0])
         new_cd[:keep] = cd[:keep]
         new_cr[:keep] = cr[:keep]
-        self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
+        new_gch = np.zeros((n, self.D), dtype=np.int64)
+        old_gch = self.__dict__.get("gch")
+        if old_gch is not None:
+            new_gch[:min(keep, old_gch.shape[0])] = old_gch[:keep]
+        self.cdrow, self.crow, self.gch, self._calloc = new_cd, new_cr, new_gch, n
         for j, f in enumerate(_CD_FIELDS):
             setattr(self, f, new_cd[:, :, j])
         for j, f in enumerate(_C_FIELDS):

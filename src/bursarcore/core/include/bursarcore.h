@@ -251,6 +251,19 @@ int bc_engine_add_campaign(bc_engine *e, const int64_t *guaranteed, const int64_
                            const int64_t *ceiling, const int64_t *bucket, int64_t credits,
                            int64_t now, int64_t *index);
 
+/* Registers a node of the tree of envelopes (docs/spec.md §14) at `now`: a child of node
+ * `parent` (an index bc_engine_add_campaign or bc_engine_add_node gave), or a top-level
+ * campaign when `parent` < 0; the other arguments as bc_engine_add_campaign's. Its
+ * guarantees nest: refused with BC_ERANGE when, on a dimension, the guarantees of the
+ * parent's children would exceed the parent's (of the top-level nodes: the capacity), or
+ * when the guarantee does not fit the reserve now (capacity − Σ_top R + the slack of the
+ * parent's path, §14.3). BC_EINDEX for a parent not registered. Its index to *index.
+ * The capacity rule of a node's requests is the reserve rule of §14.3; the ceilings,
+ * buckets and budgets of its ancestors do not bind it yet (docs/c-api.md). */
+int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
+                       const int64_t *sustained, const int64_t *ceiling,
+                       const int64_t *bucket, int64_t credits, int64_t now, int64_t *index);
+
 /* Expires what is due by `now`, then decides a request of [min_units, max_units] units of
  * class `cls` on dimension `dim` for `duration` ns, spending at most `max_spend`
  * micro-credits (< 0: no cap); a warm grant is committed. `intent` is the caller's id for

@@ -105,13 +105,14 @@ static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
 /* One admission: decide, and commit a warm grant. BC_GRANTED / BC_REFUSED / BC_DEFERRED
  * (the policy layer decides: a reclaim, a pending request) or an error code;
  * out = [units, reason, lease id or -1, charge]. BC_E_HEAPFULL comes back before anything
- * but the (idempotent) settle changed: grow the heap and call again. */
-static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
-                          int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                          int64_t intent, int64_t *out, bc_memo *mo)
+ * but the (idempotent) settle changed: grow the heap and call again. `tree`: c is a node of
+ * a tree (k_decide_at). */
+static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                             int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                             int64_t intent, int64_t *out, bc_memo *mo, int tree)
 {
     bc_dec r;
-    int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 0, &r, mo);
+    int err = k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, 0, &r, mo, tree);
     int64_t lid, why;
     int priced;
     if (err)
@@ -129,7 +130,7 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
             k_shortfall_m(e, d, nmax - r.n, mo);
         if (err)
             return err;
-        lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo);   /* checked just above */
+        lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);   /* checked */
         out[2] = lid;
         out[3] = e->lr[lid & BC_ROW_MASK].cost;
         return BC_GRANTED;
@@ -146,11 +147,20 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
     return BC_DEFERRED;
 }
 
+static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                          int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                          int64_t intent, int64_t *out, bc_memo *mo)
+{
+    return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo,
+                      e->cd[c * e->D + d].up != 0);
+}
+
 /* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
- * through k_admit, in order, until one needs the policy layer (BC_DEFERRED: returns its
- * index, nothing of it changed but the settle) or fails (an error code in *err: returns its
- * index). Outputs per item: units (on), reason (orz), lease id or -1 (ol). The intent id
- * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
+ * through k_admit, in order, until one needs the policy layer (BC_DEFERRED, or a node of a
+ * tree of envelopes, §14, which the single admission decides: returns its index, nothing of
+ * it changed but the settle) or fails (an error code in *err: returns its index). Outputs
+ * per item: units (on), reason (orz), lease id or -1 (ol). The intent id of item j is
+ * intent0 + j. With rec != NULL (a journal), each item's rule inputs are
  * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
  * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after. */
 __attribute__((always_inline)) static inline int64_t k_batch(
@@ -190,7 +200,10 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             }
         }
         if (rec != NULL) {
-            rc = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL);
+            rc = k_decide_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL,
+                             BC_FLAT_ONLY);
+            if (rc == BC_E_TREE)
+                return j;             /* a node of a tree: decided one at a time (k_admit) */
             if (rc < 0) {
                 *err = rc;
                 return j;
@@ -203,7 +216,10 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             for (q = 0; q < BC_LIMITS; q++)
                 before[4 + q] = bc_cap_maxv(x.lim[q]);
         }
-        rc = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo);
+        rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
+                        BC_FLAT_ONLY);
+        if (rc == BC_E_TREE)
+            return j;                 /* a node of a tree: decided one at a time (k_admit) */
         if (rc < 0) {
             *err = rc;
             return j;

@@ -44,7 +44,8 @@ enum {
     BC_E_INDEX = -7,
     BC_E_RANGE = -8,     /* a price that does not fit int64 */
     BC_E_EMPTY = -9,     /* heap pop on an empty heap */
-    BC_E_ENDED = -10     /* ending a lease that has already ended */
+    BC_E_ENDED = -10,    /* ending a lease that has already ended */
+    BC_E_TREE = -11      /* a node of a tree asked of the flat path (k_batch defers it) */
 };
 
 enum {
@@ -65,10 +66,14 @@ enum {
 
 /* A (campaign, dimension) record, 128 bytes, the fields a grant touches in the first
  * line: last settlement, holding, tokens, sustained rate, burst ceiling, bucket size,
- * ∫H dt, guarantee, firm holding, and token counters. */
+ * ∫H dt, guarantee, firm holding, and token counters; then the campaign's place in the tree
+ * of envelopes (§14): up (its parent's index + 1; BC_UP_ROOT for a top-level node with
+ * children; 0 for a flat campaign), Σ over its children of their commitments R (Rch) and of
+ * what they add to its holding (Xch). H is the holding its ceiling and bucket bind (its own
+ * leases' and, Xch, its children's), Hf its own leases' firm units. */
 typedef struct {
     int64_t tlast, H, T, s, b, Bcap, acc, tok_debited;
-    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2;
+    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, up, Rch, Xch;
 } bc_cdrow;
 
 /* A campaign's record, 64 bytes: credits, then its fair-share pair (§6) as doubles. */
@@ -97,6 +102,7 @@ typedef struct {
     /* campaigns: one record per (campaign, dimension), one per campaign */
     bc_cdrow *cd;
     bc_crow *cr;
+    int64_t *gch;              /* per (campaign, dimension): Σ of its children's guarantees */
     int64_t *fs_par;           /* [half-life ns, epoch ns] */
     long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
     double fs_w;
@@ -163,15 +169,136 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     }
 }
 
+/* (c, d)'s unmet guarantee: its slack (§14.3; g less its firm holding, for a node without
+ * children). */
 static inline int64_t k_unmet(const bc_eng *e, int64_t c, int64_t d)
 {
     int64_t i = c * e->D + d;
-    return bc_unmet(e->cd[i].g, e->cd[i].Hf);
+    return bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
 }
 
 static inline int64_t k_free(const bc_eng *e, int64_t d)
 {
     return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d]);
+}
+
+/* -- the tree of envelopes (§14) ---------------------------------------------------------- */
+
+/* A node's `up`: its parent's index + 1 for a child, BC_UP_ROOT for a top-level node with
+ * children, 0 for a flat campaign (a top-level node without children). The rules of §14 on a
+ * flat campaign are those of §3–§4: its tree figures are zeros, and the engine decides it
+ * with them folded away, at the cost of one predictable branch (up == 0) where it reads or
+ * changes them; the walks up a node's ancestors are out of line. */
+enum { BC_UP_ROOT = -1, BC_FLAT_ONLY = -1 };
+
+#if defined(__GNUC__)
+#define BC_WALK static __attribute__((noinline, cold, unused))
+#else
+#define BC_WALK static
+#endif
+
+/* §14.3 Σ slack_v over node c and its ancestors on d (tree: c is a node of a tree; 0: a
+ * flat campaign, its unmet guarantee). */
+static inline int64_t k_path_slack_at(const bc_eng *e, int64_t c, int64_t d, int tree)
+{
+    int64_t D = e->D, i = c * D + d, up = tree > 0 ? e->cd[i].up : 0;
+    int64_t sum = bc_slack(e->cd[i].g, e->cd[i].Hf, tree > 0 ? e->cd[i].Rch : 0);
+    while (up > 0) {
+        i = (up - 1) * D + d;
+        sum += bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
+        up = e->cd[i].up;
+    }
+    return sum;
+}
+
+BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
+{
+    return k_path_slack_at(e, c, d, 1);
+}
+
+/* §14.3 Σ slack_v over node c and its ancestors on d: what a firm grant to c may take beyond
+ * cap − Σ_top R (c's unmet guarantee, for a flat campaign). */
+static inline int64_t k_path_slack(const bc_eng *e, int64_t c, int64_t d)
+{
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        return k_path_slack_at(e, c, d, 0);
+    return k_path_slack_tree(e, c, d);
+}
+
+/* §14.3, §4.4 Σ over c's path of g_v − Σ_ch g_ch: what an empty pool (every R_v = g_v)
+ * leaves a firm grant to c beyond the top-level guarantees (g, for a flat campaign). */
+BC_WALK int64_t k_path_free_g(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t D = e->D, i = c * D + d, up = e->cd[i].up, sum = e->cd[i].g - e->gch[i];
+    while (up > 0) {
+        i = (up - 1) * D + d;
+        sum += e->cd[i].g - e->gch[i];
+        up = e->cd[i].up;
+    }
+    return sum;
+}
+
+/* §14.3 the children's commitments Rch of node `up` (see BC_UP_ROOT; <= 0: none, the pool)
+ * move by dr on d, and each ancestor's with its child's change of R, as far as a change
+ * reaches. The change of the top-level ancestor's R (dr itself when up <= 0; 0 if it stopped
+ * below). */
+BC_WALK int64_t k_commit_up(bc_eng *e, int64_t up, int64_t d, int64_t dr)
+{
+    int64_t i, hf, rch, g;
+    while (up > 0 && dr != 0) {
+        i = (up - 1) * e->D + d;
+        g = e->cd[i].g;
+        hf = e->cd[i].Hf;
+        rch = e->cd[i].Rch;
+        e->cd[i].Rch = rch + dr;
+        dr = bc_commitment(g, hf, rch + dr) - bc_commitment(g, hf, rch);
+        up = e->cd[i].up;
+    }
+    return dr;
+}
+
+/* §14.2 what a child adds to the holding of node `up` (<= 0: none, the pool) moved by dm on
+ * d: its H and Xch move, and its parent's with what it adds, as far as a change reaches; each
+ * ancestor's bucket is settled at t first (its refill follows its H). */
+BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dm, int64_t t)
+{
+    int64_t i, h, g;
+    while (up > 0 && dm != 0) {
+        k_settle(e, up - 1, d, t);
+        i = (up - 1) * e->D + d;
+        h = e->cd[i].H;
+        g = e->cd[i].g;
+        e->cd[i].Xch += dm;
+        e->cd[i].H = h + dm;
+        dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
+        up = e->cd[i].up;
+    }
+}
+
+/* §14.1 the most a new node under p (< 0: at the top level) may be guaranteed on d now:
+ * a node of R = g raises Σ_top R as a firm grant of g to p would. */
+static inline int64_t k_child_room(const bc_eng *e, int64_t p, int64_t d)
+{
+    return bc_firm_limit(e->cap[d], e->F[d], e->U[d], p < 0 ? 0 : k_path_slack(e, p, d));
+}
+
+/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: its
+ * guarantee joins p's children's, its commitment R_c = g_c their commitments and what it
+ * adds to a holding p's (U follows Σ_top R). The caller checked the nesting and the room
+ * (k_child_room) on every dimension. */
+static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
+{
+    int64_t d, i, g;
+    for (d = 0; d < e->D; d++) {
+        i = c * e->D + d;
+        g = e->cd[i].g;
+        e->cd[i].up = p + 1;
+        if (e->cd[p * e->D + d].up == 0)
+            e->cd[p * e->D + d].up = BC_UP_ROOT;     /* its first child: p is a tree's root */
+        e->gch[p * e->D + d] += g;
+        e->U[d] += k_commit_up(e, p + 1, d, g);
+        k_measure_up(e, p + 1, d, bc_child_measure(g, 0), t);
+    }
 }
 
 /* §6 the fair-share weight 2^((t - E)/half-life), moving the epoch E to t when t is more
@@ -199,24 +326,47 @@ static inline double k_fs_weight(bc_eng *e, int64_t t)
     return e->fs_w;
 }
 
-/* Change (c, d)'s holding by delta (firm: also its firm holding, F and U), folding the
- * holding so far into c's fair-share usage (the caller settled: tlast is now). */
-static inline void k_hold(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+/* Change (c, d)'s own holding by delta (firm: also its firm holding, F and U = Σ_top R − F),
+ * folding its own holding so far into c's fair-share usage (the caller settled: tlast is
+ * now); tree > 0: c is a node of a tree (§14), and its ancestors' holdings and commitments
+ * follow (0 or BC_FLAT_ONLY: a flat campaign). */
+static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm, int tree)
 {
-    int64_t i = c * e->D + d, before;
+    int64_t i = c * e->D + d, h = e->cd[i].H, g = e->cd[i].g, hf, rch, dr;
     double w;
     if (d == 0) {
         w = (e->fs_ok && e->fs_t == e->cd[i].tlast) ? e->fs_w : k_fs_weight(e, e->cd[i].tlast);
-        e->cr[c].fsS = e->cr[c].fsS + (double)e->cd[i].H * (w - e->cr[c].fsG);
+        e->cr[c].fsS = e->cr[c].fsS
+            + (double)(tree > 0 ? h - e->cd[i].Xch : h) * (w - e->cr[c].fsG);
         e->cr[c].fsG = w;
     }
-    e->cd[i].H += delta;
+    e->cd[i].H = h + delta;
+    if (tree > 0)
+        k_measure_up(e, e->cd[i].up, d, bc_child_measure(g, h + delta) - bc_child_measure(g, h),
+                     e->cd[i].tlast);
     if (firm) {
-        before = k_unmet(e, c, d);
-        e->cd[i].Hf += delta;
+        hf = e->cd[i].Hf;
+        rch = tree > 0 ? e->cd[i].Rch : 0;
+        e->cd[i].Hf = hf + delta;
         e->F[d] += delta;
-        e->U[d] += k_unmet(e, c, d) - before;
+        dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
+        if (tree > 0)
+            dr = k_commit_up(e, e->cd[i].up, d, dr);
+        e->U[d] += dr - delta;
     }
+}
+
+BC_WALK void k_hold_tree(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+{
+    k_hold_at(e, c, d, delta, firm, 1);
+}
+
+static inline void k_hold(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+{
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        k_hold_at(e, c, d, delta, firm, 0);
+    else
+        k_hold_tree(e, c, d, delta, firm);
 }
 
 /* -- congestion and price (§7) ------------------------------------------------------------ */
@@ -318,7 +468,7 @@ static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc
 /* What the rules read for a request of class k on (c, d) for dur ns at price pm, spending
  * at most max_spend (bc_req). */
 static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t dur,
-                             int64_t max_spend, int64_t pm, int64_t free, bc_req *q)
+                             int64_t max_spend, int64_t pm, int64_t free, bc_req *q, int tree)
 {
     int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
@@ -328,7 +478,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->T = e->cd[i].T;
     q->Bcap = e->cd[i].Bcap;
     q->g = e->cd[i].g;
-    q->unmet = k_unmet(e, c, d);
+    q->unmet = k_path_slack_at(e, c, d, tree);
     q->left = e->cr[c].left;
     q->escrow = e->cr[c].escrow;
     q->cap = e->cap[d];
@@ -351,10 +501,13 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
 /* Decide a request of [nmin, nmax] units of class k on (c, d) for dur ns at t, spending at
  * most max_spend micro-credits (< 0: no cap): its bucket settled, its price, then the rules'
  * sizing (bc_size; with `exact` false the limits that take a division are divided out only
- * when they may bind) and its path. Returns 0 or an error code. */
-static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
-                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                           int exact, bc_dec *o, bc_memo *mo)
+ * when they may bind) and its path. `tree`: 1 when c is a node of a tree (its up != 0); 0 for
+ * a flat campaign, the tree's figures folded away; BC_FLAT_ONLY the same, but a node of a
+ * tree is not decided (BC_E_TREE, nothing changed but the settle). Returns 0 or an error
+ * code. */
+static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                              int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                              int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
     int64_t free;
@@ -362,6 +515,8 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
     bc_req q;
     int err;
     k_settle(e, c, d, t);
+    if (tree == BC_FLAT_ONLY && __builtin_expect(e->cd[c * e->D + d].up != 0, 0))
+        return BC_E_TREE;
     free = k_free(e, d);
     if (mo != NULL && mo->d == d && mo->k == k) {
         pm = mo->pm;
@@ -376,7 +531,7 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
         }
     }
     o->pm = (int64_t)pm;
-    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q);
+    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q, tree);
     err = bc_size(&q, nmin, nmax, exact, o);
     if (err)
         return err;
@@ -384,13 +539,24 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
     return 0;
 }
 
+static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                           int exact, bc_dec *o, bc_memo *mo)
+{
+    return k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, exact, o, mo,
+                       e->cd[c * e->D + d].up != 0);
+}
+
 /* Whether a request of nmin units could never be granted, whatever the others do (bc_never).
  * The reason, or BC_REASON_NONE. */
 static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                               int64_t dur, int64_t pm)
 {
+    int tree = e->cd[c * e->D + d].up != 0;
     bc_req q;
-    k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q);
+    k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q, tree);
+    if (tree)
+        q.g = k_path_free_g(e, c, d);               /* §14.3: g, for a flat campaign */
     return bc_never(&q, nmin);
 }
 

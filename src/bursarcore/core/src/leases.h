@@ -182,10 +182,10 @@ static inline void k_place(bc_eng *e, int64_t lid, int64_t d, int64_t n, int64_t
 /* Commit a grant whose checks passed (room, heap) with (c, d) settled at t and its cost at
  * its price known (`price` = bc_cost(n, dur, pm)): debit the tokens above the sustained
  * rate and the charge, hold the units, write the lease, place it unless it is starting.
- * The lease id. */
+ * `tree`: c is a node of a tree (k_hold_at). The lease id. */
 static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
                                     int64_t dur, bc_i128 price, int64_t t, int starting,
-                                    int64_t intent)
+                                    int64_t intent, int tree)
 {
     int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
@@ -205,7 +205,7 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
         e->cr[c].escrow = bc_wadd(e->cr[c].escrow, price);
         e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, price);
     }
-    k_hold(e, c, d, n, firm);
+    k_hold_at(e, c, d, n, firm, tree);
     lid = k_new_lease(e, c, d, k, n, firm, starting ? BC_LEASE_STARTING : BC_LEASE_ACTIVE, t, dur,
                       excess, (int64_t)price, intent);
     r = lid & BC_ROW_MASK;
@@ -220,13 +220,14 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
     return lid;
 }
 
-static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
-                               int64_t dur, int64_t pm, int64_t t, int starting, int64_t intent,
-                               bc_memo *mo)
+static inline int64_t k_commit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                                  int64_t dur, int64_t pm, int64_t t, int starting,
+                                  int64_t intent, bc_memo *mo, int tree)
 {
     bc_i128 price;
     if (mo == NULL)
-        return k_commit_cost(e, c, d, k, n, dur, bc_cost(n, dur, pm), t, starting, intent);
+        return k_commit_cost(e, c, d, k, n, dur, bc_cost(n, dur, pm), t, starting, intent,
+                             tree);
     if (n != mo->cn || dur != mo->cdur || pm != mo->cpm) {
         mo->cn = n;
         mo->cdur = dur;
@@ -234,7 +235,15 @@ static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64
         mo->ccost = bc_cost(n, dur, pm);
     }
     price = mo->ccost;
-    return k_commit_cost(e, c, d, k, n, dur, price, t, starting, intent);
+    return k_commit_cost(e, c, d, k, n, dur, price, t, starting, intent, tree);
+}
+
+static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                               int64_t dur, int64_t pm, int64_t t, int starting, int64_t intent,
+                               bc_memo *mo)
+{
+    return k_commit_at(e, c, d, k, n, dur, pm, t, starting, intent, mo,
+                       e->cd[c * e->D + d].up != 0);
 }
 
 /* Grant n units of class k to (c, d) for dur at price pm: the lease id, or an error code

@@ -46,9 +46,33 @@ static inline int64_t bc_unmet(int64_t g, int64_t Hf)
     return bc_max64(0, g - Hf);
 }
 
+/* §14.3 a node's slack: the part of its guarantee g that neither its own firm holding Hf
+ * nor its children's commitments Rch (Σ R_ch) use. A node without children: its unmet
+ * guarantee (bc_unmet). */
+static inline int64_t bc_slack(int64_t g, int64_t Hf, int64_t Rch)
+{
+    return bc_unmet(g, Hf + Rch);
+}
+
+/* §14.3 a node's commitment R = max(g, Hf + Rch): its guarantee, or what its own firm
+ * holding and its children's commitments take beyond it. */
+static inline int64_t bc_commitment(int64_t g, int64_t Hf, int64_t Rch)
+{
+    return bc_max64(g, Hf + Rch);
+}
+
+/* §14.2 what a child whose guarantee is g and whose measure is H adds to its parent's
+ * measure (the holding its ceiling and bucket bind): all of it, its subtree's holding. */
+static inline int64_t bc_child_measure(int64_t g, int64_t H)
+{
+    (void)g;
+    return H;
+}
+
 /* §4.1 the unmet-guarantee reserve: a firm lease may take capacity cap less the firm
  * holdings F and every campaign's unmet guarantee U, except its own (unmet_own), so
- * nothing granted above a guarantee squeezes another's unmet guarantee. */
+ * nothing granted above a guarantee squeezes another's unmet guarantee. In a tree (§14.3)
+ * U is Σ_top R − F and unmet_own the slack of the node's path: cap − Σ_top R + Σ slack. */
 static inline int64_t bc_firm_limit(int64_t cap, int64_t F, int64_t U, int64_t unmet_own)
 {
     return cap - F - U + unmet_own;
@@ -131,8 +155,9 @@ static const int64_t bc_limit_reason[BC_LIMITS] = {
 };
 
 /* What the rules read for one request: the campaign's numbers on the dimension (holding H,
- * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g, its unmet
- * guarantee), its credits (left and in escrow, micro-credits), the dimension's levels
+ * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g (for a node of a
+ * tree, §14.3: Σ over its path of g_v less its children's), its unmet guarantee (in a tree,
+ * the slack of its path)), its credits (left and in escrow, micro-credits), the dimension's levels
  * (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units, units
  * lent to opportunistic leases, under notice, promised, the opportunistic headroom), the
  * price (micro-credits per unit-hour), the duration and spending cap (< 0: none), and the
