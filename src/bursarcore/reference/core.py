@@ -162,8 +162,9 @@ class BrokerCore:
         """SPEC §3, §14: add a campaign, a node of the tree of envelopes (its parent is
         named by its path and must be registered); guarantees are never overbooked (Σ of
         a node's children's g ≤ its g, Σ of the top-level g ≤ capacity), and a new
-        guarantee must fit beside the firm holdings above guarantees now (the reserve
-        rule: Σ_top R stays ≤ capacity)."""
+        guarantee must fit beside the holdings above guarantees now (the reserve rule:
+        Σ_top R stays ≤ capacity; and it lifts no load on its parent's path above that
+        node's sustained rate)."""
         try:
             return self._register(name, envelope)
         finally:
