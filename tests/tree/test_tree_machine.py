@@ -6,16 +6,18 @@ leases, the envelopes), never the broker's own sums:
 
 * capacity: placed units ≤ capacity, and Σ_top R ≤ capacity with R recomputed here from
   the live firm leases and the guarantees (and equal to the pool's firm + unmet figures);
-* every node: its subtree's holding (and firm holding) as reported, ≤ its ceiling; tokens
+* every node: its subtree's holding (and firm holding) as reported; its load K, recomputed
+  here from the live leases and the guarantees, ≥ that holding and ≤ its ceiling; tokens
   in [0, B]; credits left ≥ 0, escrow = the cost of its subtree's live leases, and left +
   escrow + spent = budget;
-* isolation: a firm request of n ≤ u_c (c's slack, recomputed here) is never refused nor
-  left pending for capacity, is active within the grace, and is granted outright when no
-  ceiling, bucket or budget on c's path could bind;
+* isolation at every level: a firm request of n with K_c + n ≤ g_c is never refused nor
+  left pending for capacity, ceiling or tokens at any level, is active within the grace,
+  and is granted outright when no budget on c's path could bind; a firm request of
+  n ≤ slack_c is never refused nor left pending for capacity;
 
-and at the end: the prepaid bound per node (above-s unit-seconds of its subtree ≤ B + its
-refill), determinism (the same operations give the same results and state) and replay of
-the journal (the same state).
+and at the end: the prepaid bound per node (the unit-seconds of its load above its s ≤ B +
+its refill), determinism (the same operations give the same results and state) and replay
+of the journal (the same state).
 """
 
 from __future__ import annotations
@@ -113,6 +115,14 @@ def apply(b: Broker, nodes: list[Node], op: tuple, released: dict) -> object:
     raise AssertionError(kind)
 
 
+def loads(children: list[list[int]], g: list[int], own: list[int]) -> list[int]:
+    """K_v = own_v + Σ_ch max(g_ch, K_ch) (SPEC §14.2); children come after parents."""
+    K = [0] * len(g)
+    for i in reversed(range(len(g))):
+        K[i] = own[i] + sum(max(g[j], K[j]) for j in children[i])
+    return K
+
+
 class Figures:
     """The tree's figures, recomputed from what a user reads."""
 
@@ -143,7 +153,8 @@ class Figures:
             for v in self.path[i]:
                 self.sub[v] += self.own[i]
                 self.sub_firm[v] += self.own_firm[i]
-        g = [int(x.env.g("gpu")) for x in nodes]
+        g = self.g = [int(x.env.g("gpu")) for x in nodes]
+        self.K = loads(self.children, g, self.own)
         self.R = [0] * n
         for i in reversed(range(n)):       # children come after their parents
             self.R[i] = max(g[i], self.own_firm[i] + sum(self.R[j] for j in self.children[i]))
@@ -189,31 +200,50 @@ class TreeMachine(RuleBasedStateMachine):
     @rule(k=st.integers(0, 1000), frac=st.floats(0.0, 1.0),
           dur=st.sampled_from([10.0, 60.0, 600.0]))
     def wake_within_guarantee(self, k, frac, dur):
-        """SPEC §14.3: a firm request within the node's unmet guarantee u_c (its slack)."""
+        """SPEC §14.3: a firm request within the node's guarantee, K_c + n ≤ g_c (K
+        recomputed here), is refused or left pending for nothing but a budget, at any
+        level, whatever its siblings and cousins hold: granted warm or on the reclaim
+        path within the grace, and granted outright when every budget on its path is
+        ample."""
+        i = k % len(self.nodes)
+        f = Figures(self.b, self.nodes)
+        u = f.g[i] - f.K[i]
+        if u < 1:
+            return
+        n = max(1, min(u, round(u * frac)))
+        assert n <= f.slack[i]                     # K_c + n ≤ g_c implies n ≤ slack_c
+        ample = self._budgets_ample(f, i, n, dur)
+        d = self._do(("acquire", i, n, n, dur, "interactive"))
+        if d["outcome"] == "granted":
+            assert d["wait"] <= GRACE, d
+        else:
+            assert d["reason"] == "credits", (self.nodes[i].name, n, u, d)
+        if ample:
+            assert d["outcome"] == "granted", (self.nodes[i].name, n, d)
+
+    @rule(k=st.integers(0, 1000), frac=st.floats(0.0, 1.0),
+          dur=st.sampled_from([10.0, 60.0, 600.0]))
+    def wake_within_slack(self, k, frac, dur):
+        """SPEC §14.3: a firm request of n ≤ slack_c (recomputed here) is never refused
+        nor left pending for capacity (its ancestors' ceilings and buckets may still hold
+        it when it is above its guarantee's load)."""
         i = k % len(self.nodes)
         f = Figures(self.b, self.nodes)
         u = f.slack[i]
         if u < 1:
             return
         n = max(1, min(u, round(u * frac)))
-        free_of_other_limits = self._nothing_else_binds(f, i, n, dur)
         d = self._do(("acquire", i, n, n, dur, "interactive"))
         assert d["reason"] != "capacity", (self.nodes[i].name, n, u, d)
         if d["outcome"] == "granted":
             assert d["wait"] <= GRACE, d
-        if free_of_other_limits:
-            assert d["outcome"] == "granted", (self.nodes[i].name, n, d)
 
-    def _nothing_else_binds(self, f: Figures, i: int, n: int, dur: float) -> bool:
-        """No ceiling, bucket or budget on i's path could hold n back: every node stays
-        within its sustained rate and ceiling, and every budget has ample credits (the
-        interactive class at the highest congestion multiplier)."""
+    def _budgets_ample(self, f: Figures, i: int, n: int, dur: float) -> bool:
+        """Every budget on i's path has ample credits for n (the interactive class at the
+        highest congestion multiplier)."""
         worst = n * dur / 3600 * 2.0 * 3.0
         camps = f.state["campaigns"]
         for v in f.path[i]:
-            env = self.nodes[v].env
-            if f.sub[v] + n > env.s("gpu"):
-                return False
             left = camps[self.nodes[v].name]["credits_left"]
             if left is not None and left < worst + 1:
                 return False
@@ -258,7 +288,7 @@ class TreeMachine(RuleBasedStateMachine):
             env = x.env
             assert c["held"]["gpu"] == f.sub[i]
             assert c["firm_held"]["gpu"] == f.sub_firm[i]
-            assert f.sub[i] <= env.b("gpu")                                   # ceiling
+            assert f.sub[i] <= f.K[i] <= env.b("gpu")                         # ceiling
             T = c["tokens"]["gpu"]
             assert T is None or 0 <= T <= env.B("gpu")                        # bucket
             # credits over the subtree: escrow = its live leases' cost; conservation
@@ -286,36 +316,42 @@ class TreeMachine(RuleBasedStateMachine):
         assert replayed.state() == self.b.state()
 
     def _prepaid_bound(self):
-        """SPEC §4.2 per node (§14.2): the unit-seconds its subtree held above its s ≤ B +
-        what its bucket refilled."""
+        """SPEC §4.2 per node (§14.2): the unit-seconds of its load K above its s, with K
+        recomputed here from the placed leases and the guarantees, ≤ B + what its bucket
+        refilled."""
         now = self.b.clock.now()
         state = self.b.state()
         ids = {d["lease"]["id"] for d in self.log
                if isinstance(d, dict) and d.get("lease") is not None}
-        leases = [self.b.lease(i) for i in sorted(ids)]
+        index = {x.name: i for i, x in enumerate(self.nodes)}
+        n = len(self.nodes)
+        children = [[j for j in range(n) if self.nodes[j].parent == i] for i in range(n)]
+        g = [int(x.env.g("gpu")) for x in self.nodes]
+        s = [x.env.s("gpu") for x in self.nodes]
+        edges: dict[float, list[int]] = {}
+        for l in (self.b.lease(i) for i in sorted(ids)):
+            if l.start is None:
+                continue
+            end = {"released": self.released.get(l.id), "expired": l.expiry,
+                   "revoked": l.revoke_at}.get(l.state, min(now, l.expiry))
+            if end is None or end <= l.start:
+                continue
+            for t, du in ((l.start, l.units), (end, -l.units)):
+                edges.setdefault(t, [0] * n)[index[l.campaign]] += du
+        own, t0 = [0] * n, 0.0
+        above = [0.0] * n
+        for t in sorted(edges):
+            K = loads(children, g, own)
+            for v in range(n):
+                above[v] += max(0, K[v] - s[v]) * (t - t0)
+            own = [a + b for a, b in zip(own, edges[t])]
+            t0 = t
         for v, x in enumerate(self.nodes):
             B = x.env.B("gpu")
             minted = state["campaigns"][x.name]["tokens_refilled"]["gpu"]
             if math.isinf(B) or minted is None:
                 continue
-            edges = []
-            for l in leases:
-                if not (l.campaign == x.name or l.campaign.startswith(x.name + "/")):
-                    continue
-                if l.start is None:
-                    continue
-                end = {"released": self.released.get(l.id), "expired": l.expiry,
-                       "revoked": l.revoke_at}.get(l.state, min(now, l.expiry))
-                if end is None or end <= l.start:
-                    continue
-                edges += [(l.start, l.units), (end, -l.units)]
-            edges.sort()
-            s = x.env.s("gpu")
-            H, t0, above = 0, 0.0, 0.0
-            for t, du in edges:
-                above += max(0, H - s) * (t - t0)
-                H, t0 = H + du, t
-            assert above <= B + minted + 1e-6, (x.name, above, B, minted)
+            assert above[v] <= B + minted + 1e-6, (x.name, above[v], B, minted)
 
 
 def test_tree_state_machine():

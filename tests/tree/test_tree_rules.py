@@ -313,14 +313,96 @@ def test_a_storm_on_revocable_leases_is_reclaimed_for_a_guarantee():
     assert (d.outcome, d.path) == ("granted", "reclaim")
 
 
-def test_an_ancestors_bucket_is_shared_by_its_subtree():
-    """What SPEC §14.3 does not reserve: an ancestor's s and B bind its whole subtree,
-    opportunistic leases included, first come, first served."""
-    b = astro_bio()                               # astro: s = b = 100 < 100 + 20
-    assert ask(b, "astro/a", 1, 100, cls="opportunistic").units == 100
+def test_a_siblings_storm_cannot_take_an_ancestors_ceiling_from_a_guarantee():
+    """SPEC §14.3's worked numbers for the ceiling: astro's ceiling of 100 binds its load
+    K = max(g_a, K_a) + max(g_b, K_b), so astro/b's 20 stay reserved in it while astro/a
+    storms, firm and opportunistic, to the limit."""
+    b = astro_bio()
+    assert ask(b, "astro/a", 1, 100).units == 50                # capacity: 100 − 90 + 40
+    d = ask(b, "astro/a", 1, 100, cls="opportunistic")
+    # astro: 100 − (50 + 20) = 30 more (its bucket, empty, allows the same 30)
+    assert (d.outcome, d.units) == ("granted", 30)
+    d = ask(b, "astro/a", 1, 100, cls="opportunistic")
+    assert (d.outcome, d.reason) == ("pending", "ceiling")      # K_astro = 80 + 20 = b
+    b.cancel(d.intent_id)
+    assert ask(b, "bio", 1, 30, cls="opportunistic").units == 20   # the pool is full
+    assert held(b, "astro") == 80
     d = ask(b, "astro/b", 20)
-    assert (d.outcome, d.reason) == ("pending", "ceiling")  # astro holds its b = s already
-    assert d.reason != "capacity"
+    assert (d.outcome, d.units, d.path, d.wait) == ("granted", 20, "reclaim", 60.0)
+    assert held(b, "astro") == 100               # and its load stays 80 + max(20, 20) = 100
+
+
+def test_a_siblings_storm_cannot_spend_an_ancestors_bucket_from_a_guarantee():
+    """An ancestor's bucket prepays the rise of its load: a child's grant within its own
+    guarantee does not raise it, so it needs no tokens above, however many its siblings
+    have spent."""
+    b = broker(100)
+    b.register("astro", env(60, 60, 100, 6000))
+    b.register("astro/a", env(40, 40, 100, INF))
+    b.register("astro/b", env(20))
+    # K_astro = 40 + 20 = 60 = s: astro/a's 40 need no tokens, 6,000 / 600 = 10 more
+    d = ask(b, "astro/a", 1, 100)
+    assert (d.units, tokens(b, "astro")) == (50, 0.0)
+    e = ask(b, "astro/a", 1, 100)
+    assert (e.outcome, e.reason, e.retry_after) == ("pending", "tokens", None)
+    b.cancel(e.intent_id)
+    e = ask(b, "astro/b", 20)
+    assert (e.outcome, e.units, e.path) == ("granted", 20, "warm")
+    assert tokens(b, "astro") == 0.0                             # astro/b paid nothing above
+    # released after 100 s, astro/a's prepaid rise of astro's load comes back: 10 · 500
+    b.clock.advance(100)
+    b.release(d.lease.id)
+    assert tokens(b, "astro") == 5000.0
+    # astro's load is now 0 + max(40, 0) + max(20, 20) = 60 = s: no refill
+    b.clock.advance(100)
+    assert tokens(b, "astro") == 5000.0
+
+
+def test_a_parent_refills_at_what_its_childrens_guarantees_leave_of_its_rate():
+    """Reserved guarantees are load: an idle child with g = 4 leaves its parent of s = 8
+    a refill of 4 per second."""
+    b = broker(64)
+    b.register("lab", env(4, 8, 64, 3600))
+    b.register("lab/x", env(4, 4, 64, 0))
+    b.register("lab/y", env(0, 64))
+    d = ask(b, "lab/y", 1, 64)               # K_lab: 4 + 0 → 4 + n; 8 − 4 + 3,600 / 600
+    assert (d.units, tokens(b, "lab")) == (10, 0.0)
+    b.clock.advance(100)
+    b.release(d.lease.id)
+    assert tokens(b, "lab") == 6 * 500
+    b.clock.advance(10)
+    assert tokens(b, "lab") == 6 * 500 + 4 * 10
+
+
+def test_a_new_guarantee_may_not_raise_a_load_above_a_sustained_rate():
+    """SPEC §14.1: a new child's guarantee enters its ancestors' loads at once, and no
+    tokens pay for it: refused where it would lift a load above s."""
+    b = broker(64)
+    b.register("lab", env(8, 8, 64, 3600))
+    b.register("lab/x", env(0, 64))
+    assert ask(b, "lab/x", 6, dur=600).units == 6                 # K_lab = 6
+    with pytest.raises(InvalidArgument, match=r"^guaranteed\[gpu\]: it would raise a load "
+                                              r"on its parent's path above"):
+        b.register("lab/y", env(4))
+    assert "lab/y" not in b.campaigns
+    b.register("lab/y", env(2))                                   # K_lab = 8 = s
+    b.clock.advance(600)
+    b.poll()
+    b.register("lab/z", env(4))                                   # K_lab = 2 + 4 = 6
+
+
+def test_a_grant_within_guarantee_raises_no_ancestors_load():
+    """SPEC §14.3: K_c + n ≤ g_c leaves every ancestor's load (and commitment) as it was:
+    a full ancestor still admits it, and an ancestor asking for more does not get it."""
+    b = broker(100)
+    b.register("p", env(30, 30, 30, 0))
+    b.register("p/a", env(10, 10, 30, INF))
+    b.register("p/b", env(20, 20, 20, 0))
+    assert ask(b, "p/a", 1, 30).units == 10                   # p: 10 + 20 = 30 = b = s
+    assert ask(b, "p", 1).reason == "ceiling"
+    for n in (5, 7, 8):                                       # 20 in all: within p/b's g
+        assert ask(b, "p/b", n).outcome == "granted"
+    assert ask(b, "p/b", 1).reason == "ceiling"               # p/b's own ceiling, 20
 
 
 def test_a_leafs_guarantee_holds_even_when_its_ancestors_are_above_theirs():
@@ -426,3 +508,40 @@ def test_a_grant_raises_the_pools_commitment_by_what_the_paths_slack_cannot_abso
     R2 = _commit(parents, g, own2)
     top2 = sum(R2[i] for i in range(n_nodes) if parents[i] is None)
     assert top2 - top == max(0, n - sum(slack[v] for v in path))
+
+
+def _loads(parents, g, own):
+    K = [0] * len(g)
+    for i in reversed(range(len(g))):
+        K[i] = own[i] + sum(max(g[j], K[j]) for j in range(len(g)) if parents[j] == i)
+    return K
+
+
+@given(trees(), st.data())
+@settings(max_examples=200)
+def test_a_grant_raises_each_load_on_the_path_by_what_the_guarantees_below_cannot_absorb(t, data):
+    """SPEC §14.2: a grant of n to c raises K_v at each node v of c's path by
+    max(0, n − E_v), E_v = Σ over the path's nodes u below v of max(0, g_u − K_u), and
+    leaves every other load as it was; the O(depth) form against the definition. Within
+    c's guarantee (K_c + n ≤ g_c) no ancestor's load or commitment moves."""
+    parents, g, own = t
+    n_nodes = len(g)
+    c = data.draw(st.integers(0, n_nodes - 1))
+    n = data.draw(st.integers(0, 60))
+    K = _loads(parents, g, own)
+    path, v = [], c
+    while v is not None:
+        path.append(v)
+        v = parents[v]
+    own2 = list(own)
+    own2[c] += n
+    K2 = _loads(parents, g, own2)
+    E = 0
+    for v in path:
+        assert K2[v] - K[v] == max(0, n - E)
+        E += max(0, g[v] - K[v])
+    assert all(K2[v] == K[v] for v in range(n_nodes) if v not in path)
+    if K[c] + n <= g[c]:
+        assert all(K2[v] == K[v] for v in path[1:])
+        R, R2 = _commit(parents, g, own), _commit(parents, g, own2)
+        assert all(R2[v] == R[v] for v in path[1:])

@@ -162,8 +162,9 @@ class BrokerCore:
         """SPEC §3, §14: add a campaign, a node of the tree of envelopes (its parent is
         named by its path and must be registered); guarantees are never overbooked (Σ of
         a node's children's g ≤ its g, Σ of the top-level g ≤ capacity), and a new
-        guarantee must fit beside the firm holdings above guarantees now (the reserve
-        rule: Σ_top R stays ≤ capacity)."""
+        guarantee must fit beside the holdings above guarantees now (the reserve rule:
+        Σ_top R stays ≤ capacity; and it lifts no load on its parent's path above that
+        node's sustained rate)."""
         try:
             return self._register(name, envelope)
         finally:
@@ -206,6 +207,11 @@ class BrokerCore:
             if g[i] > tree.room_for_child(self._camps, self._dim[i].cap, parent, i):
                 raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
                                       "no room for it now; retry when they end", g[i])
+            if parent is not None and g[i] > tree.load_room_for_child(self._camps, parent, i):
+                raise InvalidArgument(f"guaranteed[{d}]", "it would raise a load on its "
+                                      "parent's path above that node's sustained rate: "
+                                      "holdings above guarantees leave no room for it now; "
+                                      "retry when they end", g[i])       # SPEC §14.1
         buckets = []
         for d in self.dims:
             B = envelope.B(d)
@@ -225,6 +231,10 @@ class BrokerCore:
                 guaranteed={d: envelope.g(d) for d in fd}, sustained={d: envelope.s(d) for d in fd},
                 ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
                 now=t / NS)
+        if parent is not None:
+            # SPEC §14.2: the new child's guarantee enters the loads on its parent's path
+            for i in range(len(self.dims)):
+                self._settle_path(self._camps[parent], i, t)
         c = len(self._camps)
         # SPEC §3: share defaults to g on the primary held dimension, or 1 when that is 0
         share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
@@ -235,6 +245,8 @@ class BrokerCore:
                                     hold, parent=parent, path=path, fs_S=0.0, fs_G=w))
         if parent is not None:
             self._camps[parent].children.append(c)
+            for i in range(len(self.dims)):
+                self._reload(i)
         self._cindex[name] = c
         self.envelopes[name] = envelope
         if self._jw is not None:
@@ -249,6 +261,11 @@ class BrokerCore:
         """Bring the buckets of c and of its ancestors on d up to t (SPEC §4.2, §14)."""
         for v in self._path(c):
             v.hold[d].settle(t, self._instant)
+
+    def _reload(self, d: int) -> None:
+        """SPEC §14.2: every node's load K on d, recomputed from its definition."""
+        for c, k in zip(self._camps, tree.loads(self._camps, d)):
+            c.hold[d].K = k
 
     def _unmet(self, d: int) -> int:
         """The reserve of unmet guarantees on d: Σ_top R − F (SPEC §14; U of SPEC §4.1 in a
@@ -439,7 +456,8 @@ class BrokerCore:
     # ------------------------------------------------------------------ holdings and prices
     def _change_holding(self, c: Campaign, d: int, delta: int, firm: bool, t: int) -> None:
         """c's own holding, the holding of every node on its path and, for a firm lease,
-        F move by delta (SPEC §4.1, §14). The path's buckets are settled to t first."""
+        F move by delta (SPEC §4.1, §14), and the loads are recomputed (only those on c's
+        path can change). The path's buckets are settled to t first."""
         if d == 0:
             self._fold(c, t)
         self._settle_path(c, d, t)
@@ -451,6 +469,7 @@ class BrokerCore:
             v.hold[d].H += delta
             if firm:
                 v.hold[d].Hf += delta
+        self._reload(d)                                                    # SPEC §14.2
 
     def _kappa_ppm(self, d: int) -> int:
         """SPEC §7: κ = (unmet priced demand in the window + pending priced demand) /
@@ -486,14 +505,17 @@ class BrokerCore:
         """What each rule allows one more lease of c for dur ns at t (SPEC §4.1–§4.4)."""
         self._settle_path(c, d, t)
         firm = tree.firm_room(self._camps, self._dim[d].cap, c, d)          # SPEC §14
+        E = tree.absorbed(self._camps, [x.hold[d].K for x in self._camps], c, d)
         return limits(self._path(c), d, self._dim[d], self._terms[k], dur, spend,
-                      self._unit_price(d, k), self._instant, firm)
+                      self._unit_price(d, k), self._instant, firm, E)
 
     def _never(self, c: Campaign, d: int, k: int, nmin: int, dur: int, price: int) -> int:
         """SPEC §4.4: the rule by which an intent can never be met, else OK."""
         bound = tree.firm_bound(self._camps, self._dim[d].cap, c, d)        # SPEC §14
+        idle = tree.idle_loads(self._camps, d)
+        rise = tree.rises(self._camps, idle, c, d, nmin)
         return never(self._path(c), d, self._dim[d], self._terms[k], bound, nmin, dur, price,
-                     self._instant)
+                     self._instant, [idle[v] for v in c.path], rise)
 
     def _retry_after(self, c: Campaign, d: int, nmin: int, dur: int, reason: int) -> float | None:
         """SPEC §4.4: for tokens, until the refill covers the minimum (none while nothing
@@ -501,15 +523,16 @@ class BrokerCore:
         if reason == TOKENS:
             # SPEC §14: every bucket on the path that cannot cover the minimum must refill
             wait = 0
-            for v in self._path(c):
+            rise = tree.rises(self._camps, [x.hold[d].K for x in self._camps], c, d, nmin)
+            for v, r in zip(self._path(c), rise):
                 h = v.hold[d]
-                cost = excess(h.H, nmin, h.s) * dur
+                cost = excess(h.K, r, h.s) * dur
                 need = cost - h.T
                 if need <= 0:
                     continue
-                if self._instant or h.s - h.H <= 0 or cost > h.B:
+                if self._instant or h.s - h.K <= 0 or cost > h.B:
                     return None     # nothing refills, or the bucket can never hold the cost
-                wait = max(wait, -(-need // (h.s - h.H)))
+                wait = max(wait, -(-need // (h.s - h.K)))
             return wait / NS if wait else None
         if reason == CAPACITY:
             ends = [x.end for x in self._leases.live()
@@ -603,11 +626,12 @@ class BrokerCore:
         this moment's price; a warm grant is placed now, a reclaim grant is ``starting``."""
         cls = self._terms[k]
         self._settle_path(c, d, t)
-        # SPEC §4.2, §14: each node of the path prepays the units above its own s
+        # SPEC §4.2, §14.2: each node of the path prepays the rise of its load above its s
         exs = []
-        for v in self._path(c):
+        rise = tree.rises(self._camps, [x.hold[d].K for x in self._camps], c, d, n)
+        for v, r in zip(self._path(c), rise):
             h = v.hold[d]
-            ex = 0 if self._instant else excess(h.H, n, h.s)
+            ex = 0 if self._instant else excess(h.K, r, h.s)
             h.T -= ex * dur
             exs.append(ex)
         # SPEC §4.3, §14: one cost, escrowed in every budget of the path

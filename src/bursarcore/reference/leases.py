@@ -25,8 +25,10 @@ LIVE = ("starting", "active", "revoking")
 @dataclass
 class Holding:
     """One campaign (a node of the tree of envelopes, SPEC §14) on one held dimension
-    (SPEC §3, §4.2). Its ceiling and bucket bind what its whole subtree holds: H counts
-    the leases of the node and of every node below it; ``own`` only the node's own."""
+    (SPEC §3, §4.2). H counts the units held by the leases of the node and of every node
+    below it; ``own`` only the node's own. Its ceiling and bucket bind its load K (SPEC
+    §14.2): its own units plus, per child, the larger of the child's guarantee and the
+    child's load (H, for a node without children)."""
     g: int
     s: int
     b: int
@@ -37,17 +39,20 @@ class Holding:
     Hf: int = 0             # of which firm
     own: int = 0            # units held by the node's own leases
     own_firm: int = 0       # of which firm (SPEC §14: firm_own)
+    K: int = 0              # the load (SPEC §14.2), recomputed from its definition at
+                            # every change of a holding or of the tree
     minted: int = 0         # tokens the refill added (SPEC §11 invariant 5), modulo 2**64
 
     def settle(self, t: int, instant: bool) -> None:
-        """SPEC §4.2: while H < s, T refills at (s − H) per second, capped at B. (Instant
-        mode, for experiments only, drains at H − s, floored at 0.) Path-independent: the
-        rate is fixed between changes of H, so settling more often changes nothing."""
+        """SPEC §4.2, §14.2: while K < s, T refills at (s − K) per second, capped at B.
+        (Instant mode, for experiments only, drains at K − s, floored at 0.)
+        Path-independent: the rate is fixed between changes of K, so settling more often
+        changes nothing."""
         dt = t - self.settled
         if dt <= 0:
             return
         self.settled = t
-        rate = self.s - self.H
+        rate = self.s - self.K
         if rate > 0:
             T = min(self.B, self.T + rate * dt)
             self.minted = wrap(self.minted + T - self.T)
@@ -96,8 +101,8 @@ class LeaseRecord:
     state: str
     granted_at: int
     dur: int                # ns paid for so far (renewals add)
-    excess: list[int]       # units above s that were prepaid, per ns, at each node of
-                            # the campaign's path (SPEC §14), in the path's order
+    excess: list[int]       # units of load above s that were prepaid, per ns, at each
+                            # node of the campaign's path (SPEC §14.2), in the path's order
     cost: int               # micro-credits escrowed (renewals add)
     intent: int
     start: int | None = None

@@ -40,7 +40,8 @@ def wrap(x: int) -> int:
 
 def excess(H: int, n: int, s: int) -> int:
     """SPEC §4.2: of n units added at holding H, those above the sustained rate s.
-    Only they are prepaid: excess(n, H) · d tokens."""
+    Only they are prepaid: excess(n, H) · d tokens. (In a tree, SPEC §14.2, H is a node's
+    load and n the grant's rise of it.)"""
     return max(0, H + n - s) - max(0, H - s)
 
 
@@ -104,13 +105,16 @@ class Limits:
 
 
 def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: int,
-           spend: int | None, price: int, instant: bool, firm: int) -> Limits:
+           spend: int | None, price: int, instant: bool, firm: int,
+           absorbed: list[int]) -> Limits:
     """What each rule allows one more lease of the campaign ``path[0]`` (of class cls, on
     dimension dim, index d) for dur ns at ``price`` (SPEC §4.1–§4.4). ``path`` is the
     campaign and its ancestors (SPEC §14): the ceiling, the bucket and the budget of every
     one of them must admit the lease, so each rule's limit is the smallest over the path.
     ``firm``: the most firm units the reserve rule allows the campaign (SPEC §4.1, §14).
-    Holdings are settled to now."""
+    ``absorbed``: E_v per node of the path, so that a grant of n raises v's load K_v by
+    max(0, n − E_v) (SPEC §14.2; 0 at the campaign itself): v admits n exactly when that
+    rise fits its room. Holdings are settled to now."""
     if cls.preemptible:
         # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
         warm = cap = dim.opportunistic_room()
@@ -120,30 +124,34 @@ def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: i
         cap = min(dim.reachable(), firm)
     hs = [v.hold[d] for v in path]
     left = min(v.left for v in path)
-    return Limits({"ceiling": min(h.b - h.H for h in hs),                      # SPEC §4.4
+    return Limits({"ceiling": min(e + h.b - h.K                               # SPEC §4.4
+                                  for h, e in zip(hs, absorbed)),
                    "capacity": cap,
-                   "tokens": min(token_limit(h.H, h.s, h.T, dur, instant)      # SPEC §4.2
-                                 for h in hs),
+                   "tokens": min(e + token_limit(h.K, h.s, h.T, dur, instant)  # SPEC §4.2
+                                 for h, e in zip(hs, absorbed)),
                    "credits": credit_limit(left, dur, price, cls.free_when_broke, spend)},
                   warm=warm, price=price)
 
 
 def never(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, firm_bound: int,
-          nmin: int, dur: int, price: int, instant: bool) -> int:
+          nmin: int, dur: int, price: int, instant: bool, idle: list[int],
+          rise: list[int]) -> int:
     """SPEC §4.4: the rule by which an intent of at least nmin can never be met, even in
     an otherwise empty pool with full buckets and escrow refunded, else OK. Every node of
     the campaign's path (SPEC §14) is checked; ``firm_bound``: the most firm units the
     campaign could have in an empty pool (the capacity less the other campaigns'
-    guarantees, in a flat set)."""
+    guarantees, in a flat set); ``idle`` and ``rise``: per node of the path, its load
+    when no node holds anything (its children's guarantees) and by how much nmin would
+    raise it then (nmin, in a flat set) — no state has a smaller load or rise."""
     hs = [v.hold[d] for v in path]
-    if any(nmin > h.b for h in hs):
+    if any(k + r > h.b for h, k, r in zip(hs, idle, rise)):
         return CEILING
     if cls.preemptible:
         if nmin > dim.cap - dim.headroom:
             return CAPACITY
     elif nmin > firm_bound:
         return CAPACITY
-    if not instant and any(excess(0, nmin, h.s) * dur > h.B for h in hs):
+    if not instant and any(excess(k, r, h.s) * dur > h.B for h, k, r in zip(hs, idle, rise)):
         return TOKENS
     if (price and not cls.free_when_broke
             and any(not v.unlimited and lease_cost(nmin, dur, price) > v.left + v.escrow

@@ -15,6 +15,7 @@ from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
 from .core import _REVOKE, BrokerCore
 from .leases import LIVE, LeaseRecord, inf_or
+from . import tree
 from .rules import (CAPACITY, COLD, CREDIT, CREDITS, NS, PATHS, PPM, REASONS, RECLAIM,
                     TOKENS, UNLIMITED, WARM, excess, lease_cost, wrap)
 
@@ -138,11 +139,15 @@ class BrokerViews(BrokerCore):
         new_end = end + ext
         ex_new, delta = [0] * len(path), [0] * len(path)
         if not self._instant:
-            # SPEC §4.2, §14: the remaining prepaid segment is re-priced as the top-most
-            # holding, at every node of the path
+            # SPEC §4.2, §14.2: the remaining prepaid segment is re-priced as the top-most
+            # holding, at every node of the path: on the rise of its load from the load
+            # without this lease
+            own = [x.hold[rec.dim].own for x in self._camps]
+            own[c.index] -= rec.units
+            without = tree.loads(self._camps, rec.dim, own)
             for j, v in enumerate(path):
                 h = v.hold[rec.dim]
-                ex_new[j] = excess(h.H - rec.units, rec.units, h.s)
+                ex_new[j] = excess(without[v.index], h.K - without[v.index], h.s)
                 delta[j] = ex_new[j] * (new_end - t) - rec.excess[j] * (end - t)
                 if delta[j] > h.T:
                     return Dec("refused", rec.intent, c.name, reason="tokens",
