@@ -23,7 +23,7 @@ from ._cffi_core import ffi, lib
 from ._corestatus import engine_error
 from .admission import state as _state
 
-__all__ = ["settle", "unmet", "path_slack", "child_room", "link", "free_now", "ring_advance",
+__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "free_now", "ring_advance",
            "congestion_ppm", "congestion_mult", "price_pm", "cost", "decide", "decide_keys",
            "never", "dim_figures", "token_wait", "quote", "grant", "activate", "preempt", "end_lease",
            "renew", "heap_push", "heap_pop", "next_expiry", "advance", "admit", "admit_batch"]
@@ -102,6 +102,7 @@ class _Ctx:
         e.cd = ptr("cdrow", (calloc, D, _state.CD_WIDTH), "bc_cdrow *")
         e.cr = ptr("crow", (calloc, _state.C_WIDTH), "bc_crow *")
         e.gch = ptr("gch", (calloc, D))
+        e.Hsub = ptr("Hsub", (calloc, D))
         e.fs_par = ptr("fs_par", (2,))
         if e.fs_par[0] < 1:
             raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
@@ -210,6 +211,16 @@ def child_room(st: Any, p: int, d: int) -> int:
     if p >= 0:
         _cd(x, p, d)
     return int(lib.bce_child_room(x.e, p, d))
+
+
+def child_load_room(st: Any, p: int, d: int) -> int:
+    """SPEC §14.1: the largest guarantee on d a new child of p may have now without raising
+    the load of a node on p's path above its sustained rate."""
+    x = _ctx(st)
+    if p < 0:
+        raise IndexError(f"node {p} out of range")
+    _cd(x, p, d)
+    return int(lib.bce_child_load_room(x.e, p, d))
 
 
 def link(st: Any, c: int, p: int, t: int) -> None:

@@ -112,6 +112,7 @@ cdef extern from "engine.h" nogil:
         CdRow* cd
         CRow* cr
         int64_t* gch
+        int64_t* Hsub
         int64_t* fs_par
         long long fs_t
         double fs_w
@@ -157,6 +158,7 @@ cdef extern from "engine.h" nogil:
     int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
     int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
     int64_t k_child_room(const Eng* e, int64_t p, int64_t d)
+    int64_t k_child_load_room(const Eng* e, int64_t p, int64_t d)
     void k_link(Eng* e, int64_t c, int64_t p, int64_t t)
     int64_t k_free(const Eng* e, int64_t d)
     double k_fs_weight(Eng* e, int64_t t)

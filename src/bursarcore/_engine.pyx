@@ -169,6 +169,7 @@ cdef _Ctx _build(object st):
     e.cd = <CdRow*>_data(refs, st.cdrow, "cdrow", cnp.NPY_INT64, 3, e.calloc, D)
     e.cr = <CRow*>_data(refs, st.crow, "crow", cnp.NPY_INT64, 2, e.calloc, _state.C_WIDTH)
     e.gch = _i64(refs, st, "gch", 2, e.calloc, D)
+    e.Hsub = _i64(refs, st, "Hsub", 2, e.calloc, D)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
@@ -291,6 +292,16 @@ def child_room(st, Py_ssize_t p, Py_ssize_t d):
     if p >= 0:
         _cd(x, p, d)
     return k_child_room(&x.e, p, d)
+
+
+def child_load_room(st, Py_ssize_t p, Py_ssize_t d):
+    """SPEC §14.1: the largest guarantee on d a new child of p may have now without raising
+    the load of a node on p's path above its sustained rate."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, p, d)
+    if p < 0:
+        raise IndexError(f"node {p} out of range")
+    return k_child_load_room(&x.e, p, d)
 
 
 def link(st, Py_ssize_t c, Py_ssize_t p, int64_t t):

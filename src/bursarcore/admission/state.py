@@ -58,9 +58,10 @@ PATHS = ("warm", "reclaim", "cold")
 # The tree of envelopes (SPEC §14) is kept in the last three columns: ``up``, the parent's
 # index + 1 (-1 for a top-level node with children, 0 for a flat campaign); ``Rch``, Σ over
 # the node's children of their commitments R; ``Xch``, Σ over them of what they add to its
-# holding H (which its ceiling and bucket bind; ``Hf`` counts its own firm units). Per
-# (campaign, dimension) ``gch`` holds Σ of its children's guarantees. A flat campaign has
-# zeros in all four.
+# load, which H holds (SPEC §14.2: what its ceiling and bucket bind, own units plus Σ over
+# its children of max(g_ch, K_ch); ``Hf`` counts its own firm units). Per (campaign,
+# dimension) ``gch`` holds Σ of its children's guarantees and ``Hsub`` a node of a tree's
+# subtree holding. A flat campaign has zeros in all five (its H is its holding).
 _CD_FIELDS = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited",
               "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped", "up", "Rch", "Xch")
 CD_WIDTH = 16
@@ -187,6 +188,7 @@ class EngineState:
     Rch: I64
     Xch: I64
     gch: I64                          # (_calloc, D) Σ of a node's children's guarantees
+    Hsub: I64                         # (_calloc, D) a node of a tree's subtree holding
     left: I64
     escrow: I64
     cred_debited: I64
@@ -354,11 +356,14 @@ class EngineState:
         keep = min(self.C, cd.shape[0])
         new_cd[:keep] = cd[:keep]
         new_cr[:keep] = cr[:keep]
-        new_gch = np.zeros((n, self.D), dtype=np.int64)
-        old_gch = self.__dict__.get("gch")
-        if old_gch is not None:
-            new_gch[:min(keep, old_gch.shape[0])] = old_gch[:keep]
-        self.cdrow, self.crow, self.gch, self._calloc = new_cd, new_cr, new_gch, n
+        side = {}
+        for f in ("gch", "Hsub"):          # the tree's columns beside the records
+            side[f] = np.zeros((n, self.D), dtype=np.int64)
+            old = self.__dict__.get(f)
+            if old is not None:
+                side[f][:min(keep, old.shape[0])] = old[:keep]
+        self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
+        self.gch, self.Hsub = side["gch"], side["Hsub"]
         for j, f in enumerate(_CD_FIELDS):
             setattr(self, f, new_cd[:, :, j])
         for j, f in enumerate(_C_FIELDS):

@@ -257,7 +257,8 @@ int bc_engine_add_campaign(bc_engine *e, const int64_t *guaranteed, const int64_
  * guarantees nest: refused with BC_ERANGE when, on a dimension, the guarantees of the
  * parent's children would exceed the parent's (of the top-level nodes: the capacity), or
  * when the guarantee does not fit the reserve now (capacity − Σ_top R + the slack of the
- * parent's path, §14.3). BC_EINDEX for a parent not registered. Its index to *index.
+ * parent's path, §14.3) or would raise the load of a node on the parent's path above its
+ * sustained rate (§14.1). BC_EINDEX for a parent not registered. Its index to *index.
  * The capacity rule of a node's requests is the reserve rule of §14.3; the ceilings,
  * buckets and budgets of its ancestors do not bind it yet (docs/c-api.md). */
 int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
@@ -290,7 +291,7 @@ int bc_engine_advance(bc_engine *e, int64_t now, int64_t *expired, size_t room,
 int bc_engine_lease(const bc_engine *e, int64_t lease, bc_lease_info *out);
 
 /* A campaign's credits left (micro-credits; BC_MAX_AMOUNT for no budget) and, on one
- * dimension, its holding (units) and tokens (unit·ns), its bucket settled at `now` (never
+ * dimension, its holding (units; a node of a tree's: its subtree's) and tokens (unit·ns), its bucket settled at `now` (never
  * before its last settlement: an earlier `now` reads it as it stands). */
 int bc_engine_balance(bc_engine *e, int64_t campaign, int32_t dim, int64_t now,
                       int64_t *credits, int64_t *held, int64_t *tokens);

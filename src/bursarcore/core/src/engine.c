@@ -46,7 +46,7 @@ void bc_engine_free(bc_engine *x)
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
-    free(e->gch); free(e->fs_par); free(e->lr); free(e->freeq); free(e->lfree); free(e->arena);
+    free(e->gch); free(e->Hsub); free(e->fs_par); free(e->lr); free(e->freeq); free(e->lfree); free(e->arena);
     free(e->arena_top); free(e->heap_t); free(e->heap_id);
     free(x);
 }
@@ -218,6 +218,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->cd = engine_zalloc(1, sizeof(bc_cdrow));
     e->cr = engine_zalloc(1, sizeof(bc_crow));
     e->gch = engine_dup64(NULL, 1);
+    e->Hsub = engine_dup64(NULL, 1);
     e->lr = engine_zalloc(1, sizeof(bc_lrow));
     e->freeq = engine_dup64(NULL, 1);
     e->arena = engine_zalloc(1, sizeof(int32_t));
@@ -227,7 +228,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
             || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr
-            || !e->gch || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
+            || !e->gch || !e->Hsub || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
         bc_engine_free(x);
         return BC_ENOMEM;
     }
@@ -254,7 +255,7 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
                       int64_t *index)
 {
     bc_eng *e;
-    int64_t d, D, i, n, *gch;
+    int64_t d, D, i, n, *gch, *hsub;
     bc_cdrow *cd;
     bc_crow *cr;
     if (x == NULL || g == NULL || s == NULL || b == NULL || bucket == NULL)
@@ -274,17 +275,20 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
         cd = engine_zalloc((size_t)(n * D), sizeof(bc_cdrow));
         cr = engine_zalloc((size_t)n, sizeof(bc_crow));
         gch = engine_zalloc((size_t)(n * D), sizeof(int64_t));
-        if (cd == NULL || cr == NULL || gch == NULL) {
-            free(cd); free(cr); free(gch);
+        hsub = engine_zalloc((size_t)(n * D), sizeof(int64_t));
+        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL) {
+            free(cd); free(cr); free(gch); free(hsub);
             return BC_ENOMEM;
         }
         memcpy(cd, e->cd, (size_t)(x->C * D) * sizeof(bc_cdrow));
         memcpy(cr, e->cr, (size_t)x->C * sizeof(bc_crow));
         memcpy(gch, e->gch, (size_t)(x->C * D) * sizeof(int64_t));
-        free(e->cd); free(e->cr); free(e->gch);
+        memcpy(hsub, e->Hsub, (size_t)(x->C * D) * sizeof(int64_t));
+        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub);
         e->cd = cd;
         e->cr = cr;
         e->gch = gch;
+        e->Hsub = hsub;
         e->calloc = n;
     }
     for (d = 0; d < D; d++) {
@@ -326,7 +330,8 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
     if (parent >= x->C)
         return BC_EINDEX;
     for (d = 0; d < x->e.D; d++)
-        if (g[d] < 0 || g[d] > k_child_room(&x->e, parent, d))
+        if (g[d] < 0 || g[d] > k_child_room(&x->e, parent, d)
+                || (parent >= 0 && g[d] > k_child_load_room(&x->e, parent, d)))
             return BC_ERANGE;
     return engine_add(x, parent < 0 ? -1 : parent, g, s, b, bucket, credits, now, index);
 }
@@ -481,8 +486,8 @@ int bc_engine_balance(bc_engine *x, int64_t c, int32_t d, int64_t now, int64_t *
     cd = &x->e.cd[c * x->e.D + d];
     if (credits != NULL)
         *credits = x->e.cr[c].left;
-    if (held != NULL)
-        *held = cd->H;
+    if (held != NULL)                 /* a node of a tree: its subtree's (§14.2) */
+        *held = cd->up == 0 ? cd->H : x->e.Hsub[c * x->e.D + d];
     if (tokens != NULL)
         *tokens = cd->T;
     return BC_OK;

@@ -69,8 +69,9 @@ enum {
  * ∫H dt, guarantee, firm holding, and token counters; then the campaign's place in the tree
  * of envelopes (§14): up (its parent's index + 1; BC_UP_ROOT for a top-level node with
  * children; 0 for a flat campaign), Σ over its children of their commitments R (Rch) and of
- * what they add to its holding (Xch). H is the holding its ceiling and bucket bind (its own
- * leases' and, Xch, its children's), Hf its own leases' firm units. */
+ * what they add to its load (Xch). H is the load K its ceiling and bucket bind (§14.2: its
+ * own leases' units and, Xch, Σ over its children of max(g_ch, K_ch); for a flat campaign its
+ * holding), Hf its own leases' firm units. */
 typedef struct {
     int64_t tlast, H, T, s, b, Bcap, acc, tok_debited;
     int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, up, Rch, Xch;
@@ -103,6 +104,7 @@ typedef struct {
     bc_cdrow *cd;
     bc_crow *cr;
     int64_t *gch;              /* per (campaign, dimension): Σ of its children's guarantees */
+    int64_t *Hsub;             /* ... and a node of a tree's subtree holding (§14.2) */
     int64_t *fs_par;           /* [half-life ns, epoch ns] */
     long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
     double fs_w;
@@ -257,22 +259,43 @@ BC_WALK int64_t k_commit_up(bc_eng *e, int64_t up, int64_t d, int64_t dr)
     return dr;
 }
 
-/* §14.2 what a child adds to the holding of node `up` (<= 0: none, the pool) moved by dm on
- * d: its H and Xch move, and its parent's with what it adds, as far as a change reaches; each
- * ancestor's bucket is settled at t first (its refill follows its H). */
-BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dm, int64_t t)
+/* §14.2 the holding below node `up` (<= 0: none, the pool) moved by dh on d and what a child
+ * adds to its load by dm: every ancestor's subtree holding moves by dh, and its load K (H)
+ * and Xch by what its child adds, as far as a change reaches; a bucket is settled at t
+ * before its load moves (its refill follows it). */
+BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t dm, int64_t t)
 {
     int64_t i, h, g;
-    while (up > 0 && dm != 0) {
-        k_settle(e, up - 1, d, t);
+    while (up > 0 && (dh != 0 || dm != 0)) {
         i = (up - 1) * e->D + d;
-        h = e->cd[i].H;
-        g = e->cd[i].g;
-        e->cd[i].Xch += dm;
-        e->cd[i].H = h + dm;
-        dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
+        e->Hsub[i] += dh;
+        if (dm != 0) {
+            k_settle(e, up - 1, d, t);
+            h = e->cd[i].H;
+            g = e->cd[i].g;
+            e->cd[i].Xch += dm;
+            e->cd[i].H = h + dm;
+            dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
+        }
         up = e->cd[i].up;
     }
+}
+
+/* §14.1 the largest guarantee a new child of node p may have on d now without raising the
+ * load of a node of p's path above that node's sustained rate (a registration pays no
+ * tokens): its reserved g raises the loads as a grant of g to p would, each node absorbing
+ * the part of its guarantee its load does not use. */
+BC_WALK int64_t k_child_load_room(const bc_eng *e, int64_t p, int64_t d)
+{
+    int64_t i, up = p + 1, absorbed = 0, room = BC_MAXV, r;
+    while (up > 0) {
+        i = (up - 1) * e->D + d;
+        r = absorbed + bc_sustained_room(e->cd[i].H, e->cd[i].s);
+        room = r < room ? r : room;
+        absorbed += bc_unmet(e->cd[i].g, e->cd[i].H);
+        up = e->cd[i].up;
+    }
+    return room;
 }
 
 /* §14.1 the most a new node under p (< 0: at the top level) may be guaranteed on d now:
@@ -293,11 +316,13 @@ static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
         i = c * e->D + d;
         g = e->cd[i].g;
         e->cd[i].up = p + 1;
-        if (e->cd[p * e->D + d].up == 0)
-            e->cd[p * e->D + d].up = BC_UP_ROOT;     /* its first child: p is a tree's root */
+        if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
+            e->cd[p * e->D + d].up = BC_UP_ROOT;
+            e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
+        }
         e->gch[p * e->D + d] += g;
         e->U[d] += k_commit_up(e, p + 1, d, g);
-        k_measure_up(e, p + 1, d, bc_child_measure(g, 0), t);
+        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), t);
     }
 }
 
@@ -341,9 +366,11 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
         e->cr[c].fsG = w;
     }
     e->cd[i].H = h + delta;
-    if (tree > 0)
-        k_measure_up(e, e->cd[i].up, d, bc_child_measure(g, h + delta) - bc_child_measure(g, h),
-                     e->cd[i].tlast);
+    if (tree > 0) {
+        e->Hsub[i] += delta;
+        k_measure_up(e, e->cd[i].up, d, delta,
+                     bc_child_measure(g, h + delta) - bc_child_measure(g, h), e->cd[i].tlast);
+    }
     if (firm) {
         hf = e->cd[i].Hf;
         rch = tree > 0 ? e->cd[i].Rch : 0;

@@ -29,6 +29,7 @@ static void bce_settle(bc_eng *e, int64_t c, int64_t d, int64_t t);
 static int64_t bce_unmet(bc_eng *e, int64_t c, int64_t d);
 static int64_t bce_path_slack(bc_eng *e, int64_t c, int64_t d);
 static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d);
+static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d);
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t);
 static int64_t bce_free(bc_eng *e, int64_t d);
 static void bce_ring_advance(bc_eng *e, int64_t t);
@@ -71,6 +72,10 @@ static void bce_settle(bc_eng *e, int64_t c, int64_t d, int64_t t) { k_settle(e,
 static int64_t bce_unmet(bc_eng *e, int64_t c, int64_t d) { return k_unmet(e, c, d); }
 static int64_t bce_path_slack(bc_eng *e, int64_t c, int64_t d) { return k_path_slack(e, c, d); }
 static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d) { return k_child_room(e, p, d); }
+static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d)
+{
+    return k_child_load_room(e, p, d);
+}
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t) { k_link(e, c, p, t); }
 static int64_t bce_free(bc_eng *e, int64_t d) { return k_free(e, d); }
 static void bce_ring_advance(bc_eng *e, int64_t t) { k_ring_advance(e, t); }

@@ -61,12 +61,12 @@ static inline int64_t bc_commitment(int64_t g, int64_t Hf, int64_t Rch)
     return bc_max64(g, Hf + Rch);
 }
 
-/* §14.2 what a child whose guarantee is g and whose measure is H adds to its parent's
- * measure (the holding its ceiling and bucket bind): all of it, its subtree's holding. */
-static inline int64_t bc_child_measure(int64_t g, int64_t H)
+/* §14.2 what a child whose guarantee is g and whose load is K adds to its parent's load
+ * (what the parent's ceiling and bucket bind): its guarantee, reserved, or its load beyond
+ * it. A rise of the child's load by n raises the parent's by max(0, n − max(0, g − K)). */
+static inline int64_t bc_child_measure(int64_t g, int64_t K)
 {
-    (void)g;
-    return H;
+    return bc_max64(g, K);
 }
 
 /* §4.1 the unmet-guarantee reserve: a firm lease may take capacity cap less the firm
