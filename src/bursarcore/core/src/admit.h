@@ -147,12 +147,14 @@ static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
     return BC_DEFERRED;
 }
 
+/* One admission (k_admit_at), a flat campaign's with the tree's figures folded away. */
 static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
                           int64_t intent, int64_t *out, bc_memo *mo)
 {
-    return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo,
-                      e->cd[c * e->D + d].up != 0);
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo, 0);
+    return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo, 1);
 }
 
 /* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
