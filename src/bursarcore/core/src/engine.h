@@ -306,9 +306,9 @@ static inline int64_t k_child_room(const bc_eng *e, int64_t p, int64_t d)
 }
 
 /* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: its
- * guarantee joins p's children's, its commitment R_c = g_c their commitments and what it
- * adds to a holding p's (U follows Σ_top R). The caller checked the nesting and the room
- * (k_child_room) on every dimension. */
+ * guarantee joins p's children's, its commitment R_c = g_c their commitments (U follows
+ * Σ_top R) and its reserved guarantee the loads of p's path. The caller checked the nesting
+ * and the rooms (k_child_room, k_child_load_room) on every dimension. */
 static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
 {
     int64_t d, i, g;
