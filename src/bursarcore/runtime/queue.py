@@ -123,7 +123,8 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
                       default_worker_id)
 from ._files import Record, read_json
 from ._inspect import Inspection
-from ._shards import (DRAINED, FINISHED, RELISTS, SHARDS_DIR, STATES, ShardPicking,
+from ._shards import (DRAINED, FINISHED, LISTING, RELISTS, SHARDS_DIR, SHARE_AFTER, STATES,
+                      ShardPicking,
                       finished_dir, parse_name, parse_pending, pending_name, pending_task_id,
                       shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
@@ -227,6 +228,9 @@ class TaskQueue(ShardPicking, Inspection):
         self._drained = DRAINED if self.format >= 4 else RELISTS + 1
         self._crowd = 0
         self._claimed_seen = None
+        self._listing = os.path.join(self.root, LISTING)
+        self._shared_at = ""
+        self._listed_at = float("-inf")
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
         self._cands = {}  # worker tier -> [pending.gen stamp, eligible names best last, call]
         self._calls = 0
@@ -469,6 +473,10 @@ class TaskQueue(ShardPicking, Inspection):
         if added:
             self._sync({self._ids, *synced})
             self._bump()
+        if added >= SHARE_AFTER:  # workers starting on the batch read one listing
+            at = self.clock()
+            stamp, raw = self._list_all()
+            self._share(stamp, at, raw)
         return added
 
     def _known_locked(self, task_id: str) -> bool:
@@ -493,17 +501,35 @@ class TaskQueue(ShardPicking, Inspection):
         now = self.clock()
         self._calls += 1
         scanned = now - self._last_scan >= self.config.scan_every
+        seen: set[str] | None = None
         if scanned:  # one listing for both: the scan reads the claims it saw (a task it
-            self._candidates(worker_tier, refresh=True)  # moves to pending bumps the
-            self._scan_claimed(now, self._claimed_seen)  # gen: the claim lists again)
+            # moves to pending bumps the gen: the claim lists again)
+            self._candidates(worker_tier, refresh=True, share_since=self._last_scan, now=now)
+            paths = self._claimed_seen or []
+            self._scan_claimed(now, paths)
+            if self._cands[worker_tier][2] < 0:
+                # the shared listing, made at _listed_at (within min(scan_every,
+                # stale_after) of now): the scan covered the claims that existed then,
+                # which include every claim stale now (claimed before its last
+                # heartbeat, more than stale_after ago); a claim made since is scanned
+                # when this handle's next scan is due, counted from then
+                self._last_scan = self._listed_at
+                seen = set(paths)
         while True:
             self._claimed_seen = None
             got: Claim | None = self._take_best(worker_tier, now)
-            if got is not None or scanned:
+            if got is not None or (scanned and seen is None):
                 return got
-            scanned = True
             # the fresh listing that found nothing also listed the claims: scan those
-            self._scan_claimed(now, self._claimed_seen)
+            # (after a scan of the shared listing: those it did not have)
+            paths = self._claimed_seen or []
+            if seen is not None:
+                paths = [p for p in paths if p not in seen]
+                seen = None
+                if not paths:
+                    return None
+            scanned = True
+            self._scan_claimed(now, paths)
 
     def _change(self, task_id: str, src: str, edit: Callable[[Record], str | None], *,
                 wait: bool = True, prepare: bool = True,
