@@ -258,8 +258,12 @@ class ShardPicking:
             if pol.eligible(worker_tier, tier):
                 runs.append((pol.class_preference(worker_tier, tier, failures), i, j))
             i = j
+        if len(runs) == 1:  # (the common case: one class in the shard)
+            out = names[runs[0][1]:runs[0][2]]
+            out.reverse()
+            return out
         runs.sort(reverse=True)  # worst class first
-        out: list[str] = []
+        out = []
         for _, i, j in runs:
             run = names[i:j]
             run.reverse()
