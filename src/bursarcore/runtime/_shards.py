@@ -28,7 +28,9 @@ when it comes to the head of its shard's list, and a malformed one is dropped th
 handle re-lists every shard when ``pending.gen`` changed (a task was added) or its lists
 ran out (unless it listed them in this claim); it drops a name found taken by a peer, and
 re-lists that shard alone (a small listing) when a second name there is found taken in
-one claim.
+one claim. Instead of listing every shard itself, a handle takes the shared listing
+(:data:`LISTING`) when it was made at the current ``pending.gen``
+(:meth:`ShardPicking._candidates`).
 
 Alone, a claimer takes the best head of all shards: exact preference order. Once it met a
 busy shard lock, or two names taken from one shard (both mean peers claiming at the same

@@ -7,6 +7,8 @@ SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``
     <root>/queue.json            settings every worker obeys (written once, at create)
     <root>/seq                   next submission number (changed under the lock .locks/seq)
     <root>/pending.gen           grows by one byte whenever a task enters pending (a hint)
+    <root>/pending.list          the shared listing, stamped with pending.gen (a hint;
+                                 see :data:`._shards.LISTING`)
     <root>/.locks/<k>            shard lock k, k = crc32(task id) % lock_shards (fcntl), or
     <root>/.locks/<k>.excl       the same lock in the lock-file protocol (lock = "file")
     <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
