@@ -514,8 +514,9 @@ class TaskQueue(ShardPicking, Inspection):
                 # stale_after) of now): the scan covered the claims that existed then,
                 # which include every claim stale now (claimed before its last
                 # heartbeat, more than stale_after ago); a claim made since is scanned
-                # when this handle's next scan is due, counted from then
-                self._last_scan = self._listed_at
+                # when this handle's next scan is due, counted from then (never from
+                # later than now: the writer's clock may run ahead of this one)
+                self._last_scan = min(self._listed_at, now)
                 seen = set(paths)
         while True:
             self._claimed_seen = None
