@@ -48,6 +48,8 @@ ROUTE = "/v1/campaigns/{campaign}/intents"
 _PATH = re.compile(r"/v1/campaigns/([^/]+)/intents")
 _JSON = b"application/json"
 _INTERNAL = b'{"detail": "internal error; this request failed"}'
+#: bodies remembered with the intent they make, at most, and the longest remembered
+_SHAPES, _SHAPE_BYTES = 1024, 512
 
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
@@ -84,6 +86,10 @@ class DirectIntents:
         self.clock = self.broker.clock.now
         # the route's response model: validated, then serialised, as FastAPI does
         self._decision = TypeAdapter(M.DecisionOut)
+        # intents checked before, by campaign and body: agents send the same few bodies
+        # again and again, and an Intent is immutable (the pool's dimensions and classes,
+        # which the checks read, never change)
+        self._intents: dict[tuple[str, bytes], Any] = {}
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> Receive | None:
         if scope["method"] != "POST" or scope.get("root_path"):
@@ -151,11 +157,19 @@ class DirectIntents:
         p = self.tokens.authenticate(cred)
         if p is None or not p.may_act_for(campaign) or campaign not in self.broker.envelopes:
             return None
-        try:
-            model = M.IntentIn.model_validate(json.loads(body))
-        except (ValueError, ValidationError):
-            return None
-        return p, self.intent_of(campaign, model)
+        key = (campaign, body)
+        intent = self._intents.get(key)
+        if intent is None:
+            try:
+                model = M.IntentIn.model_validate(json.loads(body))
+            except (ValueError, ValidationError):
+                return None
+            intent = self.intent_of(campaign, model)
+            if len(body) <= _SHAPE_BYTES:
+                if len(self._intents) >= _SHAPES:
+                    self._intents.clear()
+                self._intents[key] = intent
+        return p, intent
 
     async def _decide(self, scope: dict, receive: Receive, send: Send, campaign: str,
                       intent: Any) -> int:
