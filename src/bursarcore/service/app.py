@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from .. import __version__
 from ..admission import Intent
@@ -95,7 +96,7 @@ class BursarAPI(FastAPI):
 
     direct: Any = None
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         direct = self.direct
         if direct is not None and scope["type"] == "http":
             receive = await direct(scope, receive, send)

@@ -29,10 +29,11 @@ import logging
 import math
 import re
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
 
 from . import models as M
 from .auth import TokenStore
@@ -51,19 +52,15 @@ _INTERNAL = b'{"detail": "internal error; this request failed"}'
 #: bodies remembered with the intent they make, at most, and the longest remembered
 _SHAPES, _SHAPE_BYTES = 1024, 512
 
-Receive = Callable[[], Awaitable[dict]]
-Send = Callable[[dict], Awaitable[None]]
-
-
 class _Replay:
     """A ``receive`` that gives the messages already read again, then the server's own."""
 
     __slots__ = ("messages", "upstream")
 
-    def __init__(self, messages: list[dict], upstream: Receive) -> None:
+    def __init__(self, messages: list[Message], upstream: Receive) -> None:
         self.messages, self.upstream = messages, upstream
 
-    async def __call__(self) -> dict:
+    async def __call__(self) -> Message:
         if self.messages:
             return self.messages.pop(0)
         return await self.upstream()
@@ -91,7 +88,7 @@ class DirectIntents:
         # which the checks read, never change)
         self._intents: dict[tuple[str, bytes], Any] = {}
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> Receive | None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         if scope["method"] != "POST" or scope.get("root_path"):
             return receive
         m = _PATH.fullmatch(scope["path"])
@@ -121,7 +118,7 @@ class DirectIntents:
         if n > self.max_body or ctype.split(b";", 1)[0].strip().lower() != _JSON:
             return receive
         # the body, kept for the route should it take the request over
-        read: list[dict] = []
+        read: list[Message] = []
         chunks: list[bytes] = []
         while True:
             msg = await receive()
@@ -171,7 +168,7 @@ class DirectIntents:
                 self._intents[key] = intent
         return p, intent
 
-    async def _decide(self, scope: dict, receive: Receive, send: Send, campaign: str,
+    async def _decide(self, scope: Scope, receive: Receive, send: Send, campaign: str,
                       intent: Any) -> int:
         try:
             d = await self.service.call(self.broker.acquire, intent)
@@ -200,7 +197,7 @@ class DirectIntents:
         await send({"type": "http.response.body", "body": out})
         return status
 
-    async def _error(self, scope: dict, receive: Receive, send: Send, campaign: str,
+    async def _error(self, scope: Scope, receive: Receive, send: Send, campaign: str,
                      e: Exception) -> int:
         """An error of the operation or of its commit, answered by the app's handler for
         it (a 500 with a JSON body when none takes it, as for any request)."""
@@ -211,7 +208,7 @@ class DirectIntents:
                 break
         clock = self.clock
 
-        async def send_with_headers(message: dict) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [
                     *message.get("headers", ()), (b"x-bursar-time", repr(clock()).encode()),

@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover
 try:  # answers are encoded with msgspec when it is there (the 'service' extra has it)
     import msgspec
 except ImportError:  # pragma: no cover
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 __all__ = ["install", "OPS", "SLICE", "StreamSession", "MAX_ID_LEN"]
 
