@@ -205,7 +205,8 @@ SECTION = """{begin}
 
 Command: `{cmd}` (benchmarks/service_stream.py)
 
-Machine: {machine}, websockets {websockets}, msgpack {msgpack}; load average before the
+Machine: {machine}, websockets {websockets}, msgpack {msgpack}, msgspec {msgspec}; load
+average before the
 run {load} (other work shares the machine: figures from one run, rows of the same run
 compare).
 
@@ -240,8 +241,10 @@ answer's decision and lease, reading the frame, the socket writes and the journa
 bookkeeping when the committer takes a batch — and by the pipeline: a connection's rate
 is at most its window per round trip (Little's law: window / rate is the latency, as the
 p50 shows), so with a commit and a frame's decoding on each side of the round trip a
-window of a few frames keeps the server busy, and a wider server window (`--stream-window`)
-with a window of 8,000 on the client side carries more. The fsync costs nothing per
+window of a few frames is what keeps the server busy; a wider window (`--stream-window`,
+the rows with 8,000 in flight) holds more answers back for as long and carries more
+only while the server has idle time to fill, which with the load generator, the
+committer thread and other work on two cores it seldom has. The fsync costs nothing per
 decision once the pipeline is full (hundreds to thousands of answers share each commit).
 One message at a time (window 1) costs one commit per decision, as a single HTTP intent
 does. JSON costs more than MessagePack per message (text to read and to write). The
@@ -592,11 +595,20 @@ def main(argv: list[str] | None = None) -> int:
         section = SECTION.format(begin=BEGIN, end=END, cmd=cmd.strip(), machine=machine(),
                                  websockets=websockets.__version__,
                                  msgpack=".".join(map(str, msgpack.version)), load=load,
+                                 msgspec=_msgspec_version(),
                                  sync=args.synchronous, table=text, where=WHERE.strip(),
                                  seconds=args.seconds, maxm=args.max_messages,
                                  dur=args.duration)
         _write_section(Path(args.out), BEGIN, END, section)
     return 0
+
+
+def _msgspec_version() -> str:
+    try:
+        import msgspec
+    except ImportError:
+        return "not installed (msgpack and json encode)"
+    return msgspec.__version__
 
 
 def _write_section(out: Path, begin: str, end: str, section: str) -> None:
