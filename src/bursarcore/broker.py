@@ -292,7 +292,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         Raises
         ------
         InvalidArgument
-            ``name`` is empty or already registered; ``envelope`` is not an Envelope, has
+            ``name`` is empty or already registered, or is a path (``"astro/survey"``:
+            nested envelopes, SPEC §14, are decided by ``backend="reference"`` only in
+            this version); ``envelope`` is not an Envelope, has
             an unknown ``service_class``, names a dimension the pool lacks
             (``"ceiling[cpu]"``), or its guarantee would exceed the pool's capacity or the
             room firm holdings leave now (``"guaranteed[gpu]"``); with a journal, it is
@@ -302,6 +304,11 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             raise InvalidArgument("name", "must be a non-empty string", name)
         if name in self._cindex:
             raise InvalidArgument("name", "is already registered", name)
+        if "/" in name:
+            # SPEC §14: a path names a node of a tree of envelopes, which the C core does
+            # not decide yet: refused rather than decided as a flat campaign
+            raise InvalidArgument("name", "is a path (a nested envelope, SPEC §14), decided "
+                                  "only by Broker(backend='reference') in this version", name)
         if not isinstance(envelope, Envelope):
             raise InvalidArgument("envelope", "must be an Envelope", envelope)
         if envelope.service_class not in self._cls_index:

@@ -13,8 +13,8 @@ The pending queue is decided intent by intent over the whole queue at every pass
 (SPEC §4.5), the plain form of the compiled broker's pass over woken keys. Its journal
 (SPEC §9) writes the compiled broker's records through the same sinks (:mod:`.journaling`).
 Flow dimensions (SPEC §5) use the reference flow model, :mod:`bursarcore.reference.flow`.
-``replay`` re-executes a journal's inputs (:mod:`.replay`). Not here: nested envelopes
-(SPEC §14, not built anywhere).
+``replay`` re-executes a journal's inputs (:mod:`.replay`). Campaigns are the nodes of a
+tree of envelopes (SPEC §14, :mod:`.tree`): a flat set of campaigns is its special case.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ..journal.base import Journal
 from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
+from . import tree
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -158,8 +159,12 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ registration (§3)
     def register(self, name: str, envelope: Envelope) -> int:
-        """SPEC §3: add a campaign; guarantees are never overbooked, and a new guarantee
-        must fit beside the firm holdings above guarantees now (F + U + g ≤ capacity)."""
+        """SPEC §3, §14: add a campaign, a node of the tree of envelopes (its parent is
+        named by its path and must be registered); guarantees are never overbooked (Σ of
+        a node's children's g ≤ its g, Σ of the top-level g ≤ capacity), and a new
+        guarantee must fit beside the holdings above guarantees now (the reserve rule:
+        Σ_top R stays ≤ capacity; and it lifts no load on its parent's path above that
+        node's sustained rate)."""
         try:
             return self._register(name, envelope)
         finally:
@@ -170,6 +175,7 @@ class BrokerCore:
             raise InvalidArgument("name", "must be a non-empty string", name)
         if name in self._cindex:
             raise InvalidArgument("name", "is already registered", name)
+        parent = tree.check_name(name, self._cindex)                     # SPEC §14
         if not isinstance(envelope, Envelope):
             raise InvalidArgument("envelope", "must be an Envelope", envelope)
         if envelope.service_class not in self._cls_index:
@@ -185,13 +191,27 @@ class BrokerCore:
         s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
         b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
         for i, d in enumerate(self.dims):
-            total_g = sum(c.hold[i].g for c in self._camps) + g[i]
-            if total_g > self._dim[i].cap:
-                raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} would "
-                                      f"exceed the pool capacity {self._dim[i].cap}", g[i])
-            if self._dim[i].F + self._dim[i].U + g[i] > self._dim[i].cap:
+            if parent is None:
+                total_g = sum(c.hold[i].g for c in self._camps if c.parent is None) + g[i]
+                if total_g > self._dim[i].cap:
+                    raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} "
+                                          f"would exceed the pool capacity {self._dim[i].cap}",
+                                          g[i])
+            else:                                                         # SPEC §14
+                p = self._camps[parent]
+                total_g = sum(self._camps[ch].hold[i].g for ch in p.children) + g[i]
+                if total_g > p.hold[i].g:
+                    raise InvalidArgument(f"guaranteed[{d}]", f"the children of {p.name!r} "
+                                          f"would be guaranteed {total_g} in all, more than "
+                                          f"its own guarantee {p.hold[i].g}", g[i])
+            if g[i] > tree.room_for_child(self._camps, self._dim[i].cap, parent, i):
                 raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
                                       "no room for it now; retry when they end", g[i])
+            if parent is not None and g[i] > tree.load_room_for_child(self._camps, parent, i):
+                raise InvalidArgument(f"guaranteed[{d}]", "it would raise a load on its "
+                                      "parent's path above that node's sustained rate: "
+                                      "holdings above guarantees leave no room for it now; "
+                                      "retry when they end", g[i])       # SPEC §14.1
         buckets = []
         for d in self.dims:
             B = envelope.B(d)
@@ -211,20 +231,46 @@ class BrokerCore:
                 guaranteed={d: envelope.g(d) for d in fd}, sustained={d: envelope.s(d) for d in fd},
                 ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
                 now=t / NS)
+        if parent is not None:
+            # SPEC §14.2: the new child's guarantee enters the loads on its parent's path
+            for i in range(len(self.dims)):
+                self._settle_path(self._camps[parent], i, t)
         c = len(self._camps)
         # SPEC §3: share defaults to g on the primary held dimension, or 1 when that is 0
         share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
         hold = [Holding(g[i], s[i], b[i], buckets[i], buckets[i], t) for i in range(len(self.dims))]
-        for i, dim in enumerate(self._dim):
-            dim.U += g[i]                     # an idle campaign's whole guarantee is unmet
         w = self._weight(t)
+        path = [c] + ([] if parent is None else self._camps[parent].path)
         self._camps.append(Campaign(c, name, envelope.service_class, float(share), budget,
-                                    hold, fs_S=0.0, fs_G=w))
+                                    hold, parent=parent, path=path, fs_S=0.0, fs_G=w))
+        if parent is not None:
+            self._camps[parent].children.append(c)
+            for i in range(len(self.dims)):
+                self._reload(i)
         self._cindex[name] = c
         self.envelopes[name] = envelope
         if self._jw is not None:
             self._jw.register(t, c, payload)
         return c
+
+    def _path(self, c: Campaign) -> list[Campaign]:
+        """SPEC §14: c and its ancestors, c first."""
+        return [self._camps[v] for v in c.path]
+
+    def _settle_path(self, c: Campaign, d: int, t: int) -> None:
+        """Bring the buckets of c and of its ancestors on d up to t (SPEC §4.2, §14)."""
+        for v in self._path(c):
+            v.hold[d].settle(t, self._instant)
+
+    def _reload(self, d: int) -> None:
+        """SPEC §14.2: every node's load K on d, recomputed from its definition."""
+        for c, k in zip(self._camps, tree.loads(self._camps, d)):
+            c.hold[d].K = k
+
+    def _unmet(self, d: int) -> int:
+        """The reserve of unmet guarantees on d: Σ_top R − F (SPEC §14; U of SPEC §4.1 in a
+        flat set of campaigns)."""
+        return tree.reserve(self._camps, d) - self._dim[d].F
 
     def campaign_index(self, name: str) -> int:
         try:
@@ -372,16 +418,17 @@ class BrokerCore:
 
     def _fold(self, c: Campaign, t: int) -> None:
         """SPEC §6: fold ∫ H·w dτ up to t into c's usage before its primary holding
-        changes (S += H·(w(t) − w(last change)))."""
+        changes (S += H·(w(t) − w(last change))); H is c's own holding (SPEC §14: fair
+        share ranks every node by its own leases)."""
         w = self._weight(t)
-        c.fs_S = c.fs_S + float(c.hold[0].H) * (w - c.fs_G)
+        c.fs_S = c.fs_S + float(c.hold[0].own) * (w - c.fs_G)
         c.fs_G = w
 
     def _usage(self, t: int) -> list[float]:
         """SPEC §6: usage_c(t) = ∫ H_c(τ)·2^(−(t − τ)/half-life) dτ, in unit-seconds."""
         inv = math.pow(2.0, -(float(t - self._epoch) / float(self._hl)))
         scale = self._hl / math.log(2) / NS
-        return [(c.fs_S * inv + float(c.hold[0].H) * (1.0 - c.fs_G * inv)) * scale
+        return [(c.fs_S * inv + float(c.hold[0].own) * (1.0 - c.fs_G * inv)) * scale
                 for c in self._camps]
 
     def _deficits(self, t: int) -> list[float]:
@@ -408,16 +455,21 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ holdings and prices
     def _change_holding(self, c: Campaign, d: int, delta: int, firm: bool, t: int) -> None:
-        """H (and, for a firm lease, F and the reserve U) move by delta (SPEC §4.1)."""
+        """c's own holding, the holding of every node on its path and, for a firm lease,
+        F move by delta (SPEC §4.1, §14), and the loads are recomputed (only those on c's
+        path can change). The path's buckets are settled to t first."""
         if d == 0:
             self._fold(c, t)
-        h, dim = c.hold[d], self._dim[d]
-        h.H += delta
+        self._settle_path(c, d, t)
+        c.hold[d].own += delta
         if firm:
-            before = h.unmet()
-            h.Hf += delta
-            dim.F += delta
-            dim.U += h.unmet() - before
+            c.hold[d].own_firm += delta
+            self._dim[d].F += delta
+        for v in self._path(c):
+            v.hold[d].H += delta
+            if firm:
+                v.hold[d].Hf += delta
+        self._reload(d)                                                    # SPEC §14.2
 
     def _kappa_ppm(self, d: int) -> int:
         """SPEC §7: κ = (unmet priced demand in the window + pending priced demand) /
@@ -438,8 +490,9 @@ class BrokerCore:
         return self._held_price[d] * m // PPM
 
     def _charge(self, c: Campaign, k: int, price: int) -> int:
-        """SPEC §4.3: a ``free_when_broke`` class is served free when the budget cannot pay."""
-        if self._terms[k].free_when_broke and price > c.left:
+        """SPEC §4.3, §14: a ``free_when_broke`` class is served free when a budget on c's
+        path cannot pay."""
+        if self._terms[k].free_when_broke and price > min(v.left for v in self._path(c)):
             return 0
         return price
 
@@ -450,27 +503,37 @@ class BrokerCore:
     # ------------------------------------------------------------------ the decision (§4.4)
     def _limits(self, c: Campaign, d: int, k: int, dur: int, spend: int | None, t: int) -> Limits:
         """What each rule allows one more lease of c for dur ns at t (SPEC §4.1–§4.4)."""
-        h = c.hold[d]
-        h.settle(t, self._instant)
-        return limits(c, h, self._dim[d], self._terms[k], dur, spend, self._unit_price(d, k),
-                      self._instant)
+        self._settle_path(c, d, t)
+        firm = tree.firm_room(self._camps, self._dim[d].cap, c, d)          # SPEC §14
+        E = tree.absorbed(self._camps, [x.hold[d].K for x in self._camps], c, d)
+        return limits(self._path(c), d, self._dim[d], self._terms[k], dur, spend,
+                      self._unit_price(d, k), self._instant, firm, E)
 
     def _never(self, c: Campaign, d: int, k: int, nmin: int, dur: int, price: int) -> int:
         """SPEC §4.4: the rule by which an intent can never be met, else OK."""
-        others_g = sum(o.hold[d].g for o in self._camps if o is not c)
-        return never(c, c.hold[d], self._dim[d], self._terms[k], others_g, nmin, dur, price,
-                     self._instant)
+        bound = tree.firm_bound(self._camps, self._dim[d].cap, c, d)        # SPEC §14
+        idle = tree.idle_loads(self._camps, d)
+        rise = tree.rises(self._camps, idle, c, d, nmin)
+        return never(self._path(c), d, self._dim[d], self._terms[k], bound, nmin, dur, price,
+                     self._instant, [idle[v] for v in c.path], rise)
 
     def _retry_after(self, c: Campaign, d: int, nmin: int, dur: int, reason: int) -> float | None:
         """SPEC §4.4: for tokens, until the refill covers the minimum (none while nothing
         refills); for capacity, until the next scheduled expiry."""
         if reason == TOKENS:
-            h = c.hold[d]
-            cost = excess(h.H, nmin, h.s) * dur
-            need = cost - h.T
-            if self._instant or h.s - h.H <= 0 or need <= 0 or cost > h.B:
-                return None     # nothing refills, or the bucket can never hold the cost
-            return -(-need // (h.s - h.H)) / NS
+            # SPEC §14: every bucket on the path that cannot cover the minimum must refill
+            wait = 0
+            rise = tree.rises(self._camps, [x.hold[d].K for x in self._camps], c, d, nmin)
+            for v, r in zip(self._path(c), rise):
+                h = v.hold[d]
+                cost = excess(h.K, r, h.s) * dur
+                need = cost - h.T
+                if need <= 0:
+                    continue
+                if self._instant or h.s - h.K <= 0 or cost > h.B:
+                    return None     # nothing refills, or the bucket can never hold the cost
+                wait = max(wait, -(-need // (h.s - h.K)))
+            return wait / NS if wait else None
         if reason == CAPACITY:
             ends = [x.end for x in self._leases.live()
                     if x.state in ("active", "revoking") and x.end is not None]
@@ -561,18 +624,26 @@ class BrokerCore:
                intent: int, starting: bool) -> LeaseRecord:
         """Commit a grant (SPEC §4.2, §4.3): debit excess·d tokens and escrow the cost at
         this moment's price; a warm grant is placed now, a reclaim grant is ``starting``."""
-        h, cls = c.hold[d], self._terms[k]
-        h.settle(t, self._instant)
-        ex = 0 if self._instant else excess(h.H, n, h.s)
-        h.T -= ex * dur
+        cls = self._terms[k]
+        self._settle_path(c, d, t)
+        # SPEC §4.2, §14.2: each node of the path prepays the rise of its load above its s
+        exs = []
+        rise = tree.rises(self._camps, [x.hold[d].K for x in self._camps], c, d, n)
+        for v, r in zip(self._path(c), rise):
+            h = v.hold[d]
+            ex = 0 if self._instant else excess(h.K, r, h.s)
+            h.T -= ex * dur
+            exs.append(ex)
+        # SPEC §4.3, §14: one cost, escrowed in every budget of the path
         charge = self._charge(c, k, lease_cost(n, dur, price))
-        if not c.unlimited:
-            c.left -= charge
-        c.escrow = wrap(c.escrow + charge)
+        for v in self._path(c):
+            if not v.unlimited:
+                v.left -= charge
+            v.escrow = wrap(v.escrow + charge)
         self._change_holding(c, d, n, not cls.preemptible, t)
         rec = LeaseRecord(id=self._leases.new_id(), campaign=c.index, dim=d, units=n,
                           firm=not cls.preemptible, cls=k, state="starting", granted_at=t,
-                          dur=dur, excess=ex, cost=charge, intent=intent)
+                          dur=dur, excess=exs, cost=charge, intent=intent)
         self._leases.put(rec)
         if starting:
             self._dim[d].promised += n
@@ -639,8 +710,7 @@ class BrokerCore:
         its prepaid tokens comes back (up to B) and its credits pro rata, rounded down.
         Returns the credits refunded."""
         c, dim = self._camps[rec.campaign], self._dim[rec.dim]
-        h = c.hold[rec.dim]
-        h.settle(t, self._instant)
+        self._settle_path(c, rec.dim, t)
         if rec.state == "starting":
             remaining = rec.dur
             dim.promised -= rec.units
@@ -652,13 +722,16 @@ class BrokerCore:
             elif not rec.firm:
                 dim.opp_active -= rec.units
             dim.give_back(rec.slots)
-        h.T = min(h.B, h.T + rec.excess * remaining)
+        # SPEC §14: tokens and credits flow back along the path they were taken from
         back = rec.cost * remaining // rec.dur
-        if not c.unlimited:
-            c.left += back
-        c.escrow = wrap(c.escrow - rec.cost)
-        c.refunded = wrap(c.refunded + back)
-        c.spent = wrap(c.spent + rec.cost - back)
+        for v, ex in zip(self._path(c), rec.excess):
+            h = v.hold[rec.dim]
+            h.T = min(h.B, h.T + ex * remaining)
+            if not v.unlimited:
+                v.left += back
+            v.escrow = wrap(v.escrow - rec.cost)
+            v.refunded = wrap(v.refunded + back)
+            v.spent = wrap(v.spent + rec.cost - back)
         self._change_holding(c, rec.dim, -rec.units, rec.firm, t)
         rec.state = state
         self._activation.pop(rec.id, None)

@@ -78,7 +78,7 @@ class JournalWriter:
         lim = b._limits(c, d, k, dur, spend, t)
         return {"rank": b._terms[k].rank, "deficit": self.deficits[c.index],
                 "tokens_before": c.hold[d].T, "credits_before": c.left,
-                "free": b._dim[d].free_now(), "unmet": b._dim[d].U,
+                "free": b._dim[d].free_now(), "unmet": b._unmet(d),
                 **{f"lim_{name}": min(v, UNLIMITED) for name, v in lim.by_rule.items()}}
 
     def acquire(self, dec: Any, before: dict[str, Any], c: int, d: int, k: int, nmin: int,

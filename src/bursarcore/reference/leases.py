@@ -24,30 +24,35 @@ LIVE = ("starting", "active", "revoking")
 
 @dataclass
 class Holding:
-    """One campaign on one held dimension (SPEC §3, §4.2)."""
+    """One campaign (a node of the tree of envelopes, SPEC §14) on one held dimension
+    (SPEC §3, §4.2). H counts the units held by the leases of the node and of every node
+    below it; ``own`` only the node's own. Its ceiling and bucket bind its load K (SPEC
+    §14.2): its own units plus, per child, the larger of the child's guarantee and the
+    child's load (H, for a node without children)."""
     g: int
     s: int
     b: int
     B: int                  # bucket size, unit·ns (UNLIMITED for inf)
     T: int                  # tokens, unit·ns; buckets start full
     settled: int            # the time T was last brought up to
-    H: int = 0              # units held by starting, active and revoking leases
+    H: int = 0              # units held by the subtree's starting, active and revoking leases
     Hf: int = 0             # of which firm
+    own: int = 0            # units held by the node's own leases
+    own_firm: int = 0       # of which firm (SPEC §14: firm_own)
+    K: int = 0              # the load (SPEC §14.2), recomputed from its definition at
+                            # every change of a holding or of the tree
     minted: int = 0         # tokens the refill added (SPEC §11 invariant 5), modulo 2**64
 
-    def unmet(self) -> int:
-        """SPEC §4.1: max(0, g − firm units held)."""
-        return max(0, self.g - self.Hf)
-
     def settle(self, t: int, instant: bool) -> None:
-        """SPEC §4.2: while H < s, T refills at (s − H) per second, capped at B. (Instant
-        mode, for experiments only, drains at H − s, floored at 0.) Path-independent: the
-        rate is fixed between changes of H, so settling more often changes nothing."""
+        """SPEC §4.2, §14.2: while K < s, T refills at (s − K) per second, capped at B.
+        (Instant mode, for experiments only, drains at K − s, floored at 0.)
+        Path-independent: the rate is fixed between changes of K, so settling more often
+        changes nothing."""
         dt = t - self.settled
         if dt <= 0:
             return
         self.settled = t
-        rate = self.s - self.H
+        rate = self.s - self.K
         if rate > 0:
             T = min(self.B, self.T + rate * dt)
             self.minted = wrap(self.minted + T - self.T)
@@ -58,17 +63,24 @@ class Holding:
 
 @dataclass
 class Campaign:
-    """A registered campaign and its envelope in engine units (SPEC §3, §4.3, §6)."""
+    """A registered campaign and its envelope in engine units (SPEC §3, §4.3, §6): a node
+    of the tree of envelopes (SPEC §14). ``path`` is the node and its ancestors, the node
+    first and its top-level ancestor last (just the node for a top-level campaign); its
+    budget binds, and its escrow and spending count, the leases of its whole subtree."""
     index: int
     name: str
     service_class: str
     share: float
     left: int               # credits left, micro-credits (UNLIMITED: not drawn down)
     hold: list[Holding]
+    parent: int | None = None
+    path: list[int] = field(default_factory=list)
+    children: list[int] = field(default_factory=list)
     escrow: int = 0
     spent: int = 0
     refunded: int = 0
-    # fair share on the primary dimension (SPEC §6): usage folded at each change of H
+    # fair share on the primary dimension (SPEC §6): usage of the node's own leases,
+    # folded at each change of its own holding
     fs_S: float = 0.0
     fs_G: float = 0.0
 
@@ -89,7 +101,8 @@ class LeaseRecord:
     state: str
     granted_at: int
     dur: int                # ns paid for so far (renewals add)
-    excess: int             # units above s that were prepaid, per ns
+    excess: list[int]       # units of load above s that were prepaid, per ns, at each
+                            # node of the campaign's path (SPEC §14.2), in the path's order
     cost: int               # micro-credits escrowed (renewals add)
     intent: int
     start: int | None = None
@@ -143,7 +156,8 @@ class LeaseStore:
 
 class Dimension:
     """One held dimension: capacity, the free slots and the running sums SPEC §4.1 reads
-    (kept as sums so no rule scans the leases, as SPEC §4.1's F and U are defined)."""
+    (kept as sums so no rule scans the leases). The reserve of unmet guarantees is not
+    kept here: it is computed from the tree of envelopes (:mod:`.tree`, SPEC §14)."""
 
     def __init__(self, name: str, capacity: int, headroom: int,
                  slot_map: list[tuple[str, int]]) -> None:
@@ -162,7 +176,6 @@ class Dimension:
         self.revoking = 0       # units of revoking leases
         self.opp_active = 0     # units of active opportunistic leases
         self.F = 0              # firm units held (SPEC §4.1)
-        self.U = 0              # the reserve of unmet guarantees (SPEC §4.1)
         self.pending_priced = 0  # nmax of waiting congestion-priced intents (SPEC §7)
         self.retired: set[int] = set()   # slots of removed nodes (SPEC §12)
 
@@ -179,10 +192,6 @@ class Dimension:
     def opportunistic_room(self) -> int:
         """Free units an opportunistic lease may take: all but the warm headroom."""
         return max(0, self.free_now() - self.headroom)
-
-    def firm_room(self) -> int:
-        """capacity − F − U: what firm grants beyond guarantees may take (SPEC §4.1)."""
-        return self.cap - self.F - self.U
 
     def take(self, n: int) -> list[int]:
         taken = self.free[len(self.free) - n:][::-1]

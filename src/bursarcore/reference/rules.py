@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .leases import Campaign, Dimension, Holding
+    from .leases import Campaign, Dimension
 
 NS = 1_000_000_000
 HOUR_NS = 3600 * NS
@@ -40,7 +40,8 @@ def wrap(x: int) -> int:
 
 def excess(H: int, n: int, s: int) -> int:
     """SPEC §4.2: of n units added at holding H, those above the sustained rate s.
-    Only they are prepaid: excess(n, H) · d tokens."""
+    Only they are prepaid: excess(n, H) · d tokens. (In a tree, SPEC §14.2, H is a node's
+    load and n the grant's rise of it.)"""
     return max(0, H + n - s) - max(0, H - s)
 
 
@@ -103,41 +104,58 @@ class Limits:
         return OK
 
 
-def limits(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, dur: int,
-           spend: int | None, price: int, instant: bool) -> Limits:
-    """What each rule allows one more lease of campaign c (holding h of dimension dim, in
-    class cls) for dur ns at ``price`` (SPEC §4.1–§4.4); h is settled to now."""
+def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: int,
+           spend: int | None, price: int, instant: bool, firm: int,
+           absorbed: list[int]) -> Limits:
+    """What each rule allows one more lease of the campaign ``path[0]`` (of class cls, on
+    dimension dim, index d) for dur ns at ``price`` (SPEC §4.1–§4.4). ``path`` is the
+    campaign and its ancestors (SPEC §14): the ceiling, the bucket and the budget of every
+    one of them must admit the lease, so each rule's limit is the smallest over the path.
+    ``firm``: the most firm units the reserve rule allows the campaign (SPEC §4.1, §14).
+    ``absorbed``: E_v per node of the path, so that a grant of n raises v's load K_v by
+    max(0, n − E_v) (SPEC §14.2; 0 at the campaign itself): v admits n exactly when that
+    rise fits its room. Holdings are settled to now."""
     if cls.preemptible:
         # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
         warm = cap = dim.opportunistic_room()
     else:
-        # SPEC §4.1: the others' unmet guarantees stay free; c's own may be used
-        firm = dim.firm_room() + h.unmet()
+        # SPEC §4.1, §14: the others' unmet guarantees stay free; c's own may be used
         warm = min(dim.free_now(), firm)
         cap = min(dim.reachable(), firm)
-    return Limits({"ceiling": h.b - h.H,                                     # SPEC §4.4
+    hs = [v.hold[d] for v in path]
+    left = min(v.left for v in path)
+    return Limits({"ceiling": min(e + h.b - h.K                               # SPEC §4.4
+                                  for h, e in zip(hs, absorbed)),
                    "capacity": cap,
-                   "tokens": token_limit(h.H, h.s, h.T, dur, instant),       # SPEC §4.2
-                   "credits": credit_limit(c.left, dur, price, cls.free_when_broke, spend)},
+                   "tokens": min(e + token_limit(h.K, h.s, h.T, dur, instant)  # SPEC §4.2
+                                 for h, e in zip(hs, absorbed)),
+                   "credits": credit_limit(left, dur, price, cls.free_when_broke, spend)},
                   warm=warm, price=price)
 
 
-def never(c: Campaign, h: Holding, dim: Dimension, cls: ClassTerms, others_g: int, nmin: int,
-          dur: int, price: int, instant: bool) -> int:
+def never(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, firm_bound: int,
+          nmin: int, dur: int, price: int, instant: bool, idle: list[int],
+          rise: list[int]) -> int:
     """SPEC §4.4: the rule by which an intent of at least nmin can never be met, even in
-    an otherwise empty pool with full buckets and escrow refunded, else OK (``others_g``:
-    the other campaigns' guarantees in dim)."""
-    if nmin > h.b:
+    an otherwise empty pool with full buckets and escrow refunded, else OK. Every node of
+    the campaign's path (SPEC §14) is checked; ``firm_bound``: the most firm units the
+    campaign could have in an empty pool (the capacity less the other campaigns'
+    guarantees, in a flat set); ``idle`` and ``rise``: per node of the path, its load
+    when no node holds anything (its children's guarantees) and by how much nmin would
+    raise it then (nmin, in a flat set) — no state has a smaller load or rise."""
+    hs = [v.hold[d] for v in path]
+    if any(k + r > h.b for h, k, r in zip(hs, idle, rise)):
         return CEILING
     if cls.preemptible:
         if nmin > dim.cap - dim.headroom:
             return CAPACITY
-    elif nmin > dim.cap - others_g:
+    elif nmin > firm_bound:
         return CAPACITY
-    if not instant and excess(0, nmin, h.s) * dur > h.B:
+    if not instant and any(excess(k, r, h.s) * dur > h.B for h, k, r in zip(hs, idle, rise)):
         return TOKENS
-    if (price and not c.unlimited and not cls.free_when_broke
-            and lease_cost(nmin, dur, price) > c.left + c.escrow):
+    if (price and not cls.free_when_broke
+            and any(not v.unlimited and lease_cost(nmin, dur, price) > v.left + v.escrow
+                    for v in path)):
         return CREDITS
     return OK
 

@@ -15,6 +15,7 @@ from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
 from .core import _REVOKE, BrokerCore
 from .leases import LIVE, LeaseRecord, inf_or
+from . import tree
 from .rules import (CAPACITY, COLD, CREDIT, CREDITS, NS, PATHS, PPM, REASONS, RECLAIM,
                     TOKENS, UNLIMITED, WARM, excess, lease_cost, wrap)
 
@@ -128,32 +129,42 @@ class BrokerViews(BrokerCore):
         if rec is None:
             return Dec("refused", -1, "", reason="invalid")
         c = self._camps[rec.campaign]
-        h = c.hold[rec.dim]
-        h.settle(t, self._instant)
+        path = self._path(c)
+        self._settle_path(c, rec.dim, t)
         if self._jw is not None:
-            self._jw.renew_before = (h.T, c.left)
+            self._jw.renew_before = (c.hold[rec.dim].T, c.left)
         if rec.state != "active":
             return Dec("refused", rec.intent, c.name, reason="invalid", lease=self._snapshot(rec))
         end = rec.end or t
         new_end = end + ext
-        ex_new, delta = 0, 0
+        ex_new, delta = [0] * len(path), [0] * len(path)
         if not self._instant:
-            # SPEC §4.2: the remaining prepaid segment is re-priced as the top-most holding
-            ex_new = excess(h.H - rec.units, rec.units, h.s)
-            delta = ex_new * (new_end - t) - rec.excess * (end - t)
-            if delta > h.T:
-                return Dec("refused", rec.intent, c.name, reason="tokens",
-                           lease=self._snapshot(rec), cost=0.0)
+            # SPEC §4.2, §14.2: the remaining prepaid segment is re-priced as the top-most
+            # holding, at every node of the path: on the rise of its load from the load
+            # without this lease
+            own = [x.hold[rec.dim].own for x in self._camps]
+            own[c.index] -= rec.units
+            without = tree.loads(self._camps, rec.dim, own)
+            for j, v in enumerate(path):
+                h = v.hold[rec.dim]
+                ex_new[j] = excess(without[v.index], h.K - without[v.index], h.s)
+                delta[j] = ex_new[j] * (new_end - t) - rec.excess[j] * (end - t)
+                if delta[j] > h.T:
+                    return Dec("refused", rec.intent, c.name, reason="tokens",
+                               lease=self._snapshot(rec), cost=0.0)
         price = self._charge(c, rec.cls, lease_cost(rec.units, ext,
                                                     self._unit_price(rec.dim, rec.cls)))
-        if price > min(c.left, UNLIMITED) or (spend is not None and spend < price):
+        left = min(v.left for v in path)
+        if price > min(left, UNLIMITED) or (spend is not None and spend < price):
             return Dec("refused", rec.intent, c.name, reason="credits",
                        lease=self._snapshot(rec), cost=price / CREDIT)      # SPEC §4.3
-        h.T = h.T - delta if delta >= 0 else min(h.B, h.T - delta)
+        for j, v in enumerate(path):
+            h = v.hold[rec.dim]
+            h.T = h.T - delta[j] if delta[j] >= 0 else min(h.B, h.T - delta[j])
+            if not v.unlimited:
+                v.left -= price
+            v.escrow = wrap(v.escrow + price)
         rec.excess = ex_new
-        if not c.unlimited:
-            c.left -= price
-        c.escrow = wrap(c.escrow + price)
         rec.cost = wrap(rec.cost + price)
         rec.dur += ext
         rec.end = new_end
@@ -348,10 +359,12 @@ class BrokerViews(BrokerCore):
 
     def _consume_ns(self, ci: int, fd: int, a: int, t: int) -> Any:
         c = self._camps[ci]
+        path = self._path(c)
         price = self._flow_price[fd]
         ask = a
-        if price:          # SPEC §5: a flow unit costs credits; the credits left bound it
-            ask = min(a, min(c.left, UNLIMITED) * units.SCALE // price)
+        if price:          # SPEC §5, §14: a flow unit costs credits; every budget on the
+            # path binds it
+            ask = min(a, min(min(v.left for v in path), UNLIMITED) * units.SCALE // price)
         assert self.flow is not None
         allowed, retry, bound = self.flow.consume_fixed(
             np.array([ci], np.int64), np.array([fd], np.int64), np.array([ask], np.int64),
@@ -363,9 +376,10 @@ class BrokerViews(BrokerCore):
                       else CAPACITY if int(bound[0]) == _FACILITY else TOKENS)
         cost = -(-got * price // units.SCALE) if price else 0
         if cost:
-            if not c.unlimited:
-                c.left -= cost
-            c.spent = wrap(c.spent + cost)
+            for v in path:
+                if not v.unlimited:
+                    v.left -= cost
+                v.spent = wrap(v.spent + cost)
         retry_s = 0.0 if got >= a else (math.inf if wait == _NEVER or reason == CREDITS
                                         else wait / NS)
         seq = self._jw.consume(t, ci, len(self.dims) + fd, a, got, cost, reason,
@@ -509,7 +523,7 @@ class BrokerViews(BrokerCore):
             for d, dn in enumerate(self.dims):
                 dm = self._dim[d]
                 pool[dn] = {"capacity": dm.cap, "occupied": dm.occupied, "free": dm.free_now(),
-                            "firm": dm.F, "unmet_guarantees": dm.U,
+                            "firm": dm.F, "unmet_guarantees": self._unmet(d),
                             "reclaimable": dm.opp_active, "revoking": dm.revoking,
                             "promised": dm.promised, "congestion": self._kappa_ppm(d) / PPM,
                             "warm_headroom": dm.headroom}
