@@ -4,17 +4,13 @@ frame size, observed on a real server on loopback (bounded waits)."""
 from __future__ import annotations
 
 import json
-import re
-import socket
 import subprocess
 import sys
-import threading
-import time
 
-import httpx
 import pytest
 
 from bursarcore.service.testing import ServerProcess
+from stream_stall import metric, stalled
 
 websockets = pytest.importorskip("websockets")
 msgpack = pytest.importorskip("msgpack")
@@ -36,14 +32,6 @@ def _connect(srv, who="alpha"):
     return connect(srv.url.replace("http", "ws") + "/v1/stream?events=false",
                    additional_headers={"Authorization": f"Bearer {srv.tokens[who]}"},
                    compression=None)
-
-
-def _metric(url: str, token: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"},
-                     timeout=10).text
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert m, name
-    return float(m.group(1))
 
 
 def _consume(i: int) -> dict:
@@ -76,38 +64,10 @@ def test_the_window_bounds_what_a_client_that_does_not_read_has_in_flight(small)
     op = small.tokens["operator"]
     ws = _connect(small).__enter__()
     frame = json.dumps([_consume(i) for i in range(FRAME)])
-    stop = threading.Event()
-
-    def flood():
-        try:
-            while not stop.is_set():
-                ws.send(frame)
-        except Exception:  # noqa: BLE001 - the socket is shut down at the end
-            pass
-
-    t = threading.Thread(target=flood, daemon=True)
-    t.start()
-    try:
-        last, end = -1.0, time.monotonic() + 60
-        while time.monotonic() < end:
-            got = _metric(small.url, op, "bursar_stream_received")
-            if got == last and got > 0:
-                break
-            last = got
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the server kept reading a client that does not read")
-        peak = _metric(small.url, op, "bursar_stream_inflight_peak")
+    with stalled(ws, frame, FRAME, small.url, op):
+        peak = metric(small.url, op, "bursar_stream_inflight_peak")
         assert WINDOW - FRAME < peak <= WINDOW
-        assert _metric(small.url, op, "bursar_stream_inflight") <= WINDOW
-    finally:
-        stop.set()
-        try:
-            ws.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        ws.close()
-        t.join(10)
+        assert metric(small.url, op, "bursar_stream_inflight") <= WINDOW
 
 
 @pytest.mark.parametrize("args, problem", [
