@@ -12,12 +12,64 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
 from bursarcore.admission.state import ACTIVE, CREDIT, MAXV, REVOKING, STARTING
 
-__all__ = ["check_invariants"]
+__all__ = ["LeaseOps", "apply_lease_op", "check_invariants"]
 
 _LIVE = ("active", "revoking", "starting")
 _PLACED = ("active", "revoking")
+
+
+class LeaseOps:
+    """The state machines' rules on a broker's leases and pending intents, for a
+    RuleBasedStateMachine that keeps its broker in ``self.b`` and applies an operation with
+    ``self._do(op)``: release, renew and cancel one chosen by index among those live."""
+
+    b: Any
+
+    def _do(self, op: tuple) -> Any:
+        raise NotImplementedError
+
+    @rule(k=st.integers(0, 10_000))
+    def release(self, k: int) -> None:
+        live = [l.id for l in self.b.leases()]
+        if live:
+            self._do(("release", live[k % len(live)]))
+
+    @rule(k=st.integers(0, 10_000), ext=st.sampled_from([1.0, 60.0, 600.0]))
+    def renew(self, k: int, ext: float) -> None:
+        live = [l.id for l in self.b.leases() if l.state == "active"]
+        if live:
+            self._do(("renew", live[k % len(live)], ext))
+
+    @rule(k=st.integers(0, 10_000))
+    def cancel(self, k: int) -> None:
+        pend = [p["intent_id"] for p in self.b.pending()]
+        if pend:
+            self._do(("cancel", pend[k % len(pend)]))
+
+
+def apply_lease_op(b: Any, op: tuple, released: dict) -> Any:
+    """Apply one of LeaseOps' operations (or an ``("advance", dt)``) to broker `b` and return
+    what a user observes of it; a release's instant goes to `released`. NotImplemented for
+    any other operation (the machine's own)."""
+    kind = op[0]
+    if kind == "release":
+        d = b.release(op[1])
+        if d.outcome == "released":
+            released[op[1]] = b.clock.now()
+        return d.to_dict()
+    if kind == "renew":
+        return b.renew(op[1], op[2]).to_dict()
+    if kind == "cancel":
+        return b.cancel(op[1])
+    if kind == "advance":
+        b.clock.advance(op[1])
+        return [e.to_dict() for e in b.poll()]
+    return NotImplemented
 
 
 def _credits(x: float | None) -> int:

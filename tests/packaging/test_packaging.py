@@ -97,6 +97,7 @@ DISTRIBUTION = {
     "numba": "numba", "parsl": "parsl", "limits": "limits", "pyrate_limiter": "pyrate-limiter",
     "token_bucket": "token-bucket", "pytest": "pytest", "cffi": "cffi",
     "prometheus_client": "prometheus-client", "msgpack": "msgpack", "websockets": "websockets",
+    "msgspec": "msgspec",
 }
 
 #: which extra a module of src/bursarcore belongs to (first match); the rest is the core

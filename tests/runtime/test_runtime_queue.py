@@ -203,24 +203,32 @@ def test_claim_scans_when_nothing_is_pending(qdir, clock):
 
 
 def test_claim_scans_at_most_once_per_call(qdir, clock, monkeypatch):
-    """The periodic scan and the nothing-eligible scan are one scan when both are due; a
-    stale task the scan sends to a tier this worker cannot run is still moved on."""
+    """The periodic scan and the nothing-eligible scan are one scan when both are due (a
+    claimed record is looked at once per call: after a periodic scan of the shared
+    listing, the nothing-eligible scan looks only at claims that listing did not have);
+    a stale task the scan sends to a tier this worker cannot run is still moved on."""
     q = make(qdir, clock, stale_after=10, scan_every=30, tiers=2)
     q.put("big", None, tier=1)
     assert q.claim(1).task_id == "big"  # then abandoned
     w = peer(q, clock, "w1")
     scans = []
     real = w._scan_claimed
-    monkeypatch.setattr(w, "_scan_claimed", lambda now, *a: scans.append(now) or real(now, *a))
+
+    def scan(now, paths=None):
+        scans.append(sorted(os.path.basename(p) for p in paths))
+        return real(now, paths)
+
+    monkeypatch.setattr(w, "_scan_claimed", scan)
     assert w.claim(0) is None  # first claim: periodic scan due; nothing eligible: not again
-    assert len(scans) == 1
+    assert sorted(n for names in scans for n in names) == ["c.big.json"]
+    scans.clear()
     clock.advance(11)
     assert w.claim(0) is None  # not due, nothing eligible for tier 0: scans once
-    assert len(scans) == 2
+    assert scans == [["c.big.json"]]
     state, rec = q.get("big")
     assert state == "pending" and rec["failures"] == 1 and rec["tier"] == 1
     q.put("small", None)
-    assert w.claim(0).task_id == "small" and len(scans) == 2  # work found: no scan
+    assert w.claim(0).task_id == "small" and len(scans) == 1  # work found: no scan
     assert q.check() == []
 
 
@@ -649,6 +657,95 @@ def test_crash_between_rewrite_and_move_claim(qdir, clock, monkeypatch):
     assert q.check() == []
 
 
+def _keep_bytes(path):
+    """The file at ``path`` as it is now: its bytes and times and mode (restored by
+    :func:`_put_back`, as a directory a crash left unsynced would show it again)."""
+    st = os.stat(path)
+    return path, path.read_bytes(), st.st_mtime_ns, st.st_mode
+
+
+def _put_back(kept):
+    path, data, mtime_ns, mode = kept
+    path.write_bytes(data)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    os.chmod(path, mode & 0o777)
+
+
+@pytest.mark.parametrize("left", ["claimed", "rewritten"])
+@pytest.mark.parametrize("end", ["complete", "fail"])
+def test_a_claimed_name_left_beside_a_finished_record_is_dropped(qdir, clock, left, end):
+    """A move into finished/ fsyncs finished/ only; a crash that keeps the new name but not
+    the shard directory's side of the rename leaves the claimed name behind beside it
+    (with its claimed bytes, or the rewritten ones). The stale scan drops it: the task
+    stays done (or failed) with its result, nothing is counted again or run again."""
+    q = make(qdir, clock, max_failures=1)
+    q.put("t", None)
+    c = q.claim()
+    sdir = qdir / "shards" / q._shard("t")
+    kept = _keep_bytes(sdir / "c.t.json")
+    if end == "complete":
+        assert q.complete(c, "result") is True
+    else:
+        assert q.fail(c, "boom") == "failed"
+    state, rec = q.get("t")
+    if left == "claimed":
+        _put_back(kept)
+    else:
+        (sdir / "c.t.json").write_text(json.dumps(rec))
+    assert any("t: in ['claimed'" in p for p in q.check())  # until a scan acts on it
+    w1 = peer(q, clock, "w1")
+    assert w1.claim() is None  # nothing to claim; the claim's scan finds it still in lease
+    clock.advance(q.config.stale_after + 1)
+    assert w1.reclaim_stale() == []  # dropped, not reclaimed
+    assert not (sdir / "c.t.json").exists()
+    assert q.get("t") == (state, rec) and rec["failures"] == (end == "fail")
+    assert w1.claim() is None and q.check() == []
+    assert q.counts() == {"pending": 0, "claimed": 0, "done": int(end == "complete"),
+                          "failed": int(end == "fail")}
+
+
+@pytest.mark.parametrize("crash_at", [1, 2, 3])
+@pytest.mark.parametrize("finished_kept", [False, True])
+def test_a_requeue_cut_short_leaves_one_state(qdir, clock, monkeypatch, crash_at,
+                                              finished_kept):
+    """requeue_failed moves a record out of finished/ through the claimed name: fsync of
+    the shard directory (1), of finished/ (2), then the pending name and the shard
+    directory again (3). Cut short before fsync ``crash_at``, with the failed name kept
+    on disk or not (a directory not yet synced may show either), the queue ends with the
+    task in exactly one state once a scan ran: failed (the requeue undone) while the
+    failed name is there, else pending with its failures reset; never both, never
+    neither."""
+    q = make(qdir, clock, max_failures=1)
+    q.put("t", None)
+    assert q.fail(q.claim(), "boom") == "failed"
+    fdir = qdir / "shards" / q._shard("t") / "finished"
+    kept = _keep_bytes(fdir / "f.t.json")
+    real = queue_mod._files.fsync_dir
+    n = {"dir": 0}
+
+    def fsync_dir(d):
+        n["dir"] += 1
+        if n["dir"] == crash_at:
+            raise Crash(f"crash before fsync of {d}")
+        return real(d)
+
+    monkeypatch.setattr(queue_mod._files, "fsync_dir", fsync_dir)
+    with pytest.raises(Crash):
+        q.requeue_failed()
+    monkeypatch.setattr(queue_mod._files, "fsync_dir", real)
+    if finished_kept and crash_at <= 2:  # finished/ not yet synced: it may show the name
+        _put_back(kept)
+    clock.advance(q.config.stale_after + 1)
+    q.reclaim_stale()
+    state, rec = q.get("t")
+    if finished_kept and crash_at <= 2:
+        assert state == "failed" and rec["failures"] == 1
+    else:
+        assert state == "pending" and rec["failures"] == 0
+    assert sum(q.counts().values()) == 1 and q.check() == []
+    assert q.reclaim_stale() == []
+
+
 def test_check_reports_a_task_in_two_states(qdir, clock):
     q = make(qdir, clock)
     q.put("t", None)
@@ -722,7 +819,8 @@ def _record_fs_ops(monkeypatch, qdir):
 
     def replace(a, b):
         real_replace(a, b)
-        events.append(("write", where(b)))
+        if os.path.basename(b) != _shards.LISTING:  # (a hint, never fsynced)
+            events.append(("write", where(b)))
 
     monkeypatch.setattr(queue_mod.os, "fsync", fsync)
     monkeypatch.setattr(queue_mod.os, "rename", rename)
@@ -731,60 +829,67 @@ def _record_fs_ops(monkeypatch, qdir):
 
 
 def _synced_after_last_change(events, directory):
-    """Was ``directory`` fsynced after the last move or write that touched it?"""
-    last = max((i for i, e in enumerate(events) if e[0] in ("move", "write") and directory in e[1:]),
+    """Was ``directory`` fsynced after the last move into it or write in it?"""
+    last = max((i for i, e in enumerate(events)
+                if (e[0] == "move" and e[2] == directory) or e == ("write", directory)),
                default=-1)
     return any(e == ("dirsync", directory) for e in events[last + 1:])
 
 
 def test_durable_transitions_fsync_the_directories(qdir, clock, monkeypatch):
-    """With durable=True every create or move that changes a task's state is followed by
-    an fsync of the directory it changed before the call returns. A state change is a
-    rename inside the task's shard directory, so it costs one file fsync (the rewritten
-    record) and one directory fsync, and touches no other directory; a move into or out
-    of the finished states renames between the shard directory and its finished
-    directory, and fsyncs both."""
+    """With durable=True every write and every move that gives a task a new name is
+    followed by an fsync of the directory of that name before the call returns. A state
+    change inside the shard directory costs one file fsync (the rewritten record) and one
+    directory fsync; a move into the finished directory fsyncs that directory only (a
+    claimed name a crash might leave behind is dropped by the stale scan:
+    test_a_claimed_name_left_beside_a_finished_record_is_dropped); a move out of it
+    (requeue) goes through the claimed name, fsyncing the shard directory, then the
+    finished directory, before the pending name appears."""
     q = make(qdir, clock, max_failures=2, lock_shards=8)
     events = _record_fs_ops(monkeypatch, qdir)
     sa, sb = f"s{q._shard('a')}", f"s{q._shard('b')}"
     ea, eb = f"e{q._shard('a')}", f"e{q._shard('b')}"
 
-    def check(*dirs, syncs=None):
-        for d in dirs:
+    def check(*dirs, syncs=None, left=()):
+        for d in dirs:  # where the task's record is now
             assert _synced_after_last_change(events, d), (d, events)
         moved = {x for e in events if e[0] in ("move", "write") for x in e[1:]}
-        assert moved <= set(dirs), (moved, dirs)
+        assert moved <= {*dirs, *left}, (moved, dirs)
         if syncs is not None:
-            assert [e[0] for e in events if e[0] != "move" and e[0] != "write"] == syncs, events
+            assert [e if e[0] == "dirsync" else e[0] for e in events
+                    if e[0] != "move" and e[0] != "write"] == syncs, events
         events.clear()
 
     q.put_many([("a", 1), ("b", 2)])
     check(sa, sb, "root", "ids")  # the records, their markers, and seq
     c = q.claim()
-    check(sa, syncs=["filesync", "dirsync"])
+    check(sa, syncs=["filesync", ("dirsync", sa)])
     assert q.fail(c, "x") == "retry"
-    check(sa, syncs=["filesync", "dirsync"])
+    check(sa, syncs=["filesync", ("dirsync", sa)])
     c = q.claim()
     assert c.task_id == "b"
     events.clear()
     assert q.complete(c) is True
-    check(eb, sb, syncs=["filesync", "dirsync", "dirsync"])
+    check(eb, left=[sb], syncs=["filesync", ("dirsync", eb)])
     c = q.claim()
     assert c.task_id == "a"
     events.clear()
     assert q.heartbeat(c) is True
-    check(sa, syncs=["filesync", "dirsync"])
+    check(sa, syncs=["filesync", ("dirsync", sa)])
     assert q.release(c) is True
-    check(sa, syncs=["filesync", "dirsync"])
+    check(sa, syncs=["filesync", ("dirsync", sa)])
     assert q.fail(q.claim(), "y") == "failed"
-    check(ea, sa)
+    check(ea, left=[sa])
     assert q.requeue_failed() == ["a"]
-    check(ea, sa, syncs=["filesync", "dirsync", "dirsync"])
+    assert [e for e in events if e[0] != "filesync"] == [
+        ("write", ea), ("move", ea, sa), ("dirsync", sa), ("dirsync", ea), ("move", sa, sa),
+        ("dirsync", sa)], events
+    events.clear()
     q.claim()
     events.clear()
     clock.advance(q.config.stale_after + 1)
     assert q.reclaim_stale() == ["a"]
-    check(sa, syncs=["filesync", "dirsync"])
+    check(sa, syncs=["filesync", ("dirsync", sa)])
 
 
 def test_not_durable_never_fsyncs(qdir, clock, monkeypatch):

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import re
-import socket
 import threading
 import time
 
-import httpx
 import pytest
 
 from bursarcore import Intent
@@ -23,6 +20,7 @@ from bursarcore.service.app import ServiceSettings
 from bursarcore.service.auth import Principal
 from bursarcore.service.stream import StreamSession
 from bursarcore.service.testing import InProcessService
+from stream_stall import metric, stalled
 
 websockets = pytest.importorskip("websockets")
 msgpack = pytest.importorskip("msgpack")
@@ -399,14 +397,6 @@ def test_client_stream_refusals_at_the_upgrade(live):
             c.stream("nosuch")
 
 
-def _metric(url, token, name):
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"},
-                     timeout=10).text
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert m, name
-    return float(m.group(1))
-
-
 def test_a_client_that_does_not_read_holds_at_most_the_window_and_stalls_no_one(live):
     """A real socket: the client sends frames of 100 messages and never reads. The server
     stops reading it once its window (4096) is in flight and its answers fill the TCP
@@ -421,33 +411,10 @@ def test_a_client_that_does_not_read_holds_at_most_the_window_and_stalls_no_one(
                  compression=None).__enter__()
     frame = json.dumps([{"id": i, "op": "consume", "dim": "fs", "amount": 0.0}
                         for i in range(100)])
-    sent = [0]
-    stop = threading.Event()
-
-    def flood():
-        try:
-            while not stop.is_set() and sent[0] < 3_000_000:
-                ws.send(frame)
-                sent[0] += 100
-        except Exception:  # noqa: BLE001 - the socket is shut down at the end
-            pass
-
-    t = threading.Thread(target=flood, daemon=True)
-    t.start()
-    try:
-        # wait (bounded) until the server has stopped reading: received stays put
-        last, end = -1.0, time.monotonic() + 60
-        while time.monotonic() < end:
-            got = _metric(live.url, op, "bursar_stream_received")
-            if got == last and got > 0:
-                break
-            last = got
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the server kept reading a client that does not read")
+    with stalled(ws, frame, 100, live.url, op) as (t, got, sent):
         assert t.is_alive() and got < sent[0]         # the client is blocked in send
-        assert _metric(live.url, op, "bursar_stream_inflight") <= window
-        assert 0 < _metric(live.url, op, "bursar_stream_inflight_peak") <= window
+        assert metric(live.url, op, "bursar_stream_inflight") <= window
+        assert 0 < metric(live.url, op, "bursar_stream_inflight_peak") <= window
         # another tenant is served meanwhile
         with BursarClient(live.url, live.tokens["beta"], timeout=5) as b:
             t0 = time.monotonic()
@@ -456,16 +423,8 @@ def test_a_client_that_does_not_read_holds_at_most_the_window_and_stalls_no_one(
                 s.consume("fs", 0.0)
                 assert isinstance(next(s), Consumption)
             assert time.monotonic() - t0 < 5
-    finally:
-        stop.set()
-        try:
-            ws.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        ws.close()
-        t.join(10)
     end = time.monotonic() + 20
-    while _metric(live.url, op, "bursar_stream_connections") > 0:
+    while metric(live.url, op, "bursar_stream_connections") > 0:
         assert time.monotonic() < end, "the server kept a closed stream open"
         time.sleep(0.2)
 

@@ -16,7 +16,7 @@ from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.admission.state import MAXV, STARTING
 from bursarcore.broker import BACKENDS
 
-from invariants import check_invariants
+from invariants import LeaseOps, apply_lease_op, check_invariants
 
 INF = math.inf
 NS = 1_000_000_000
@@ -46,7 +46,7 @@ def new_broker(backend: str, enforcement: str = "prepaid", reuse_after: int | No
     return b
 
 
-class BrokerMachine(RuleBasedStateMachine):
+class BrokerMachine(LeaseOps, RuleBasedStateMachine):
     backend = "reference"
     reuse_after: int | None = 1024
 
@@ -70,24 +70,6 @@ class BrokerMachine(RuleBasedStateMachine):
     def acquire(self, c, lo, span, dur, opp, deadline):
         cls = "opportunistic" if opp and c != "bf" else None
         self._do(("acquire", c, lo, lo + span, dur, cls, deadline))
-
-    @rule(k=st.integers(0, 10_000))
-    def release(self, k):
-        live = [l.id for l in self.b.leases()]
-        if live:
-            self._do(("release", live[k % len(live)]))
-
-    @rule(k=st.integers(0, 10_000), ext=st.sampled_from([1.0, 60.0, 600.0]))
-    def renew(self, k, ext):
-        live = [l.id for l in self.b.leases() if l.state == "active"]
-        if live:
-            self._do(("renew", live[k % len(live)], ext))
-
-    @rule(k=st.integers(0, 10_000))
-    def cancel(self, k):
-        pend = [p["intent_id"] for p in self.b.pending()]
-        if pend:
-            self._do(("cancel", pend[k % len(pend)]))
 
     @rule(dt=st.sampled_from([0.0, 0.25, 1.0, 7.0, 30.0, 60.0, 61.0, 300.0]))
     def advance(self, dt):
@@ -136,18 +118,9 @@ def apply(b: Broker, op: tuple, released: dict):
         dl = None if deadline is None else b.clock.now() + deadline
         return b.acquire(Intent(c, units={"gpu": (lo, hi)}, duration=dur, service_class=cls,
                                 deadline=dl)).to_dict()
-    if kind == "release":
-        d = b.release(op[1])
-        if d.outcome == "released":
-            released[op[1]] = b.clock.now()
-        return d.to_dict()
-    if kind == "renew":
-        return b.renew(op[1], op[2]).to_dict()
-    if kind == "cancel":
-        return b.cancel(op[1])
-    if kind == "advance":
-        b.clock.advance(op[1])
-        return [e.to_dict() for e in b.poll()]
+    r = apply_lease_op(b, op, released)
+    if r is not NotImplemented:
+        return r
     if kind == "batch":
         items = op[1]
         r = b.admit_batch([i[0] for i in items], [i[1] for i in items], [i[2] for i in items])

@@ -34,6 +34,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.journal.memory import MemoryJournal
+from invariants import LeaseOps, apply_lease_op
 
 pytestmark = pytest.mark.tree
 
@@ -100,18 +101,9 @@ def apply(b: Broker, nodes: list[Node], op: tuple, released: dict) -> object:
         _, i, lo, hi, dur, cls = op
         return b.acquire(Intent(nodes[i].name, units={"gpu": (lo, hi)}, duration=dur,
                                 service_class=cls)).to_dict()
-    if kind == "release":
-        d = b.release(op[1])
-        if d.outcome == "released":
-            released[op[1]] = b.clock.now()
-        return d.to_dict()
-    if kind == "renew":
-        return b.renew(op[1], op[2]).to_dict()
-    if kind == "cancel":
-        return b.cancel(op[1])
-    if kind == "advance":
-        b.clock.advance(op[1])
-        return [e.to_dict() for e in b.poll()]
+    r = apply_lease_op(b, op, released)
+    if r is not NotImplemented:
+        return r
     raise AssertionError(kind)
 
 
@@ -163,7 +155,7 @@ class Figures:
         self.top = sum(self.R[i] for i in range(n) if nodes[i].parent is None)
 
 
-class TreeMachine(RuleBasedStateMachine):
+class TreeMachine(LeaseOps, RuleBasedStateMachine):
 
     @initialize(nodes=trees())
     def setup(self, nodes):
@@ -248,24 +240,6 @@ class TreeMachine(RuleBasedStateMachine):
             if left is not None and left < worst + 1:
                 return False
         return True
-
-    @rule(k=st.integers(0, 1000))
-    def release(self, k):
-        live = [l.id for l in self.b.leases()]
-        if live:
-            self._do(("release", live[k % len(live)]))
-
-    @rule(k=st.integers(0, 1000), ext=st.sampled_from([1.0, 60.0, 600.0]))
-    def renew(self, k, ext):
-        live = [l.id for l in self.b.leases() if l.state == "active"]
-        if live:
-            self._do(("renew", live[k % len(live)], ext))
-
-    @rule(k=st.integers(0, 1000))
-    def cancel(self, k):
-        pend = [p["intent_id"] for p in self.b.pending()]
-        if pend:
-            self._do(("cancel", pend[k % len(pend)]))
 
     @rule(dt=st.sampled_from([0.0, 0.5, 5.0, 30.0, 60.0, 61.0, 300.0, 1000.0]))
     def advance(self, dt):

@@ -75,15 +75,24 @@ def temp_file(path: str, text: str, *, durable: bool, lease: float | None = None
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
     data = text.encode()
-    with open(tmp, "xb") as f:
-        f.write(data)
+    fd = os.open(tmp, _CREATE, 0o666)  # (no buffered file object: one write, no fstat)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         if lease is not None:
-            f.flush()
-            mark_lease(f.fileno(), lease, len(data))
+            mark_lease(fd, lease, len(data))
         if durable:
-            f.flush()
-            os.fsync(f.fileno())
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        unlink(tmp)
+        raise
+    os.close(fd)
     return tmp
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def unlink(path: str) -> None:

@@ -28,7 +28,9 @@ when it comes to the head of its shard's list, and a malformed one is dropped th
 handle re-lists every shard when ``pending.gen`` changed (a task was added) or its lists
 ran out (unless it listed them in this claim); it drops a name found taken by a peer, and
 re-lists that shard alone (a small listing) when a second name there is found taken in
-one claim.
+one claim. Instead of listing every shard itself, a handle takes the shared listing
+(:data:`LISTING`) when it was made at the current ``pending.gen``
+(:meth:`ShardPicking._candidates`).
 
 Alone, a claimer takes the best head of all shards: exact preference order. Once it met a
 busy shard lock, or two names taken from one shard (both mean peers claiming at the same
@@ -56,7 +58,7 @@ import zlib
 from bisect import bisect_left
 from typing import Any, Callable
 
-from ._files import listdir
+from ._files import listdir, write_text
 from .tiers import TierPolicy
 
 STATES = ("pending", "claimed", "done", "failed")
@@ -79,6 +81,17 @@ every shard at once instead (a queue running dry: the full listing, which a clai
 finds nothing makes anyway, then replaces the remaining shard-by-shard listings). Format 4
 only: in format 3 a full listing holds every finished record too, and costs more than the
 listings it would replace."""
+LISTING = "pending.list"
+"""The shared listing, in the queue's root: the pending and claimed names of every shard as
+one full listing found them, headed by the ``pending.gen`` stamp read before it and the
+clock time it was made. A handle that finds it made at the current stamp takes it instead
+of listing every directory (:meth:`ShardPicking._candidates`), so a crowd of workers that
+start at once, or that all see a task added, reads one file instead of each listing every
+shard. A hint: whatever it says, a name is claimed only after it is found under its shard
+lock."""
+LISTING_MAGIC = "bursar-listing-1"
+SHARE_AFTER = 64
+"""``put_many`` writes the shared listing after adding at least this many tasks."""
 MAX_PASSED = 16
 """Busy shards a claim passes over (one non-blocking lock attempt each) before it waits
 for the best of them. Waiting sleeps; trying ever more shards keeps a crowd of claimers
@@ -211,6 +224,13 @@ class ShardPicking:
     """Claimed records seen by the last full listing (for the stale scan that follows a
     claim which found nothing)."""
     _try_claim: Callable[..., Any]
+    config: Any
+    clock: Callable[[], float]
+    _listing: str
+    _shared_at: str
+    """The ``pending.gen`` stamp of the shared listing this handle last wrote or took
+    (``""``: none)."""
+    _listed_at: float
 
     def _pending_names(self) -> list[str]:
         return [n for d in self._shard_dirs for n in listdir(d) if n.startswith("p.")]
@@ -240,38 +260,127 @@ class ShardPicking:
             if pol.eligible(worker_tier, tier):
                 runs.append((pol.class_preference(worker_tier, tier, failures), i, j))
             i = j
+        if len(runs) == 1:  # (the common case: one class in the shard)
+            out = names[runs[0][1]:runs[0][2]]
+            out.reverse()
+            return out
         runs.sort(reverse=True)  # worst class first
-        out: list[str] = []
+        out = []
         for _, i, j in runs:
             run = names[i:j]
             run.reverse()
             out += run
         return out
 
-    def _candidates(self, worker_tier: int, refresh: bool = False) -> list[list[str]]:
+    def _stamp(self) -> str:
+        """The state of ``pending.gen`` (size, modification time, inode): it changes
+        whenever a task enters pending."""
+        try:
+            st = os.stat(self._gen)
+        except FileNotFoundError:
+            return "-"
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+    def _list_all(self) -> tuple[str, list[list[str]]]:
+        """``(stamp, listing)``: every shard directory's names, sorted, with the stamp of
+        ``pending.gen`` read *before* listing (so a task added since has changed it)."""
+        stamp = self._stamp()
+        return stamp, [sorted(listdir(d)) for d in self._shard_dirs]
+
+    def _share(self, stamp: str, at: float, raw: list[list[str]]) -> None:
+        """Write the shared listing (:data:`LISTING`) from a full listing made at clock
+        time ``at`` (or later) with ``stamp``, unless ``pending.gen`` moved on meanwhile
+        (it would be out of date at once). Its pending and claimed names only; a hint,
+        written atomically, never fsynced."""
+        if self._stamp() != stamp:
+            return
+        lines = [f"{LISTING_MAGIC} {stamp} {at!r} {len(raw)}"]
+        for names in raw:
+            line = "/".join(names[bisect_left(names, "c."):bisect_left(names, "c/")]
+                            + names[bisect_left(names, "p."):bisect_left(names, "p/")])
+            if "\n" in line:  # (a stray name; no name the queue writes has one)
+                line = "/".join(n for n in line.split("/") if "\n" not in n)
+            lines.append(line)
+        try:
+            write_text(self._listing, "\n".join(lines), durable=False)
+        except OSError:
+            return  # a hint: claimers list the directories themselves
+        self._shared_at = stamp
+
+    def _shared(self, stamp: str) -> tuple[float, list[list[str]]] | None:
+        """``(at, listing)`` from the shared listing if it was made at ``stamp`` (no task
+        entered pending since: every pending name is in it, and names it lists may have
+        been taken since), else ``None``."""
+        try:
+            with open(self._listing, "rb") as f:
+                text = f.read().decode()
+        except (OSError, UnicodeDecodeError):
+            return None
+        lines = text.split("\n")
+        head = lines[0].split(" ")
+        n = len(self._shard_dirs)
+        if (len(head) != 4 or head[0] != LISTING_MAGIC or head[1] != stamp
+                or head[3] != str(n) or len(lines) != n + 1):
+            return None
+        try:
+            at = float(head[2])
+        except ValueError:
+            return None
+        return at, [line.split("/") if line else [] for line in lines[1:]]
+
+    def _candidates(self, worker_tier: int, refresh: bool = False,
+                    share_since: float | None = None, now: float | None = None
+                    ) -> list[list[str]]:
         """Per shard, the eligible pending names for ``worker_tier``, best last.
 
         Re-lists every shard when ``pending.gen`` changed since the last listing (a task
         was added), when every list ran out (unless listed in this claim), or on
-        ``refresh``; otherwise the lists from
-        the last listing, from which names already taken are dropped as they are met.
+        ``refresh``; otherwise the lists from the last listing, from which names already
+        taken are dropped as they are met.
+
+        Instead of listing every directory, a handle takes the shared listing
+        (:data:`LISTING`) when it was made at the current ``pending.gen``: when that
+        changed (not ``refresh``), or on ``refresh`` with ``share_since`` if the shared
+        listing was made after ``share_since`` and less than ``min(scan_every,
+        stale_after)`` before ``now`` (the periodic scan of a claim: see
+        :meth:`~.queue.TaskQueue.claim`). Lists taken over count as listed before this
+        claim (a claim returns ``None`` only after listing the directories itself).
+        ``self._listed_at`` is the clock time of the listing the lists come from (``now``
+        for a listing of the directories).
         """
-        try:
-            st = os.stat(self._gen)
-            stamp: Any = (st.st_size, st.st_mtime_ns, st.st_ino)
-        except FileNotFoundError:
-            stamp = None
+        stamp = self._stamp()
         ent = self._cands.get(worker_tier)
         if (ent is not None and ent[0] == stamp and not refresh
                 and (ent[2] == self._calls or any(ent[1]))):
             return ent[1]
-        raw = [sorted(listdir(d)) for d in self._shard_dirs]
+        calls = self._calls
+        got = None
+        cfg = self.config
+        if (refresh and stamp == self._shared_at) or (ent is not None and ent[0] == stamp
+                                                      and not refresh):
+            pass  # the shared listing is no newer than this handle's own
+        elif share_since is not None or not refresh:
+            got = self._shared(stamp)
+            if got is not None and share_since is not None and not (
+                    share_since < got[0] and (now if now is not None else self.clock())
+                    - got[0] < min(cfg.scan_every, cfg.stale_after)):
+                got = None
+        if got is not None:
+            self._listed_at, raw = got
+            self._shared_at = stamp
+            calls = -1
+        else:
+            at = now if now is not None else self.clock()
+            stamp, raw = self._list_all()
+            self._listed_at = at
+            if stamp != self._shared_at:
+                self._share(stamp, at, raw)
         self._claimed_seen = [os.path.join(d, n) for d, names in zip(self._shard_dirs, raw)
                               for n in names[bisect_left(names, "c."):bisect_left(names, "c/")]
                               if n.endswith(".json")]
         shards = [self._eligible(names, worker_tier) for names in raw]
         self._keys(worker_tier, sum(map(len, shards)))
-        self._cands[worker_tier] = [stamp, shards, self._calls]
+        self._cands[worker_tier] = [stamp, shards, calls]
         return shards
 
     def _relist(self, worker_tier: int, shards: list[list[str]], k: int) -> None:

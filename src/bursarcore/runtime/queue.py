@@ -7,6 +7,8 @@ SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``
     <root>/queue.json            settings every worker obeys (written once, at create)
     <root>/seq                   next submission number (changed under the lock .locks/seq)
     <root>/pending.gen           grows by one byte whenever a task enters pending (a hint)
+    <root>/pending.list          the shared listing, stamped with pending.gen (a hint;
+                                 see :data:`._shards.LISTING`)
     <root>/.locks/<k>            shard lock k, k = crc32(task id) % lock_shards (fcntl), or
     <root>/.locks/<k>.excl       the same lock in the lock-file protocol (lock = "file")
     <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
@@ -52,10 +54,45 @@ Guarantees (checked by ``tests/runtime``):
   the two leaves a record that the next stale scan moves on without counting anything
   twice. A worker that dies inside a section drops its fcntl lock with it (a lock file is
   broken after ``lock_stale_after``). With ``durable=True`` (default) the record is fsynced
-  before it is published and the directories of its move after it (outside the lock,
-  before the call returns), so a transition that returned survives power loss: both
-  renames of a change are in its shard directory, which one fsync covers, except a move
-  into or out of ``finished/``, which fsyncs both directories.
+  before it is published and the directory of its new name after it (outside the lock,
+  before the call returns), so a transition that returned survives power loss; which
+  fsyncs that takes, and why each is needed, is below.
+
+Which fsyncs (``durable=True``), and why each one is needed. A new directory entry is on
+disk only once its directory is fsynced, and it names complete data only if the file was
+fsynced before the entry was made; a rename is one atomic change on a journaling
+filesystem (ext4, xfs: one transaction for both directories), but it is not assumed that
+a crash keeps the two directories of a rename consistent with each other.
+
+* The record of every write (put, claim, heartbeat, completion, failure, release, stale
+  reclaim): fsynced before it is renamed into place, else the name could survive a crash
+  pointing at an empty or partial file (a claim's token, a result, lost).
+* A claim, heartbeat, release or retry: one fsync of the shard directory, after its two
+  renames (rewrite in place, then the state change), which are both in that directory:
+  it makes the new name durable, and the old name's removal with it.
+* A move *into* ``finished/`` (completion, final failure, a stale reclaim that fails the
+  task, finishing a half-moved record): one fsync, of ``finished/``, which makes the
+  finished record durable, so a result that was acknowledged is never lost and the task
+  never runs again. The shard directory is not fsynced: where the filesystem keeps the
+  rename atomic, the source's removal is already on disk with it; where it might not,
+  a crash can leave the claimed name behind beside the finished record. No live task is
+  ever both (the finished name appears only by that rename, under the shard lock, and no
+  other move creates a claimed name beside it), so a stale scan that finds a claimed
+  record whose task has a finished record deletes it (:meth:`_act_on_claimed`), counting
+  nothing; until then ``check()`` reports the pair. (The shard directory's entry for
+  ``finished/`` itself is made durable at create, and by every claim before it.)
+* A move *out of* ``finished/`` (``requeue_failed``, rare): three directory fsyncs, in
+  order, so that a crash never leaves a pending name beside a finished one (the rule above
+  could not tell which is current): the record goes first to the claimed name, saying
+  ``pending``, whose directory is fsynced (1); then ``finished/`` is fsynced (2), so the
+  failed name cannot come back; then the record moves to its pending name, and the shard
+  directory is fsynced again (3) before the call returns. A crash between 1 and 2 can
+  leave the claimed name beside the failed one: the rule above drops it (the requeue did
+  not return); after 2, a stale scan moves the claimed name on to pending.
+* ``put_many``: the records, then ``ids/`` and every shard directory it added to, so that
+  a task and its id marker survive together (the marker decides uniqueness); ``seq`` with
+  its directory, so submission numbers never go back.
+* ``pending.gen`` is a hint, never fsynced.
 
 Claiming without a global lock: see :mod:`._shards` (exact preference order for a lone
 claimer; in a crowd, each claimer starts from its own home shard within the best names of
@@ -88,7 +125,8 @@ from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_t
                       default_worker_id)
 from ._files import Record, read_json
 from ._inspect import Inspection
-from ._shards import (DRAINED, FINISHED, RELISTS, SHARDS_DIR, STATES, ShardPicking,
+from ._shards import (DRAINED, FINISHED, LISTING, RELISTS, SHARDS_DIR, SHARE_AFTER, STATES,
+                      ShardPicking,
                       finished_dir, parse_name, parse_pending, pending_name, pending_task_id,
                       shard_dir, shard_of, state_name)
 from .locks import LockUnsupported, ShardLocks, fcntl_supported
@@ -192,6 +230,9 @@ class TaskQueue(ShardPicking, Inspection):
         self._drained = DRAINED if self.format >= 4 else RELISTS + 1
         self._crowd = 0
         self._claimed_seen = None
+        self._listing = os.path.join(self.root, LISTING)
+        self._shared_at = ""
+        self._listed_at = float("-inf")
         self._pick_keys = {}  # worker tier -> pending file name -> key (see _candidates)
         self._cands = {}  # worker tier -> [pending.gen stamp, eligible names best last, call]
         self._calls = 0
@@ -248,11 +289,13 @@ class TaskQueue(ShardPicking, Inspection):
             raise QueueError(f"{root}: exists with other settings {existing} (wanted {config})")
         for d in ("ids", ".locks", SHARDS_DIR):
             os.makedirs(os.path.join(root, d), exist_ok=True)
-        for k in range(config.lock_shards):  # (a finished/ directory's entry is made
-            os.makedirs(finished_dir(root, k, fmt), exist_ok=True)  # durable by the first
-            os.makedirs(shard_dir(root, k), exist_ok=True)  # move into it: see _move)
+        for k in range(config.lock_shards):
+            os.makedirs(finished_dir(root, k, fmt), exist_ok=True)
+            os.makedirs(shard_dir(root, k), exist_ok=True)
         if existing is None:
-            if config.durable:
+            if config.durable:  # the shard directories, and each one's finished/ entry
+                for k in range(config.lock_shards):  # (a move into finished/ fsyncs
+                    _files.fsync_dir(shard_dir(root, k))  # finished/ only)
                 _files.fsync_dir(os.path.join(root, SHARDS_DIR))
             _files.write_json(cfg_path, config.to_json(), durable=config.durable)
         return cls(root, **kwargs)
@@ -292,11 +335,12 @@ class TaskQueue(ShardPicking, Inspection):
         _files.write_json(path, record, durable=self.config.durable, sync_dir=False)
 
     def _move(self, src: str, dst: str, synced: set[str]) -> None:
-        """``rename(src, dst)`` inside one shard (its directory, or between it and its
-        finished directory); adds both directories to ``synced``, which the caller fsyncs
-        (:meth:`_sync`) after leaving the shard lock and before returning."""
+        """``rename(src, dst)`` inside one shard (its directory, or from it into its
+        finished directory); adds the directory of ``dst`` to ``synced``, which the caller
+        fsyncs (:meth:`_sync`) after leaving the shard lock and before returning. That one
+        fsync is what makes the move durable: see "Which fsyncs" in the module docstring
+        (a move *out of* ``finished/`` is :meth:`_unfinish`)."""
         os.rename(src, dst)
-        synced.add(os.path.dirname(src))
         synced.add(os.path.dirname(dst))
 
     def _sync(self, dirs: Iterable[str]) -> None:
@@ -431,6 +475,10 @@ class TaskQueue(ShardPicking, Inspection):
         if added:
             self._sync({self._ids, *synced})
             self._bump()
+        if added >= SHARE_AFTER:  # workers starting on the batch read one listing
+            at = self.clock()
+            stamp, raw = self._list_all()
+            self._share(stamp, at, raw)
         return added
 
     def _known_locked(self, task_id: str) -> bool:
@@ -455,17 +503,36 @@ class TaskQueue(ShardPicking, Inspection):
         now = self.clock()
         self._calls += 1
         scanned = now - self._last_scan >= self.config.scan_every
+        seen: set[str] | None = None
         if scanned:  # one listing for both: the scan reads the claims it saw (a task it
-            self._candidates(worker_tier, refresh=True)  # moves to pending bumps the
-            self._scan_claimed(now, self._claimed_seen)  # gen: the claim lists again)
+            # moves to pending bumps the gen: the claim lists again)
+            self._candidates(worker_tier, refresh=True, share_since=self._last_scan, now=now)
+            paths = self._claimed_seen or []
+            self._scan_claimed(now, paths)
+            if self._cands[worker_tier][2] < 0:
+                # the shared listing, made at _listed_at (within min(scan_every,
+                # stale_after) of now): the scan covered the claims that existed then,
+                # which include every claim stale now (claimed before its last
+                # heartbeat, more than stale_after ago); a claim made since is scanned
+                # when this handle's next scan is due, counted from then (never from
+                # later than now: the writer's clock may run ahead of this one)
+                self._last_scan = min(self._listed_at, now)
+                seen = set(paths)
         while True:
             self._claimed_seen = None
             got: Claim | None = self._take_best(worker_tier, now)
-            if got is not None or scanned:
+            if got is not None or (scanned and seen is None):
                 return got
-            scanned = True
             # the fresh listing that found nothing also listed the claims: scan those
-            self._scan_claimed(now, self._claimed_seen)
+            # (after a scan of the shared listing: those it did not have)
+            paths = self._claimed_seen or []
+            if seen is not None:
+                paths = [p for p in paths if p not in seen]
+                seen = None
+                if not paths:
+                    return None
+            scanned = True
+            self._scan_claimed(now, paths)
 
     def _change(self, task_id: str, src: str, edit: Callable[[Record], str | None], *,
                 wait: bool = True, prepare: bool = True,
@@ -547,7 +614,7 @@ class TaskQueue(ShardPicking, Inspection):
             if tmp is not None:
                 _files.unlink(tmp)
         assert rec is not None and dst is not None
-        self._sync({os.path.dirname(src), os.path.dirname(dst)})
+        self._sync({os.path.dirname(dst)})  # the new name; see "Which fsyncs"
         if parse_pending(os.path.basename(dst)) is not None:
             self._bump()
         return rec, dst
@@ -752,7 +819,14 @@ class TaskQueue(ShardPicking, Inspection):
             return
         task_id = os.path.basename(path)[2:-5]
         state = rec.get("state")
-        if state in ("done", "failed"):  # the writer died between rewrite and rename
+        if self.format >= 4 and self._finished_exists(task_id):
+            # a move into finished/ whose source directory was not yet on disk when the
+            # power went (see "Which fsyncs"): the finished record is the task's state
+            _files.unlink(path)
+            synced.add(os.path.dirname(path))
+            log.warning("queue %s: dropped %s, left behind by a move into finished/ cut "
+                        "short by a crash", self.root, os.path.basename(path))
+        elif state in ("done", "failed"):  # the writer died between rewrite and rename
             self._move(path, self._spath(state, task_id), synced)
         elif state == "pending" or not rec.get("claim"):
             self._to_pending(path, rec, synced)
@@ -768,6 +842,26 @@ class TaskQueue(ShardPicking, Inspection):
             else:
                 self._to_pending(path, rec, synced)
             log.warning("queue %s: reclaimed %s: %s", self.root, rec["id"], reason)
+
+    def _finished_exists(self, task_id: str) -> bool:
+        return any(os.path.lexists(self._spath(s, task_id)) for s in FINISHED)
+
+    def _unfinish(self, path: str, rec: Record, synced: set[str]) -> None:
+        """Under the shard lock: move the finished record at ``path`` (rewritten as
+        pending) back to its shard as pending, in two steps so that a crash never leaves
+        it both finished and pending (see "Which fsyncs"): to ``c.<id>.json`` first
+        (a record that says ``pending`` on a claimed name, which a stale scan moves on),
+        that name made durable, then the removal from ``finished/``, then the move to its
+        pending name."""
+        dst = self._pending_path(rec)
+        mid = self._spath("claimed", rec["id"])
+        self._write(path, rec)
+        os.rename(path, mid)
+        if self.config.durable:
+            _files.fsync_dir(os.path.dirname(mid))  # 1: the claimed name is on disk,
+            _files.fsync_dir(os.path.dirname(path))  # 2: then the finished one is gone
+        self._move(mid, dst, synced)  # 3 (after the lock): the pending name
+        self._bump()
 
     def requeue_failed(self, task_ids: Iterable[str] | None = None) -> list[str]:
         """Move failed tasks (all, or ``task_ids``) back to pending with their failure count
@@ -792,7 +886,10 @@ class TaskQueue(ShardPicking, Inspection):
                 rec.pop("reason", None)
                 rec.pop("failed_at", None)
                 self._history(rec, now, "requeue")
-                self._to_pending(path, rec, synced)
+                if self.format >= 4:
+                    self._unfinish(path, rec, synced)
+                else:  # (format 3: one directory, whose fsync covers the move)
+                    self._to_pending(path, rec, synced)
             moved.append(rec["id"])
         self._sync(synced)
         return moved

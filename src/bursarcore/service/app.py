@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from .. import __version__
 from ..admission import Intent
@@ -40,6 +41,7 @@ from . import models as M
 from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
 from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
                    json_safe)
+from .fastpath import DirectIntents
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RouteTimer, ServiceMetrics
 from .ratelimit import RateLimiter, retry_after_header
@@ -59,7 +61,9 @@ class ServiceSettings:
     ``metrics_require_token`` whether ``/metrics`` needs the operator token;
     ``stream_window`` messages at most in flight (read, not yet answered) on one decision
     stream connection and ``stream_frame`` messages at most in one of its frames (a frame
-    is at most ``max_body`` bytes)."""
+    is at most ``max_body`` bytes); ``direct`` whether a plain single intent is answered
+    on the direct path (:mod:`~bursarcore.service.fastpath`; False: every request goes
+    through FastAPI's routing, which answers the same)."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
@@ -67,7 +71,8 @@ class ServiceSettings:
                  max_batch_items: int = 100_000, max_batch_body: int = 64 << 20,
                  max_longpoll: float = 60.0, commit_timeout: float | None = 30.0,
                  metrics_campaigns: int = 20, metrics_require_token: bool = True,
-                 stream_window: int = 4096, stream_frame: int = 1000) -> None:
+                 stream_window: int = 4096, stream_frame: int = 1000,
+                 direct: bool = True) -> None:
         self.rate, self.burst = rate, burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
@@ -80,9 +85,26 @@ class ServiceSettings:
         self.metrics_require_token = bool(metrics_require_token)
         self.stream_window = max(1, int(stream_window))
         self.stream_frame = max(1, min(int(stream_frame), self.stream_window))
+        self.direct = bool(direct)
 
 
 # ---------------------------------------------------------------------------- ASGI layer
+class BursarAPI(FastAPI):
+    """The FastAPI app, with a direct path in front for the requests that have one
+    (:class:`~bursarcore.service.fastpath.DirectIntents`): a request it does not answer
+    goes through the app as usual, with the body it read."""
+
+    direct: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        direct = self.direct
+        if direct is not None and scope["type"] == "http":
+            receive = await direct(scope, receive, send)
+            if receive is None:
+                return
+        await super().__call__(scope, receive, send)
+
+
 class _Limits:
     """Pure ASGI middleware: request bodies over ``max_body`` bytes (``batch_body`` under
     ``/v1/batch/``, the columnar batches) answer 413 before the app reads them (by
@@ -244,7 +266,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
             if lifespan:
                 await service.stop()
 
-    app = FastAPI(
+    app = BursarAPI(
         title="bursar", version=__version__, lifespan=_lifespan,
         description="An agent resource broker: campaign envelopes, short-lived leases, "
                     "supply signals, an auditable journal (SPEC §8, §9, §12). "
@@ -607,6 +629,9 @@ def create_app(service: BrokerService, tokens: TokenStore,
         window=st.stream_window, frame=st.stream_frame, max_frame_bytes=st.max_body,
         intent_of=intent_of, own_lease=own_lease, on_sent=metrics.observe_stream)
     metrics.streams = app.state.streams.sessions
+    if st.direct:
+        app.direct = DirectIntents(app, service, tokens, limiter, max_body=st.max_body,
+                                   intent_of=intent_of, observe=metrics.observe_request)
 
     # ------------------------------------------------------------------ flow dimensions
     @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,

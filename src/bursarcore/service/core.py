@@ -265,7 +265,8 @@ class BrokerService:
         self._seed_events()
         broker.subscribe(self._on_event)
         self._durable = self.journal.durable_seq if self._grouped else len(self.journal) - 1
-        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._waiters: list[tuple[int, asyncio.Future, float | None]] = []
+        self._watchdog: asyncio.TimerHandle | None = None
         self._kick: asyncio.Event | None = None
         self._new_events: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -374,10 +375,13 @@ class BrokerService:
                 self._group.take()       # what followed the failure is never committed
             except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
                 pass
-        for _, fut in self._waiters:
+        for _, fut, _ in self._waiters:
             if not fut.done():
                 fut.set_exception(ServiceUnavailable("the service is shutting down"))
         self._waiters = []
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         try:
             self.journal.close()
         except Exception:  # noqa: BLE001 - closing a failed journal must not mask shutdown
@@ -446,7 +450,7 @@ class BrokerService:
                 self._group.take()           # never commit what followed the failure
             except Exception:  # noqa: BLE001 - the buffer may be what cannot be encoded
                 pass
-        for _, fut in self._waiters:
+        for _, fut, _ in self._waiters:
             if not fut.done():
                 fut.set_exception(ServiceUnavailable("the journal cannot be written"))
         self._waiters = []
@@ -470,16 +474,42 @@ class BrokerService:
             raise ServiceUnavailable("the journal cannot be written")
         if not self._tasks or self._tasks[0].done():
             raise ServiceUnavailable("the journal committer is not running")
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append((seq, fut))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        # one timer for every waiter (see _expire), not one per request: the deadline
+        # rides with the waiter
+        deadline = None if self.commit_timeout is None else loop.time() + self.commit_timeout
+        self._waiters.append((seq, fut, deadline))
         assert self._kick is not None, "BrokerService.start() was not awaited"
         self._kick.set()
-        try:
-            await asyncio.wait_for(fut, self.commit_timeout)
-        except asyncio.TimeoutError:
-            log.error("journal commit took over %g s; answering 503", self.commit_timeout)
-            raise ServiceUnavailable(f"the journal did not commit within "
-                                     f"{self.commit_timeout:g} s; not acknowledged") from None
+        if deadline is not None and self._watchdog is None:
+            self._watchdog = loop.call_at(deadline, self._expire)
+        await fut
+
+    def _expire(self) -> None:
+        """The commit timeout: every waiter past its deadline answers 503; the timer is
+        set again for the earliest deadline left."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        late = 0
+        nxt: float | None = None
+        for _, fut, deadline in self._waiters:
+            if fut.done() or deadline is None:
+                continue
+            if deadline <= now:
+                fut.set_exception(ServiceUnavailable(
+                    f"the journal did not commit within {self.commit_timeout:g} s; not "
+                    f"acknowledged"))
+                late += 1
+            elif nxt is None or deadline < nxt:
+                nxt = deadline
+        if late:
+            log.error("journal commit took over %g s; answering 503 to %d request(s)",
+                      self.commit_timeout, late)
+            self._waiters = [w for w in self._waiters if not w[1].done()]
+        if nxt is not None:
+            self._watchdog = loop.call_at(nxt, self._expire)
 
     async def _committer(self) -> None:
         """Commit loop; any exception in it (taking the batch, writing it) fails stop —
@@ -511,12 +541,15 @@ class BrokerService:
                     self.commit_observer(time.perf_counter() - t0, len(buf))
             self._durable = self.journal.durable_seq
             keep = []
-            for seq, fut in self._waiters:
-                if seq <= self._durable:
-                    if not fut.done():
-                        fut.set_result(None)
+            durable = self._durable
+            for w in self._waiters:
+                fut = w[1]
+                if fut.done():
+                    continue                    # timed out, or its request went away
+                if w[0] <= durable:
+                    fut.set_result(None)
                 else:
-                    keep.append((seq, fut))
+                    keep.append(w)
             self._waiters = keep
             if keep:
                 self._kick.set()

@@ -76,6 +76,7 @@ class ServiceMetrics:
         #: the live decision stream sessions (set by the app)
         self.streams: Iterable[Any] = ()
         self._decisions: dict[tuple[int, int, int], int] = {}
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._counted = 0              # journal records before this seq are counted
         self._snapshot: dict[str, Any] | None = None
         r.register(_Snapshot(self))
@@ -90,8 +91,15 @@ class ServiceMetrics:
             self.stream_answers.inc(answers)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.latency.labels(method, route).observe(seconds)
-        self.responses.labels(method, route, str(status)).inc()
+        # the labelled series, found once per route and status (labels() parses its
+        # arguments on every call)
+        key = (method, route, status)
+        got = self._series.get(key)
+        if got is None:
+            got = self._series[key] = (self.latency.labels(method, route),
+                                       self.responses.labels(method, route, str(status)))
+        got[0].observe(seconds)
+        got[1].inc()
 
     async def render(self) -> bytes:
         """Refresh what is read at scrape time and return the text exposition."""

@@ -396,9 +396,20 @@ def lease_out(l: Lease) -> dict[str, Any]:
 
 
 def decision_out(d: Decision) -> dict[str, Any]:
+    # lease_out and fin, written out: this runs once per decision answered
+    l = d.lease
+    r = d.retry_after
     return {"outcome": d.outcome, "intent_id": d.intent_id, "campaign": d.campaign,
-            "units": d.units, "lease": lease_out(d.lease) if d.lease is not None else None,
-            "path": d.path, "reason": d.reason, "retry_after": fin(d.retry_after),
+            "units": d.units,
+            "lease": None if l is None else {
+                "id": l.id, "campaign": l.campaign, "dim": l.dim, "units": l.units,
+                "state": l.state, "firm": l.firm, "service_class": l.service_class,
+                "granted_at": l.granted_at, "start": l.start, "expiry": l.expiry,
+                "cost": l.cost, "revoke_at": l.revoke_at, "intent": l.intent,
+                "placement": [{"node": n, "units": u} for n, u in l.placement],
+                "slots": list(l.slots)},
+            "path": d.path, "reason": d.reason,
+            "retry_after": None if r is None or not math.isfinite(r) else float(r),
             "cost": d.cost, "wait": d.wait, "seq": d.seq}
 
 

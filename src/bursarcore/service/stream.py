@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import json
 import logging
 import math
@@ -59,6 +58,10 @@ try:  # the binary form needs msgpack (a dependency of the 'service' extra)
     import msgpack
 except ImportError:  # pragma: no cover
     msgpack = None
+try:  # answers are encoded with msgspec when it is there (the 'service' extra has it)
+    import msgspec
+except ImportError:  # pragma: no cover
+    msgspec = None  # type: ignore[assignment]
 
 __all__ = ["install", "OPS", "SLICE", "StreamSession", "MAX_ID_LEN"]
 
@@ -70,8 +73,8 @@ OPS = ("acquire", "renew", "release", "consume")
 SLICE = 128
 #: the longest string id a message may carry
 MAX_ID_LEN = 64
-#: intent shapes a connection remembers (see StreamSession._intents)
-_INTENT_SHAPES = 1024
+#: message shapes a connection remembers (see StreamSession._prepare)
+_SHAPES = 1024
 _MAX_LEASE = 1 << 62
 #: fields every message may carry beside its operation's own
 _COMMON = ("id", "op", "campaign")
@@ -127,26 +130,64 @@ def _validation(e: ValidationError) -> _Refused:
                           for it in e.errors()])
 
 
-def _encode(docs: list[dict[str, Any]], binary: bool) -> str | bytes:
-    """One frame: a message alone, several as an array."""
-    one: Any = docs[0] if len(docs) == 1 else docs
+def _encode_list(docs: list[dict[str, Any]], binary: bool) -> bytes:
+    """``docs`` as one array in the frame's form (MessagePack, or JSON as UTF-8 bytes;
+    JSON has no infinity: null, as everywhere in the API)."""
     if binary:
+        if _MP is not None:
+            return _MP.encode(docs)
         assert msgpack is not None
-        return msgpack.packb(one, use_bin_type=True)
+        return msgpack.packb(docs, use_bin_type=True)
+    if _JS is not None:
+        return _JS.encode(docs)          # non-finite floats: null
     try:
-        return json.dumps(one, separators=(",", ":"), allow_nan=False)
-    except ValueError:     # JSON has no infinity: null, as everywhere in the API
-        return json.dumps(json_safe(one), separators=(",", ":"), allow_nan=False)
+        text = json.dumps(docs, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(json_safe(docs), separators=(",", ":"), allow_nan=False)
+    return text.encode()
 
 
-class _Out:
-    """One outgoing message: an answer (``answer`` True: counted in flight) or an event,
-    sendable once ``seq`` is durable."""
+_MP = msgspec.msgpack.Encoder() if msgspec is not None else None
+_JS = msgspec.json.Encoder() if msgspec is not None else None
 
-    __slots__ = ("doc", "seq", "binary", "answer")
 
-    def __init__(self, doc: dict[str, Any], seq: int, binary: bool, answer: bool) -> None:
-        self.doc, self.seq, self.binary, self.answer = doc, seq, binary, answer
+def _body(docs: list[dict[str, Any]], binary: bool) -> bytes:
+    """The encoded items of ``docs`` without the array around them: arrays of answers
+    join by concatenation (MessagePack) or with commas (JSON) under one new header."""
+    data = _encode_list(docs, binary)
+    if not binary:
+        return data[1:-1]
+    n = len(docs)
+    return data[1:] if n < 16 else data[3:] if n < 1 << 16 else data[5:]
+
+
+def _array(bodies: list[bytes], n: int, binary: bool) -> bytes | str:
+    """One frame of ``n`` encoded items: the item alone when there is one, else an
+    array."""
+    if binary:
+        body = b"".join(bodies)
+        if n == 1:
+            return body
+        head = (bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+                if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big"))
+        return head + body
+    body = b",".join(bodies)
+    return (body if n == 1 else b"[" + body + b"]").decode()
+
+
+def _decode_array(frame: bytes | str, binary: bool) -> list[dict[str, Any]]:
+    doc = msgpack.unpackb(frame, raw=False) if binary else json.loads(frame)
+    return doc if isinstance(doc, list) else [doc]
+
+
+class _Chunk:
+    """Encoded outgoing messages: ``n`` items (``answers`` of them answers, counted in
+    flight; the rest events), sendable once ``seq`` is durable."""
+
+    __slots__ = ("body", "n", "answers", "seq", "binary")
+
+    def __init__(self, body: bytes, n: int, answers: int, seq: int, binary: bool) -> None:
+        self.body, self.n, self.answers, self.seq, self.binary = body, n, answers, seq, binary
 
 
 class StreamSession:
@@ -161,21 +202,25 @@ class StreamSession:
         self.events = events
         self.window = ctx.window
         self.frame_max = min(ctx.frame, ctx.window)
-        self.out: collections.deque[_Out] = collections.deque()
+        # a frame's messages are decided (and their answers encoded) this many at a time
+        self.slice = min(SLICE, self.frame_max)
+        self.out: collections.deque[_Chunk] = collections.deque()
         self.inflight = 0                 # answers read and not yet sent
         self.peak = 0                     # the most ever in flight (metrics, tests)
         self.received = 0                 # messages read
         self.answered = 0                 # answers sent
+        self.frames_sent = 0              # frames of answers and events sent
         self.binary = False               # the form of the client's last frame
         self.failed = False               # the service stopped acknowledging
         self._wake = asyncio.Event()      # the writer: something to send
         self._room = asyncio.Event()      # the reader and the watcher: room in flight
         self._pending: list[Any] = []     # the messages of the frame being decided
         self._pending_binary = False
-        # intents this connection sent before, by campaign and fields (with their types,
-        # so that 1, 1.0 and true stay apart): an agent sends the same few shapes again
-        # and again, and an Intent is immutable, so a shape is checked once
-        self._intents: dict[tuple, Intent] = {}
+        # messages this connection sent before, by their fields and the fields' types (so
+        # that 1, 1.0 and true stay apart), id aside: an agent sends the same few shapes
+        # again and again, and a checked intent (or consumption) is immutable, so a shape
+        # is checked once and its broker call remembered
+        self._shapes: dict[tuple, tuple[str, Callable[..., Any], tuple]] = {}
 
     # ------------------------------------------------------------------ the tasks
     async def run(self) -> None:
@@ -224,9 +269,10 @@ class StreamSession:
                 self._frame(msg.get("text") or "", False)
             self._wake.set()          # the frame's own error answers, if any
             # decide the frame's messages a slice at a time (see the module docstring)
-            while self._pending:
-                self._decide(self._pending[:SLICE], self._pending_binary)
-                del self._pending[:SLICE]
+            pending, binary, step = self._pending, self._pending_binary, self.slice
+            self._pending = []
+            for i in range(0, len(pending), step):
+                self._decide(pending[i:i + step], binary)
                 self._wake.set()
                 if self.failed:
                     return
@@ -271,51 +317,90 @@ class StreamSession:
         which the writer sends first)."""
         if not _valid_id(mid):
             mid = None
-        self._push(_error_doc(mid, e), -1, binary)
+        self._push([_error_doc(mid, e)], -1, binary)
 
-    def _push(self, doc: dict[str, Any], seq: int, binary: bool) -> None:
-        self.received += 1
-        self.inflight += 1
+    def _push(self, docs: list[dict[str, Any]], seq: int, binary: bool) -> None:
+        """Queue answers, encoded now: what waits for the commit is bytes, not objects."""
+        n = len(docs)
+        self.received += n
+        self.inflight += n
         if self.inflight > self.peak:
             self.peak = self.inflight
-        self.out.append(_Out(doc, seq, binary, True))
+        self.out.append(_Chunk(_body(docs, binary), n, n, seq, binary))
 
     def _decide(self, items: list[Any], binary: bool) -> None:
+        """Decide a slice of messages, in order, under the broker lock once: each is one
+        broker operation with :meth:`BrokerService.apply`'s failure policy, and the
+        slice's answers wait together for the commit that covers the last of them."""
         svc = self.ctx.service
-        for m in items:
-            mid = m.get("id") if isinstance(m, dict) else None
-            try:
-                if not isinstance(m, dict):
-                    raise _bad(["message"], "must be a map of named fields")
-                if not _valid_id(mid):
-                    mid = None
-                    raise _bad(["id"], f"must be an integer or a string of 1 to "
-                               f"{MAX_ID_LEN} characters")
-                op, fn = self._prepare(m)
+        journal = svc.journal
+        expected = svc.expected_errors
+        docs: list[dict[str, Any]] = []
+        seq = -1
+        with svc.lock:
+            for m in items:
+                # the id is read off the message: the rest is its shape (see _prepare)
+                mid = m.pop("id", None) if type(m) is dict else None
                 try:
-                    result, err, seq = svc.apply(fn)
-                except OperationFailed as e:
-                    raise _Refused(500, str(e)) from None
-                if err is not None:
-                    raise _refusal_of(err)
-                if op == "consume":
-                    doc = {"id": mid, "type": "consumption",
-                           "consumption": M.consumption_out(result)}
-                else:
-                    doc = {"id": mid, "type": "decision", "decision": M.decision_out(result)}
-                self._push(doc, seq, binary)
-            except _Refused as e:
-                self._push(_error_doc(mid, e), -1, binary)
-            except BursarError as e:           # bad input the checks found: nothing changed
-                self._push(_error_doc(mid, _refusal_of(e)), -1, binary)
-            except ServiceUnavailable as e:
-                self._push(_error_doc(mid, _Refused(503, str(e))), -1, binary)
-                self.failed = True
-                return
+                    if svc.failed is not None:
+                        raise ServiceUnavailable("the journal cannot be written; not "
+                                                 "accepting operations")
+                    if type(m) is not dict:
+                        raise _bad(["message"], "must be a map of named fields")
+                    if type(mid) is not int or not -(1 << 63) <= mid < (1 << 63):
+                        if not _valid_id(mid):
+                            mid = None
+                            raise _bad(["id"], f"must be an integer or a string of 1 to "
+                                       f"{MAX_ID_LEN} characters")
+                    kind, fn, args = self._prepare(m)
+                    before = journal.next_seq
+                    try:
+                        result = fn(*args)
+                    except expected as e:       # bad input: nothing changed
+                        raise _refusal_of(e) from None
+                    except Exception as e:  # noqa: BLE001 - classified as apply() does
+                        try:
+                            svc._unexpected(e, before, getattr(fn, "__name__", repr(fn)))
+                        except OperationFailed as f:
+                            raise _Refused(500, str(f)) from None
+                    seq = journal.next_seq - 1
+                    if kind == "consume":
+                        docs.append({"id": mid, "type": "consumption",
+                                     "consumption": M.consumption_out(result)})
+                    else:
+                        docs.append({"id": mid, "type": "decision",
+                                     "decision": M.decision_out(result)})
+                except _Refused as e:
+                    docs.append(_error_doc(mid, e))
+                except BursarError as e:       # bad input the checks found: nothing changed
+                    docs.append(_error_doc(mid, _refusal_of(e)))
+                except ServiceUnavailable as e:
+                    docs.append(_error_doc(mid, _Refused(503, str(e))))
+                    self.failed = True
+                    break
+        if docs:
+            self._push(docs, seq, binary)
 
-    def _prepare(self, m: dict[str, Any]) -> tuple[str, Callable[[], Any]]:
-        """Check one message; return its op and the broker call that decides it. Raises
-        :class:`_Refused` naming the field, before anything changes."""
+    def _prepare(self, m: dict[str, Any]) -> tuple[str, Callable[..., Any], tuple]:
+        """Check one message (its id taken off); return its op and the broker call that
+        decides it (the function and its arguments). Raises :class:`_Refused` naming the
+        field, before anything changes. A shape seen before (the fields and their types)
+        is not checked again: the call it made is made again."""
+        try:
+            key = (*m.items(), *map(type, m.values()))
+            got = self._shapes.get(key)
+        except TypeError:                        # a list or a map among the values
+            key, got = None, None
+        if got is not None:
+            return got
+        got = self._check(m)
+        if key is not None and got[0] in ("acquire", "consume"):
+            if len(self._shapes) >= _SHAPES:
+                self._shapes.clear()
+            self._shapes[key] = got
+        return got
+
+    def _check(self, m: dict[str, Any]) -> tuple[str, Callable[..., Any], tuple]:
         ctx = self.ctx
         op = m.get("op")
         if op not in _FIELDS:
@@ -328,16 +413,6 @@ class StreamSession:
         if not self.p.may_act_for(campaign) or campaign not in ctx.broker.envelopes:
             raise _Refused(404, "campaign not found")
         broker = ctx.broker
-        key: tuple | None = None
-        if op == "acquire":
-            # a shape this connection sent before (only checked shapes are remembered)
-            key = (campaign, *[(k, v.__class__, v) for k, v in m.items() if k not in _COMMON])
-            try:
-                intent = self._intents.get(key)
-            except TypeError:                    # a list or a map among the values
-                key, intent = None, None
-            if intent is not None:
-                return op, functools.partial(broker.acquire, intent)
         allowed = _FIELDS[op]
         for k in m:
             if k not in allowed and k not in _COMMON:
@@ -345,26 +420,21 @@ class StreamSession:
                            f"{[*_COMMON, *allowed]}", "extra_forbidden")
         if op == "release":
             lid = _lease_id(m)
-            return op, lambda: (ctx.own_lease(campaign, lid), broker.release(lid))[1]
+            return op, _released, (ctx.own_lease, broker.release, campaign, lid)
         body = {k: v for k, v in m.items() if k not in _COMMON and k != "lease"}
         if op == "acquire":
-            intent = self._intent(campaign, body)
-            if key is not None:
-                if len(self._intents) >= _INTENT_SHAPES:
-                    self._intents.clear()
-                self._intents[key] = intent
-            return op, functools.partial(broker.acquire, intent)
+            return op, broker.acquire, (self._intent(campaign, body),)
         try:
             model = _MODELS[op].model_validate(body)
         except ValidationError as e:
             raise _validation(e) from None
         if op == "renew":
             lid = _lease_id(m)
-            return op, lambda: (ctx.own_lease(campaign, lid),
-                                broker.renew(lid, model.duration, model.max_spend))[1]
+            return op, _renewed, (ctx.own_lease, broker.renew, campaign, lid, model.duration,
+                                  model.max_spend)
         if model.dim not in broker.flow_dims:
             raise _bad(["dim"], f"must be a flow dimension, one of {broker.flow_dims}")
-        return op, lambda: broker.consume(campaign, model.dim, model.amount)
+        return op, broker.consume, (campaign, model.dim, model.amount)
 
     def _intent(self, campaign: str, body: dict[str, Any]) -> Intent:
         """An intent checked as the HTTP API checks it (the same model, the same rules)."""
@@ -380,6 +450,7 @@ class StreamSession:
     async def _writer(self) -> None:
         svc = self.ctx.service
         ws = self.ws
+        cap = self.frame_max
         while True:
             if not self.out:
                 if self.failed:
@@ -390,32 +461,35 @@ class StreamSession:
                 continue
             batch = list(self.out)
             self.out.clear()
-            seq = max(o.seq for o in batch)
+            seq = max(c.seq for c in batch)
             try:
                 await svc.wait_durable(seq)
             except ServiceUnavailable as e:
                 # not acknowledged: the decisions may or may not become durable (as with
                 # a crash); each of them answers 503 instead
-                for o in batch:
-                    if o.seq >= 0 and o.answer:
-                        o.doc = _error_doc(o.doc["id"], _Refused(503, str(e)))
+                for c in batch:
+                    if c.seq >= 0 and c.answers:
+                        _unacknowledged(c, str(e))
                 if svc.failed is not None:
                     self.failed = True
             sent = 0
             i = 0
             while i < len(batch):
-                j = i
+                # whole chunks of one form, at most a frame's worth of messages
                 form = batch[i].binary
-                while j < len(batch) and batch[j].binary == form and j - i < 1000:
+                n = batch[i].n
+                j = i + 1
+                while j < len(batch) and batch[j].binary == form and n + batch[j].n <= cap:
+                    n += batch[j].n
                     j += 1
-                payload = _encode([o.doc for o in batch[i:j]], form)
+                payload = _array([c.body for c in batch[i:j]], n, form)
                 if isinstance(payload, bytes):
                     await ws.send_bytes(payload)
                 else:
                     await ws.send_text(payload)
-                for o in batch[i:j]:
-                    if o.answer:
-                        sent += 1
+                self.frames_sent += 1
+                for c in batch[i:j]:
+                    sent += c.answers
                 i = j
             self.inflight -= sent
             self.answered += sent
@@ -428,17 +502,37 @@ class StreamSession:
             while len(self.out) >= self.window:
                 self._room.clear()
                 await self._room.wait()
-            room = max(1, min(100, self.window - len(self.out)))
+            room = max(1, min(100, self.frame_max, self.window - len(self.out)))
             if not svc.running:             # no commits, no events (an app not started)
                 await asyncio.sleep(1.0)
                 continue
             evs = await svc.wait_events(self.campaign, self.cursor, room, 30.0)
             if not evs:
                 continue
-            for e in evs:
-                self.out.append(_Out({"type": "event", "event": e}, -1, self.binary, False))
-                self.cursor = e["seq"]
+            binary = self.binary
+            self.out.append(_Chunk(_body([{"type": "event", "event": e} for e in evs],
+                                         binary), len(evs), 0, -1, binary))
+            self.cursor = evs[-1]["seq"]
             self._wake.set()
+
+
+def _released(own_lease: Callable, release: Callable, campaign: str, lid: int) -> Any:
+    own_lease(campaign, lid)
+    return release(lid)
+
+
+def _renewed(own_lease: Callable, renew: Callable, campaign: str, lid: int, duration: float,
+             max_spend: float | None) -> Any:
+    own_lease(campaign, lid)
+    return renew(lid, duration, max_spend)
+
+
+def _unacknowledged(c: _Chunk, why: str) -> None:
+    """A chunk whose commit did not come: each decision in it answers 503 instead."""
+    docs = _decode_array(_array([c.body], c.n, c.binary), c.binary)
+    docs = [_error_doc(d.get("id"), _Refused(503, why))
+            if d.get("type") in ("decision", "consumption") else d for d in docs]
+    c.body = _body(docs, c.binary)
 
 
 def _valid_id(mid: Any) -> bool:
