@@ -109,6 +109,7 @@ class _Ctx:
         e.fs_ok = 0
         e.L = L = st.lrow.shape[0]
         e.lr = ptr("lrow", (L, _state.L_WIDTH), "bc_lrow *")
+        e.lex = ptr("lex", (L * _state.LEX_WIDTH,))
         e.freeq = ptr("freeq", (L,))
         e.lfree = ptr("lfree", (3,))
         e.A = A = st.arena.shape[0]

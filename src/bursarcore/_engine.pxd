@@ -118,6 +118,7 @@ cdef extern from "engine.h" nogil:
         double fs_w
         int fs_ok
         LRow* lr
+        int64_t* lex
         int64_t* freeq
         int64_t* lfree
         int32_t* arena
@@ -157,6 +158,8 @@ cdef extern from "engine.h" nogil:
     void k_settle(Eng* e, int64_t c, int64_t d, int64_t t)
     int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
     int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
+    int64_t k_held(const Eng* e, int64_t c, int64_t d)
+    int k_depth(const Eng* e, int64_t v)
     int64_t k_child_room(const Eng* e, int64_t p, int64_t d)
     int64_t k_child_load_room(const Eng* e, int64_t p, int64_t d)
     void k_link(Eng* e, int64_t c, int64_t p, int64_t t)
@@ -199,7 +202,7 @@ cdef extern from "engine.h" nogil:
                     int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
                     int64_t j, int64_t m, int* err, int64_t* rec)
     void k_dim_figures(const Eng* e, int64_t d, int64_t* out)
-    i128 k_token_wait(const Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
+    i128 k_token_wait(Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
     int k_quote_cell(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
                      int64_t t, i128* charge, int64_t* path, int64_t* reason)
     int64_t k_decide_keys(Eng* e, const int64_t* keys, int64_t K, int64_t t,

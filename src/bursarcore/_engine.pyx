@@ -176,6 +176,7 @@ cdef _Ctx _build(object st):
     e.fs_ok = False
     e.L = st.lrow.shape[0]
     e.lr = <LRow*>_data(refs, st.lrow, "lrow", cnp.NPY_INT64, 2, e.L, _state.L_WIDTH)
+    e.lex = _i64(refs, st, "lex", 1, e.L * _state.LEX_WIDTH, 0)
     e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
     e.lfree = _i64(refs, st, "lfree", 1, 3, 0)
     e.A = st.arena.shape[0]

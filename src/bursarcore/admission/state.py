@@ -82,6 +82,9 @@ FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off",
              "t_grant", "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
 L_WIDTH = 16
+# Per lease row, what each ancestor of a node of a tree prepaid (SPEC §14.2): the lease's
+# own excess is its record's; its ancestors', nearest first, are ``lex[row * LEX_WIDTH:]``.
+LEX_WIDTH = _abi.TREE_DEPTH - 1
 _VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
@@ -215,6 +218,7 @@ class EngineState:
     revoke_at: I64
     intent: I64
     gen: I64
+    lex: I64                          # (L * LEX_WIDTH,) the excess each ancestor prepaid
     freeq: I64
     lfree: I64                        # [head, tail, reuse_after]
     arena: I32
@@ -262,6 +266,8 @@ class EngineState:
             for j, f in enumerate(_L_FIELDS):
                 if f in d:
                     lr[:, j] = d.pop(f)
+        if "lex" not in d:                 # pickled before the tree: no ancestor prepaid
+            d["lex"] = np.zeros(lr.shape[0] * LEX_WIDTH, dtype=np.int64)
         self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
         if "gsum" not in d:                # pickled before Σg was kept here
@@ -316,6 +322,7 @@ class EngineState:
         self._set_rows(np.zeros((0, D, CD_WIDTH), np.int64), np.zeros((0, C_WIDTH), np.int64), 0)
         # leases and their slot arena
         self._set_leases(_aligned_buf(0), 0)
+        self.lex = np.zeros(0, dtype=np.int64)
         self.freeq = np.zeros(0, dtype=np.int64)
         if reuse_after is not None and (isinstance(reuse_after, bool) or int(reuse_after) < 0):
             raise ValueError("reuse_after must be None or an integer >= 0")
@@ -346,6 +353,37 @@ class EngineState:
             self.gsum += np.asarray(g, dtype=np.int64)
         self.C += 1
         return c
+
+    # -- the tree of envelopes (SPEC §14) -------------------------------------------------
+    def parent(self, c: int) -> int:
+        """Node c's parent's index, or -1 for a top-level node."""
+        up = int(self.up[c, 0]) if self.D else 0
+        return up - 1 if up > 0 else -1
+
+    def in_tree(self, c: int) -> bool:
+        """Whether c is a node of a tree (a child, or a top-level node with children)."""
+        return self.D > 0 and int(self.up[c, 0]) != 0
+
+    def path(self, c: int) -> list[int]:
+        """c's path: c, its parent, ..., its top-level ancestor."""
+        out = [c]
+        while (c := self.parent(c)) >= 0:
+            out.append(c)
+        return out
+
+    def held(self, c: int, d: int) -> int:
+        """SPEC §14.2: the units the leases of c's subtree hold on d (its own, for a flat
+        campaign; a node of a tree's ``H`` is its load)."""
+        return int(self.Hsub[c, d]) if int(self.up[c, d]) != 0 else int(self.H[c, d])
+
+    def subtree_sums(self, col: I64) -> I64:
+        """Σ over each campaign's subtree of its own figures ``col`` (C, D): a child is
+        registered after its parent, so one pass in reverse order adds children first."""
+        out = np.array(col[:self.C], dtype=np.int64)
+        up = self.up[:self.C, 0] if self.D else np.zeros(self.C, np.int64)
+        for c in np.flatnonzero(up > 0)[::-1]:
+            out[int(up[c]) - 1] += out[c]
+        return out
 
     def _set_rows(self, cd: np.ndarray, cr: np.ndarray, n: int) -> None:
         """Make ``cdrow`` / ``crow`` ``n`` records long, each record on a 64-byte boundary,
@@ -463,6 +501,8 @@ class EngineState:
             try:
                 self._resize("lrow", new, n)
                 grown.append(("lrow", L, n))
+                self._resize("lex", new * LEX_WIDTH, n * LEX_WIDTH)
+                grown.append(("lex", L * LEX_WIDTH, n * LEX_WIDTH))
                 for f in ("heap_t", "heap_id"):
                     size = getattr(self, f).shape[0]   # no reference kept: resize in place
                     if size < new + 1:                 # grow_heap may have made it larger

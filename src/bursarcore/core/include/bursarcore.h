@@ -34,6 +34,7 @@ extern "C" {
 #define BC_MAX_TIME (1LL << 62)     /* |time| <= this, in ns */
 #define BC_MAX_AMOUNT (1LL << 62)   /* capacities, rates, tokens, amounts: [0, this] */
 #define BC_NEVER INT64_MAX          /* a wait that no amount of time ends */
+#define BC_TREE_DEPTH 8             /* the most levels of a tree of envelopes (§14) */
 
 /* --- cdef begin (the declarations below are read by the cffi binding as written) --- */
 
@@ -258,9 +259,10 @@ int bc_engine_add_campaign(bc_engine *e, const int64_t *guaranteed, const int64_
  * parent's children would exceed the parent's (of the top-level nodes: the capacity), or
  * when the guarantee does not fit the reserve now (capacity − Σ_top R + the slack of the
  * parent's path, §14.3) or would raise the load of a node on the parent's path above its
- * sustained rate (§14.1). BC_EINDEX for a parent not registered. Its index to *index.
- * The capacity rule of a node's requests is the reserve rule of §14.3; the ceilings,
- * buckets and budgets of its ancestors do not bind it yet (docs/c-api.md). */
+ * sustained rate (§14.1), or when the node would lie deeper than BC_TREE_DEPTH levels.
+ * BC_EINDEX for a parent not registered. Its index to *index. A node's requests are
+ * decided by every level of its path: the reserve rule of §14.3 for capacity, and the
+ * ceiling, bucket and budget of the node and of each ancestor (§14.2). */
 int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
                        const int64_t *sustained, const int64_t *ceiling,
                        const int64_t *bucket, int64_t credits, int64_t now, int64_t *index);

@@ -20,21 +20,16 @@ static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
 }
 
 /* ns until (c, d)'s bucket holds the tokens n more units for dur ns need, refilling at
- * its sustained room (in instant mode: 1, the next ns, while it refills); -1 when it holds
- * them now, never refills, or could never hold them (the need is beyond the bucket's size:
- * the refill stops there). The caller settled the bucket. */
-static inline bc_i128 k_token_wait(const bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
+ * its sustained room (k_level_wait; for a node of a tree, every bucket of its path, settled
+ * to c's time); -1 when it holds them now, never refills, or could never hold them. The
+ * caller settled c's bucket. */
+static inline bc_i128 k_token_wait(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
 {
-    int64_t i = c * e->D + d, H = e->cd[i].H, s = e->cd[i].s;
-    int64_t rate = bc_sustained_room(H, s);
-    bc_i128 total = (bc_i128)bc_excess(H, n, s) * dur, need = total - e->cd[i].T;
-    if (rate == 0)
-        return -1;
-    if (e->scal[1] != 0)            /* instant mode: tokens are back as soon as time moves */
-        return 1;
-    if (need <= 0 || total > e->cd[i].Bcap)
-        return -1;
-    return (need + rate - 1) / rate;
+    bc_i128 w;
+    if (e->cd[c * e->D + d].up != 0)      /* §14.2: every bucket on its path (settled) */
+        return k_token_wait_tree(e, c, d, n, dur, e->cd[c * e->D + d].tlast);
+    w = k_level_wait(e, c * e->D + d, n, dur);
+    return w > 0 ? w : -1;
 }
 
 /* One cell of a quote: an intent for exactly n units for dur ns, decided as acquire would
@@ -204,10 +199,9 @@ __attribute__((always_inline)) static inline int64_t k_batch(
         if (rec != NULL) {
             rc = k_decide_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL,
                              BC_FLAT_ONLY);
-            if (rc == BC_E_TREE)
-                return j;             /* a node of a tree: decided one at a time (k_admit) */
             if (rc < 0) {
-                *err = rc;
+                if (rc != BC_E_TREE)  /* (a node of a tree: decided one at a time, k_admit) */
+                    *err = rc;
                 return j;
             }
             i = c * D + d;
@@ -220,10 +214,9 @@ __attribute__((always_inline)) static inline int64_t k_batch(
         }
         rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
                         BC_FLAT_ONLY);
-        if (rc == BC_E_TREE)
-            return j;                 /* a node of a tree: decided one at a time (k_admit) */
         if (rc < 0) {
-            *err = rc;
+            if (rc != BC_E_TREE)      /* (a node of a tree: decided one at a time, k_admit) */
+                *err = rc;
             return j;
         }
         if (rc == BC_DEFERRED)

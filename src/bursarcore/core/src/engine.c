@@ -46,7 +46,8 @@ void bc_engine_free(bc_engine *x)
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
-    free(e->gch); free(e->Hsub); free(e->fs_par); free(e->lr); free(e->freeq); free(e->lfree); free(e->arena);
+    free(e->gch); free(e->Hsub); free(e->fs_par); free(e->lr); free(e->lex); free(e->freeq);
+    free(e->lfree); free(e->arena);
     free(e->arena_top); free(e->heap_t); free(e->heap_id);
     free(x);
 }
@@ -55,30 +56,34 @@ void bc_engine_free(bc_engine *x)
 static int engine_grow_leases(bc_eng *e, int64_t L)
 {
     bc_lrow *lr;
-    int64_t *freeq, *ht, *hi, head = e->lfree[0], tail = e->lfree[1], j;
+    int64_t *lex, *freeq, *ht, *hi, head = e->lfree[0], tail = e->lfree[1], j;
     int64_t hc = e->HC > L + 1 ? e->HC : L + 1;
     if (L <= e->L)
         return BC_OK;
     if (L > ((int64_t)1 << BC_ROW_BITS))
         return BC_ERANGE;
     lr = engine_zalloc((size_t)L, sizeof(bc_lrow));
+    lex = engine_zalloc((size_t)L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
     freeq = engine_zalloc((size_t)L, sizeof(int64_t));
     ht = engine_zalloc((size_t)hc, sizeof(int64_t));
     hi = engine_zalloc((size_t)hc, sizeof(int64_t));
-    if (lr == NULL || freeq == NULL || ht == NULL || hi == NULL) {
-        free(lr); free(freeq); free(ht); free(hi);
+    if (lr == NULL || lex == NULL || freeq == NULL || ht == NULL || hi == NULL) {
+        free(lr); free(lex); free(freeq); free(ht); free(hi);
         return BC_ENOMEM;
     }
-    if (e->L > 0)
+    if (e->L > 0) {
         memcpy(lr, e->lr, (size_t)e->L * sizeof(bc_lrow));
+        memcpy(lex, e->lex, (size_t)e->L * (BC_TREE_DEPTH - 1) * sizeof(int64_t));
+    }
     for (j = head; j < tail; j++)       /* the FIFO of ended rows, laid out afresh */
         freeq[j - head] = e->freeq[j % e->L];
     if (e->HC > 0) {
         memcpy(ht, e->heap_t, (size_t)e->HC * sizeof(int64_t));
         memcpy(hi, e->heap_id, (size_t)e->HC * sizeof(int64_t));
     }
-    free(e->lr); free(e->freeq); free(e->heap_t); free(e->heap_id);
+    free(e->lr); free(e->lex); free(e->freeq); free(e->heap_t); free(e->heap_id);
     e->lr = lr;
+    e->lex = lex;
     e->freeq = freeq;
     e->heap_t = ht;
     e->heap_id = hi;
@@ -329,6 +334,8 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
         return BC_EINVAL;
     if (parent >= x->C)
         return BC_EINDEX;
+    if (parent >= 0 && k_depth(&x->e, parent) >= BC_TREE_DEPTH)
+        return BC_ERANGE;
     for (d = 0; d < x->e.D; d++)
         if (g[d] < 0 || g[d] > k_child_room(&x->e, parent, d)
                 || (parent >= 0 && g[d] > k_child_load_room(&x->e, parent, d)))
@@ -487,7 +494,7 @@ int bc_engine_balance(bc_engine *x, int64_t c, int32_t d, int64_t now, int64_t *
     if (credits != NULL)
         *credits = x->e.cr[c].left;
     if (held != NULL)                 /* a node of a tree: its subtree's (§14.2) */
-        *held = cd->up == 0 ? cd->H : x->e.Hsub[c * x->e.D + d];
+        *held = k_held(&x->e, c, d);
     if (tokens != NULL)
         *tokens = cd->T;
     return BC_OK;

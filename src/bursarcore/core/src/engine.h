@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bursarcore.h"
 #include "ints.h"
@@ -111,6 +112,7 @@ typedef struct {
     int fs_ok;
     /* leases: one record per row */
     bc_lrow *lr;
+    int64_t *lex;              /* per row, BC_TREE_DEPTH - 1: the excess each ancestor prepaid */
     int64_t *freeq;            /* ring of ended rows (length L) */
     int64_t *lfree;            /* [head, tail, reuse_after] */
     int32_t *arena;
@@ -184,147 +186,48 @@ static inline int64_t k_free(const bc_eng *e, int64_t d)
     return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d]);
 }
 
-/* -- the tree of envelopes (§14) ---------------------------------------------------------- */
+/* -- what a lease takes from and gives back to one level (§4.2, §4.3) -------------------- */
 
-/* A node's `up`: its parent's index + 1 for a child, BC_UP_ROOT for a top-level node with
- * children, 0 for a flat campaign (a top-level node without children). The rules of §14 on a
- * flat campaign are those of §3–§4: its tree figures are zeros, and the engine decides it
- * with them folded away, at the cost of one predictable branch (up == 0) where it reads or
- * changes them; the walks up a node's ancestors are out of line. */
-enum { BC_UP_ROOT = -1, BC_FLAT_ONLY = -1 };
-
-#if defined(__GNUC__)
-#define BC_WALK static __attribute__((noinline, cold, unused))
-#else
-#define BC_WALK static
-#endif
-
-/* §14.3 Σ slack_v over node c and its ancestors on d (tree: c is a node of a tree; 0: a
- * flat campaign, its unmet guarantee). */
-static inline int64_t k_path_slack_at(const bc_eng *e, int64_t c, int64_t d, int tree)
+/* (c, d)'s bucket (record i) pays `debit` unit·ns for a grant or a renewal. */
+static inline void k_debit_tokens(bc_eng *e, int64_t i, bc_i128 debit)
 {
-    int64_t D = e->D, i = c * D + d, up = tree > 0 ? e->cd[i].up : 0;
-    int64_t sum = bc_slack(e->cd[i].g, e->cd[i].Hf, tree > 0 ? e->cd[i].Rch : 0);
-    while (up > 0) {
-        i = (up - 1) * D + d;
-        sum += bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
-        up = e->cd[i].up;
-    }
-    return sum;
+    e->cd[i].T = bc_wadd(e->cd[i].T, -debit);
+    e->cd[i].tok_debited = bc_wadd(e->cd[i].tok_debited, debit);
 }
 
-BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
+/* (c, d)'s bucket (record i) takes `refund` unit·ns back, up to its size; the rest is
+ * clipped. */
+static inline void k_refund_tokens(bc_eng *e, int64_t i, bc_i128 refund)
 {
-    return k_path_slack_at(e, c, d, 1);
+    int64_t T = e->cd[i].T;
+    bc_i128 room = (bc_i128)e->cd[i].Bcap - T, got = refund < room ? refund : room;
+    e->cd[i].T = bc_wadd(T, got);
+    e->cd[i].tok_refunded = bc_wadd(e->cd[i].tok_refunded, got);
+    e->cd[i].tok_clipped = bc_wadd(e->cd[i].tok_clipped, refund > room ? refund - room : 0);
 }
 
-/* §14.3 Σ slack_v over node c and its ancestors on d: what a firm grant to c may take beyond
- * cap − Σ_top R (c's unmet guarantee, for a flat campaign). */
-static inline int64_t k_path_slack(const bc_eng *e, int64_t c, int64_t d)
+/* Campaign c's budget escrows a charge (a budget of BC_MAXV, none, is not drawn down). */
+static inline void k_escrow(bc_eng *e, int64_t c, bc_i128 charge)
 {
-    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
-        return k_path_slack_at(e, c, d, 0);
-    return k_path_slack_tree(e, c, d);
+    if (e->cr[c].left < BC_MAXV)
+        e->cr[c].left = bc_wadd(e->cr[c].left, -charge);
+    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, charge);
+    e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, charge);
 }
 
-/* §14.3, §4.4 Σ over c's path of g_v − Σ_ch g_ch: what an empty pool (every R_v = g_v)
- * leaves a firm grant to c beyond the top-level guarantees (g, for a flat campaign). */
-BC_WALK int64_t k_path_free_g(const bc_eng *e, int64_t c, int64_t d)
+/* Campaign c's escrow of a lease charged `price` ends: `back` returns to its budget, the
+ * rest is spent. */
+static inline void k_credit_back(bc_eng *e, int64_t c, int64_t price, bc_i128 back)
 {
-    int64_t D = e->D, i = c * D + d, up = e->cd[i].up, sum = e->cd[i].g - e->gch[i];
-    while (up > 0) {
-        i = (up - 1) * D + d;
-        sum += e->cd[i].g - e->gch[i];
-        up = e->cd[i].up;
-    }
-    return sum;
+    if (e->cr[c].left < BC_MAXV)
+        e->cr[c].left = bc_wadd(e->cr[c].left, back);
+    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, -(bc_i128)price);
+    e->cr[c].refunded = bc_wadd(e->cr[c].refunded, back);
+    e->cr[c].spent = bc_wadd(e->cr[c].spent, (bc_i128)price - back);
 }
 
-/* §14.3 the children's commitments Rch of node `up` (see BC_UP_ROOT; <= 0: none, the pool)
- * move by dr on d, and each ancestor's with its child's change of R, as far as a change
- * reaches. The change of the top-level ancestor's R (dr itself when up <= 0; 0 if it stopped
- * below). */
-BC_WALK int64_t k_commit_up(bc_eng *e, int64_t up, int64_t d, int64_t dr)
-{
-    int64_t i, hf, rch, g;
-    while (up > 0 && dr != 0) {
-        i = (up - 1) * e->D + d;
-        g = e->cd[i].g;
-        hf = e->cd[i].Hf;
-        rch = e->cd[i].Rch;
-        e->cd[i].Rch = rch + dr;
-        dr = bc_commitment(g, hf, rch + dr) - bc_commitment(g, hf, rch);
-        up = e->cd[i].up;
-    }
-    return dr;
-}
+#include "tree.h"
 
-/* §14.2 the holding below node `up` (<= 0: none, the pool) moved by dh on d and what a child
- * adds to its load by dm: every ancestor's subtree holding moves by dh, and its load K (H)
- * and Xch by what its child adds, as far as a change reaches; a bucket is settled at t
- * before its load moves (its refill follows it). */
-BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t dm, int64_t t)
-{
-    int64_t i, h, g;
-    while (up > 0 && (dh != 0 || dm != 0)) {
-        i = (up - 1) * e->D + d;
-        e->Hsub[i] += dh;
-        if (dm != 0) {
-            k_settle(e, up - 1, d, t);
-            h = e->cd[i].H;
-            g = e->cd[i].g;
-            e->cd[i].Xch += dm;
-            e->cd[i].H = h + dm;
-            dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
-        }
-        up = e->cd[i].up;
-    }
-}
-
-/* §14.1 the largest guarantee a new child of node p may have on d now without raising the
- * load of a node of p's path above that node's sustained rate (a registration pays no
- * tokens): its reserved g raises the loads as a grant of g to p would, each node absorbing
- * the part of its guarantee its load does not use. */
-BC_WALK int64_t k_child_load_room(const bc_eng *e, int64_t p, int64_t d)
-{
-    int64_t i, up = p + 1, absorbed = 0, room = BC_MAXV, r;
-    while (up > 0) {
-        i = (up - 1) * e->D + d;
-        r = absorbed + bc_sustained_room(e->cd[i].H, e->cd[i].s);
-        room = r < room ? r : room;
-        absorbed += bc_unmet(e->cd[i].g, e->cd[i].H);
-        up = e->cd[i].up;
-    }
-    return room;
-}
-
-/* §14.1 the most a new node under p (< 0: at the top level) may be guaranteed on d now:
- * a node of R = g raises Σ_top R as a firm grant of g to p would. */
-static inline int64_t k_child_room(const bc_eng *e, int64_t p, int64_t d)
-{
-    return bc_firm_limit(e->cap[d], e->F[d], e->U[d], p < 0 ? 0 : k_path_slack(e, p, d));
-}
-
-/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: its
- * guarantee joins p's children's, its commitment R_c = g_c their commitments (U follows
- * Σ_top R) and its reserved guarantee the loads of p's path. The caller checked the nesting
- * and the rooms (k_child_room, k_child_load_room) on every dimension. */
-static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
-{
-    int64_t d, i, g;
-    for (d = 0; d < e->D; d++) {
-        i = c * e->D + d;
-        g = e->cd[i].g;
-        e->cd[i].up = p + 1;
-        if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
-            e->cd[p * e->D + d].up = BC_UP_ROOT;
-            e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
-        }
-        e->gch[p * e->D + d] += g;
-        e->U[d] += k_commit_up(e, p + 1, d, g);
-        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), t);
-    }
-}
 
 /* §6 the fair-share weight 2^((t - E)/half-life), moving the epoch E to t when t is more
  * than BC_FS_REBASE half-lives ahead. Cached per t (a batch's grants share one t), and
@@ -376,10 +279,12 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
         rch = tree > 0 ? e->cd[i].Rch : 0;
         e->cd[i].Hf = hf + delta;
         e->F[d] += delta;
-        dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
-        if (tree > 0)
-            dr = k_commit_up(e, e->cd[i].up, d, dr);
-        e->U[d] += dr - delta;
+        if (tree > 0) {
+            dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
+            e->U[d] += k_commit_up(e, e->cd[i].up, d, dr) - delta;
+        } else {        /* R − Hf of a node without children is its slack, g − Hf above 0 */
+            e->U[d] += bc_slack(g, hf + delta, 0) - bc_slack(g, hf, 0);
+        }
     }
 }
 
@@ -484,10 +389,18 @@ static inline void k_shortfall_m(bc_eng *e, int64_t d, int64_t units, bc_memo *m
         mo->d = -1;
 }
 
-/* The charge of a lease of class row kc priced `price` to campaign c (§7). */
+/* The charge of a lease of class row kc priced `price` to campaign c (§7; a class that runs
+ * free when broke runs free when a budget on c's path cannot pay, §14.2). tree: c is a node
+ * of a tree. */
+static inline bc_i128 k_charge_at(const bc_eng *e, int64_t c, const int64_t *kc, bc_i128 price,
+                                  int tree)
+{
+    return bc_charge(kc[BC_K_FREEBROKE] != 0, price, k_path_left_at(e, c, tree));
+}
+
 static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc_i128 price)
 {
-    return bc_charge(kc[BC_K_FREEBROKE] != 0, price, e->cr[c].left);
+    return k_charge_at(e, c, kc, price, e->cd[c * e->D].up != 0);
 }
 
 /* -- the decision (§4.4) ------------------------------------------------------------------ */
@@ -537,7 +450,7 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
                               int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int64_t free;
+    int64_t free, xlim[BC_LIMITS];
     bc_i128 pm;
     bc_req q;
     int err;
@@ -559,7 +472,13 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
     }
     o->pm = (int64_t)pm;
     k_request(e, c, d, k, dur, max_spend, o->pm, free, &q, tree);
-    err = bc_size(&q, nmin, nmax, exact, o);
+    if (tree > 0) {             /* §14.2: every level of the path binds */
+        q.left = k_path_left_tree(e, c);
+        k_path_limits(e, c, d, dur, t, xlim);
+        err = bc_size(&q, nmin, nmax, exact, xlim, o);
+    } else {
+        err = bc_size(&q, nmin, nmax, exact, NULL, o);
+    }
     if (err)
         return err;
     o->path = o->n <= o->warm ? BC_P_WARM : BC_P_RECLAIM;
@@ -582,8 +501,10 @@ static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, 
     int tree = e->cd[c * e->D + d].up != 0;
     bc_req q;
     k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q, tree);
-    if (tree)
+    if (tree) {
         q.g = k_path_free_g(e, c, d);               /* §14.3: g, for a flat campaign */
+        return k_never_tree(e, c, d, nmin, &q);
+    }
     return bc_never(&q, nmin);
 }
 

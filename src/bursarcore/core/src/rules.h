@@ -147,6 +147,13 @@ static inline int64_t bc_token_limit(int64_t H, int64_t s, int64_t T, int64_t du
     return bc_sustained_room(H, s) + bc_fdiv64(T, dur);
 }
 
+/* §4.2 instant enforcement (experiments): only a positive balance is checked, so a grant
+ * at holding H may add any number of units while T > 0, else those below s. */
+static inline int64_t bc_token_limit_instant(int64_t H, int64_t s, int64_t T)
+{
+    return T > 0 ? BC_MAXV : bc_sustained_room(H, s);
+}
+
 /* -- the rules with a limit, together (§4.4) ------------------------------------------------ */
 
 /* The rule with limit i (BC_LIMIT_*) is decided as this reason. */
@@ -264,8 +271,8 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
         }
         return 0;
     case BC_LIMIT_TOKENS:
-        if (q->instant) {       /* experiments: only a positive balance is checked */
-            *lim = q->T > 0 ? BC_MAXV : bc_sustained_room(q->H, q->s);
+        if (q->instant) {
+            *lim = bc_token_limit_instant(q->H, q->s, q->T);
             return 0;
         }
         if (q->dur == 0)
@@ -319,12 +326,14 @@ static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t
  * is lazy, and cuts m, the size so far, to each limit it has; the second compares a lazy
  * limit with m and divides it out, cutting m, only when it does not allow m. */
 static inline int bc_size_pass1(const bc_req *q, const bc_credit *ct, int i, int exact,
-                                bc_dec *o, int *lazy, int64_t *m)
+                                const int64_t *xlim, bc_dec *o, int *lazy, int64_t *m)
 {
     int rc = bc_limit(q, ct, i, exact, &o->lim[i], &o->warm);
     if (rc < 0)
         return rc;
     lazy[i] = rc == BC_LAZY;
+    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i])
+        o->lim[i] = xlim[i];
     if (!lazy[i])
         *m = bc_min64(*m, o->lim[i]);
     return 0;
@@ -348,8 +357,11 @@ static inline void bc_size_pass2(const bc_req *q, const bc_credit *ct, int i, bc
  * (0 if none), and, when it is below nmin, the first rule in BC_LIMIT_* order whose limit
  * held it there. With `exact` 0 a rule whose limit takes a division is divided out only when
  * it may bind; its lim[] then holds a lower bound (n and the reason are always exact).
- * Sets n, reason, lim and warm of *o; 0 or an error code. */
-static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact, bc_dec *o)
+ * xlim (NULL: none): what other levels of a tree of envelopes allow per rule (§14.2), each
+ * rule's limit the smaller of q's and its; with xlim every limit is exact. Sets n, reason,
+ * lim and warm of *o; 0 or an error code. */
+static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact,
+                          const int64_t *xlim, bc_dec *o)
 {
     int lazy[BC_LIMITS], i, rc;
     int64_t m = nmax, n;
@@ -358,10 +370,12 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
     if (rc < 0)
         return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
-    if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CREDITS, exact, o, lazy, &m)) < 0)
+    if (xlim != NULL)
+        exact = 1;
+    if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CREDITS, exact, xlim, o, lazy, &m)) < 0)
         return rc;
     bc_size_pass2(q, &ct, BC_LIMIT_CEILING, o, lazy, &m);
     bc_size_pass2(q, &ct, BC_LIMIT_CAPACITY, o, lazy, &m);
