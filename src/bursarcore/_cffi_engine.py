@@ -109,7 +109,8 @@ class _Ctx:
         e.fs_ok = 0
         e.L = L = st.lrow.shape[0]
         e.lr = ptr("lrow", (L, _state.L_WIDTH), "bc_lrow *")
-        e.lex = ptr("lex", (L * _state.LEX_WIDTH,))
+        # what each ancestor prepaid per lease: kept once a tree of envelopes exists
+        e.lex = ptr("lex", (L * _state.LEX_WIDTH,)) if st.lex.shape[0] else ffi.NULL
         e.freeq = ptr("freeq", (L,))
         e.lfree = ptr("lfree", (3,))
         e.A = A = st.arena.shape[0]
@@ -231,6 +232,8 @@ def link(st: Any, c: int, p: int, t: int) -> None:
     x = _ctx(st)
     if not 0 <= p < c < st.C:
         raise IndexError(f"node {c} / parent {p} out of range")
+    if x.e.lex == ffi.NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a node is linked")
     lib.bce_link(x.e, c, p, t)
 
 

@@ -176,7 +176,9 @@ cdef _Ctx _build(object st):
     e.fs_ok = False
     e.L = st.lrow.shape[0]
     e.lr = <LRow*>_data(refs, st.lrow, "lrow", cnp.NPY_INT64, 2, e.L, _state.L_WIDTH)
-    e.lex = _i64(refs, st, "lex", 1, e.L * _state.LEX_WIDTH, 0)
+    e.lex = NULL               # what each ancestor prepaid per lease: kept once a tree exists
+    if st.lex.shape[0]:
+        e.lex = _i64(refs, st, "lex", 1, e.L * _state.LEX_WIDTH, 0)
     e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
     e.lfree = _i64(refs, st, "lfree", 1, 3, 0)
     e.A = st.arena.shape[0]
@@ -312,6 +314,8 @@ def link(st, Py_ssize_t c, Py_ssize_t p, int64_t t):
     cdef _Ctx x = _ctx(st)
     if not 0 <= p < c < st.C:
         raise IndexError(f"node {c} / parent {p} out of range")
+    if x.e.lex == NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a node is linked")
     k_link(&x.e, c, p, t)
 
 

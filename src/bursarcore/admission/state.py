@@ -218,7 +218,7 @@ class EngineState:
     revoke_at: I64
     intent: I64
     gen: I64
-    lex: I64                          # (L * LEX_WIDTH,) the excess each ancestor prepaid
+    lex: I64                          # (L * LEX_WIDTH,) what each ancestor prepaid; () if flat
     freeq: I64
     lfree: I64                        # [head, tail, reuse_after]
     arena: I32
@@ -267,7 +267,7 @@ class EngineState:
                 if f in d:
                     lr[:, j] = d.pop(f)
         if "lex" not in d:                 # pickled before the tree: no ancestor prepaid
-            d["lex"] = np.zeros(lr.shape[0] * LEX_WIDTH, dtype=np.int64)
+            d["lex"] = np.zeros(0, dtype=np.int64)
         self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
         if "gsum" not in d:                # pickled before Σg was kept here
@@ -339,7 +339,10 @@ class EngineState:
                      Bcap: npt.ArrayLike, budget: int, now_ns: int, top: bool = True) -> int:
         """A campaign's records. ``top``: a top-level node, whose guarantee joins U and
         ``gsum``; otherwise a node of a tree (SPEC §14) that the kernels' ``link`` makes a
-        child of its parent next."""
+        child of its parent next (the state then keeps what each ancestor prepays per
+        lease, ``lex``)."""
+        if not top:
+            self.keep_ancestor_excess()
         if self.C == self._calloc:
             self._set_rows(self.cdrow, self.crow, max(16, 2 * self._calloc))
         c = self.C
@@ -370,6 +373,13 @@ class EngineState:
         while (c := self.parent(c)) >= 0:
             out.append(c)
         return out
+
+    def keep_ancestor_excess(self) -> None:
+        """Make room for what each ancestor prepays per lease (``lex``), once the first node
+        of a tree of envelopes is registered: a flat broker keeps none. A MemoryError
+        changes nothing."""
+        if not self.lex.shape[0]:
+            self.lex = np.zeros(self.lrow.shape[0] * LEX_WIDTH, dtype=np.int64)
 
     def held(self, c: int, d: int) -> int:
         """SPEC §14.2: the units the leases of c's subtree hold on d (its own, for a flat
@@ -501,8 +511,9 @@ class EngineState:
             try:
                 self._resize("lrow", new, n)
                 grown.append(("lrow", L, n))
-                self._resize("lex", new * LEX_WIDTH, n * LEX_WIDTH)
-                grown.append(("lex", L * LEX_WIDTH, n * LEX_WIDTH))
+                if self.lex.shape[0]:          # (kept once a tree of envelopes exists)
+                    self._resize("lex", new * LEX_WIDTH, n * LEX_WIDTH)
+                    grown.append(("lex", L * LEX_WIDTH, n * LEX_WIDTH))
                 for f in ("heap_t", "heap_id"):
                     size = getattr(self, f).shape[0]   # no reference kept: resize in place
                     if size < new + 1:                 # grow_heap may have made it larger

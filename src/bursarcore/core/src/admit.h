@@ -152,10 +152,25 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
     return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo, 1);
 }
 
+/* The batch loop's decision and admission of a node of a tree of envelopes (§14): the
+ * walks up its path, out of line, so a flat campaign's loop carries none of them. */
+BC_WALK int k_decide_node(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                          int64_t nmax, int64_t dur, int64_t t, bc_dec *o)
+{
+    return k_decide_at(e, c, d, k, nmin, nmax, dur, -1, t, 1, o, NULL, 1);
+}
+
+BC_WALK int k_admit_node(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                         int64_t nmax, int64_t dur, int64_t t, int64_t intent, int64_t *out,
+                         bc_memo *mo)
+{
+    return k_admit_at(e, c, d, k, nmin, nmax, dur, -1, t, intent, out, mo, 1);
+}
+
 /* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
- * through k_admit, in order, until one needs the policy layer (BC_DEFERRED, or a node of a
- * tree of envelopes, §14, which the single admission decides: returns its index, nothing of
- * it changed but the settle) or fails (an error code in *err: returns its index). Outputs
+ * through k_admit, in order (a node of a tree of envelopes, §14, through the walks up its
+ * path), until one needs the policy layer (BC_DEFERRED: returns its index) or fails (an
+ * error code in *err: returns its index). Outputs
  * per item: units (on), reason (orz), lease id or -1 (ol). The intent id of item j is
  * intent0 + j. With rec != NULL (a journal), each item's rule inputs are
  * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
@@ -199,9 +214,10 @@ __attribute__((always_inline)) static inline int64_t k_batch(
         if (rec != NULL) {
             rc = k_decide_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL,
                              BC_FLAT_ONLY);
+            if (rc == BC_E_TREE)      /* a node of a tree: its path's walk, out of line */
+                rc = k_decide_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, &x);
             if (rc < 0) {
-                if (rc != BC_E_TREE)  /* (a node of a tree: decided one at a time, k_admit) */
-                    *err = rc;
+                *err = rc;
                 return j;
             }
             i = c * D + d;
@@ -214,9 +230,11 @@ __attribute__((always_inline)) static inline int64_t k_batch(
         }
         rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
                         BC_FLAT_ONLY);
+        if (rc == BC_E_TREE)          /* a node of a tree: its path's walks, out of line */
+            rc = k_admit_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, buf,
+                              &mo);
         if (rc < 0) {
-            if (rc != BC_E_TREE)      /* (a node of a tree: decided one at a time, k_admit) */
-                *err = rc;
+            *err = rc;
             return j;
         }
         if (rc == BC_DEFERRED)
@@ -230,7 +248,7 @@ __attribute__((always_inline)) static inline int64_t k_batch(
                 rec[j * BC_REC_WIDTH + q] = before[q];
             rec[j * BC_REC_WIDTH + 4 + BC_LIMITS] = e->cd[i].T;
             rec[j * BC_REC_WIDTH + 5 + BC_LIMITS] = e->cr[c].left;
-            rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = e->cd[i].H;
+            rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = k_held(e, c, d);
         }
         j += 1;
     }

@@ -63,17 +63,20 @@ static int engine_grow_leases(bc_eng *e, int64_t L)
     if (L > ((int64_t)1 << BC_ROW_BITS))
         return BC_ERANGE;
     lr = engine_zalloc((size_t)L, sizeof(bc_lrow));
-    lex = engine_zalloc((size_t)L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
+    lex = e->lex == NULL ? NULL    /* (kept once a tree of envelopes exists) */
+          : engine_zalloc((size_t)L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
     freeq = engine_zalloc((size_t)L, sizeof(int64_t));
     ht = engine_zalloc((size_t)hc, sizeof(int64_t));
     hi = engine_zalloc((size_t)hc, sizeof(int64_t));
-    if (lr == NULL || lex == NULL || freeq == NULL || ht == NULL || hi == NULL) {
+    if (lr == NULL || (lex == NULL && e->lex != NULL) || freeq == NULL || ht == NULL
+            || hi == NULL) {
         free(lr); free(lex); free(freeq); free(ht); free(hi);
         return BC_ENOMEM;
     }
     if (e->L > 0) {
         memcpy(lr, e->lr, (size_t)e->L * sizeof(bc_lrow));
-        memcpy(lex, e->lex, (size_t)e->L * (BC_TREE_DEPTH - 1) * sizeof(int64_t));
+        if (lex != NULL)
+            memcpy(lex, e->lex, (size_t)e->L * (BC_TREE_DEPTH - 1) * sizeof(int64_t));
     }
     for (j = head; j < tail; j++)       /* the FIFO of ended rows, laid out afresh */
         freeq[j - head] = e->freeq[j % e->L];
@@ -336,6 +339,11 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
         return BC_EINDEX;
     if (parent >= 0 && k_depth(&x->e, parent) >= BC_TREE_DEPTH)
         return BC_ERANGE;
+    if (parent >= 0 && x->e.lex == NULL) {     /* the first node of a tree */
+        x->e.lex = engine_zalloc((size_t)x->e.L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
+        if (x->e.lex == NULL)
+            return BC_ENOMEM;
+    }
     for (d = 0; d < x->e.D; d++)
         if (g[d] < 0 || g[d] > k_child_room(&x->e, parent, d)
                 || (parent >= 0 && g[d] > k_child_load_room(&x->e, parent, d)))

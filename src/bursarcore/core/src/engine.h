@@ -46,7 +46,7 @@ enum {
     BC_E_RANGE = -8,     /* a price that does not fit int64 */
     BC_E_EMPTY = -9,     /* heap pop on an empty heap */
     BC_E_ENDED = -10,    /* ending a lease that has already ended */
-    BC_E_TREE = -11      /* a node of a tree asked of the flat path (k_batch defers it) */
+    BC_E_TREE = -11      /* a node of a tree asked of the flat path (k_batch walks its path) */
 };
 
 enum {
@@ -112,7 +112,8 @@ typedef struct {
     int fs_ok;
     /* leases: one record per row */
     bc_lrow *lr;
-    int64_t *lex;              /* per row, BC_TREE_DEPTH - 1: the excess each ancestor prepaid */
+    int64_t *lex;              /* per row, BC_TREE_DEPTH - 1: the excess each ancestor prepaid
+                                  (NULL while no tree of envelopes exists) */
     int64_t *freeq;            /* ring of ended rows (length L) */
     int64_t *lfree;            /* [head, tail, reuse_after] */
     int32_t *arena;

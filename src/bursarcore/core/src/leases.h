@@ -346,7 +346,6 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
     int64_t r = lid & BC_ROW_MASK;
     int64_t c = e->lr[r].camp, d = e->lr[r].dim, k = e->lr[r].lcls, i;
     int64_t n = e->lr[r].units, end, K, x, old, left, lv[BC_TREE_DEPTH], ex[BC_TREE_DEPTH];
-    int64_t *lex = e->lex + r * (BC_TREE_DEPTH - 1);
     bc_i128 new_end, delta[BC_TREE_DEPTH], pm, price;
     const int64_t *kc;
     int depth, j;
@@ -363,7 +362,7 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
         i = lv[j] * e->D + d;
         K = e->cd[i].H;
         ex[j] = e->scal[1] != 0 ? 0 : bc_excess(K - x, x, e->cd[i].s);
-        old = j == 0 ? e->lr[r].excess : lex[j - 1];
+        old = j == 0 ? e->lr[r].excess : e->lex[r * (BC_TREE_DEPTH - 1) + j - 1];
         delta[j] = (bc_i128)ex[j] * (new_end - t) - (bc_i128)old * ((bc_i128)end - t);
         if (delta[j] > e->cd[i].T)
             return BC_REASON_TOKENS;
@@ -390,7 +389,7 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
         if (j == 0)
             e->lr[r].excess = ex[j];
         else
-            lex[j - 1] = ex[j];
+            e->lex[r * (BC_TREE_DEPTH - 1) + j - 1] = ex[j];
         k_escrow(e, lv[j], price);
     }
     e->lr[r].cost = bc_wadd(e->lr[r].cost, price);
