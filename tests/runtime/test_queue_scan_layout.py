@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 
 import pytest
@@ -20,13 +19,7 @@ from bursarcore.runtime import QueueConfig, QueueError, TaskQueue
 from bursarcore.runtime import _files, _shards
 from bursarcore.runtime import queue as queue_mod
 
-
-def make(qdir, clock, worker="w0", **cfg):
-    return TaskQueue.create(qdir, QueueConfig(**cfg), lock="fcntl", clock=clock, worker=worker)
-
-
-def peer(q, clock, worker):
-    return TaskQueue(q.root, clock=clock, worker=worker)
+from queue_handles import make, peer
 
 
 def count_reads(monkeypatch):
