@@ -11,34 +11,26 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 
 import pytest
 
 from bursarcore.runtime import QueueConfig, QueueError, TaskQueue
-from bursarcore.runtime import _files, _shards
-from bursarcore.runtime import queue as queue_mod
+from bursarcore.runtime import _files, _recovery, _shards
 
-
-def make(qdir, clock, worker="w0", **cfg):
-    return TaskQueue.create(qdir, QueueConfig(**cfg), lock="fcntl", clock=clock, worker=worker)
-
-
-def peer(q, clock, worker):
-    return TaskQueue(q.root, clock=clock, worker=worker)
+from queue_handles import make, peer
 
 
 def count_reads(monkeypatch):
-    """Count the record reads of the stale scan (``queue.read_json``)."""
+    """Count the record reads of the stale scan (``_recovery.read_json``)."""
     reads: list[str] = []
-    real = queue_mod.read_json
+    real = _recovery.read_json
 
     def read_json(path):
         reads.append(os.path.basename(path))
         return real(path)
 
-    monkeypatch.setattr(queue_mod, "read_json", read_json)
+    monkeypatch.setattr(_recovery, "read_json", read_json)
     return reads
 
 

@@ -14,17 +14,10 @@ import os
 
 import pytest
 
-from bursarcore.runtime import QueueConfig, TaskQueue
 from bursarcore.runtime import _shards
 from bursarcore.runtime import queue as queue_mod
 
-
-def make(qdir, clock, worker="w0", **cfg):
-    return TaskQueue.create(qdir, QueueConfig(**cfg), lock="fcntl", clock=clock, worker=worker)
-
-
-def peer(q, clock, worker):
-    return TaskQueue(q.root, clock=clock, worker=worker)
+from queue_handles import make, peer
 
 
 def listing(q):

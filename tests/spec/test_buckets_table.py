@@ -12,7 +12,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from bursarcore import _backend, units
@@ -478,13 +478,21 @@ def test_settling_in_steps_equals_settling_once(TB, cap, rate, frac, steps):
 
 @given(cap=capacities, rate=rates, frac=st.floats(0, 1), want=st.floats(0, 1.2),
        t0=st.integers(0, 10 * S))
+@example(cap=1e6, rate=1e-6, frac=0.0, want=1.0, t0=0)  # 10**21 ns: never
+@example(cap=1e6, rate=1e3, frac=0.0, want=1.0, t0=7)   # 10**12 ns: reported
 def test_time_until_is_exact_to_the_ns(TB, cap, rate, frac, want, t0):
     b = TB([cap], [rate], tokens=[cap * frac])
     b.try_debit(0, 0, t0 / S)                      # leave a remainder
     amount = cap * want
     wait = b.time_until(0, amount, t0 / S)
     if math.isinf(wait):
-        assert units.to_fixed(amount) > b.state["capacity"][0]
+        # never: more than the bucket holds, or (SPEC §15) an exact wait beyond 2**62 ns
+        s = {k: int(v[0]) for k, v in b.state.items() if k != "watermark"}
+        assert s["last"] == t0                     # settled at t0 by the debit of 0
+        a = units.to_fixed(amount)
+        if a <= s["capacity"] and s["rate"] > 0:
+            exact = -(-((a - s["tokens"]) * S - s["remainder"]) // s["rate"])
+            assert exact > units.MAX_NS
         return
     assume(wait < 1e6)                             # ns-exact float times below this
     q = units.to_ns(wait)

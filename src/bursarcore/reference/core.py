@@ -190,28 +190,9 @@ class BrokerCore:
         g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
         s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
         b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
-        for i, d in enumerate(self.dims):
-            if parent is None:
-                total_g = sum(c.hold[i].g for c in self._camps if c.parent is None) + g[i]
-                if total_g > self._dim[i].cap:
-                    raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} "
-                                          f"would exceed the pool capacity {self._dim[i].cap}",
-                                          g[i])
-            else:                                                         # SPEC §14
-                p = self._camps[parent]
-                total_g = sum(self._camps[ch].hold[i].g for ch in p.children) + g[i]
-                if total_g > p.hold[i].g:
-                    raise InvalidArgument(f"guaranteed[{d}]", f"the children of {p.name!r} "
-                                          f"would be guaranteed {total_g} in all, more than "
-                                          f"its own guarantee {p.hold[i].g}", g[i])
-            if g[i] > tree.room_for_child(self._camps, self._dim[i].cap, parent, i):
-                raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
-                                      "no room for it now; retry when they end", g[i])
-            if parent is not None and g[i] > tree.load_room_for_child(self._camps, parent, i):
-                raise InvalidArgument(f"guaranteed[{d}]", "it would raise a load on its "
-                                      "parent's path above that node's sustained rate: "
-                                      "holdings above guarantees leave no room for it now; "
-                                      "retry when they end", g[i])       # SPEC §14.1
+        for i, d in enumerate(self.dims):                                 # SPEC §3, §14
+            tree.check_guarantee(self._camps, self._dim[i].cap, parent, i, g[i],
+                                 f"guaranteed[{d}]")
         buckets = []
         for d in self.dims:
             B = envelope.B(d)

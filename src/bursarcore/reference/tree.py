@@ -1,6 +1,6 @@
-"""Envelopes as a tree (SPEC §14): names as paths, the reserve rule of nested guarantees and
-the loads that every level's ceiling and bucket measure, written plainly from their
-definitions.
+"""Envelopes as a tree (SPEC §14): names as paths, the reserve rule of nested guarantees,
+the guarantees a new node may have, and the loads that every level's ceiling and bucket
+measure, written plainly from their definitions.
 
 A campaign's name is a path: ``astro`` is a top-level node (a child of the facility's pool),
 ``astro/survey`` a child of ``astro``. Every node's commitment on a held dimension is
@@ -33,7 +33,8 @@ from ..admission.paths import check_name, parent_name
 from .leases import Campaign
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
-           "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child"]
+           "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child",
+           "check_guarantee"]
 
 
 def commitments(camps: Sequence[Campaign], d: int) -> list[int]:
@@ -144,3 +145,33 @@ def load_room_for_child(camps: Sequence[Campaign], parent: int, d: int) -> int:
     p = camps[parent]
     E = absorbed(camps, K, p, d)
     return min(e + max(0, camps[v].hold[d].s - K[v]) for v, e in zip(p.path, E))
+
+
+def check_guarantee(camps: Sequence[Campaign], cap: int, parent: int | None, d: int, g: int,
+                    label: str) -> None:
+    """SPEC §3, §14, §14.1: a new node under ``parent`` (None: top level) may be guaranteed
+    g on dimension d only if guarantees stay never overbooked (Σ of the top-level g ≤
+    capacity; Σ of a node's children's g ≤ its own g), if g fits beside the firm holdings
+    above guarantees now (:func:`room_for_child`: Σ_top R stays ≤ capacity) and, under a
+    parent, if g lifts no load on the parent's path above that node's sustained rate
+    (:func:`load_room_for_child`). InvalidArgument naming ``label`` otherwise; nothing is
+    changed either way."""
+    if parent is None:
+        total = sum(c.hold[d].g for c in camps if c.parent is None) + g
+        if total > cap:
+            raise InvalidArgument(label, f"sum of guarantees {total} would exceed the pool "
+                                  f"capacity {cap}", g)
+    else:
+        p = camps[parent]
+        total = sum(camps[ch].hold[d].g for ch in p.children) + g
+        if total > p.hold[d].g:
+            raise InvalidArgument(label, f"the children of {p.name!r} would be guaranteed "
+                                  f"{total} in all, more than its own guarantee "
+                                  f"{p.hold[d].g}", g)
+    if g > room_for_child(camps, cap, parent, d):
+        raise InvalidArgument(label, "firm holdings above guarantees leave no room for it "
+                              "now; retry when they end", g)
+    if parent is not None and g > load_room_for_child(camps, parent, d):
+        raise InvalidArgument(label, "it would raise a load on its parent's path above that "
+                              "node's sustained rate: holdings above guarantees leave no "
+                              "room for it now; retry when they end", g)

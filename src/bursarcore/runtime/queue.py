@@ -1,111 +1,37 @@
 """A task queue on a shared filesystem: files, renames and short per-task locks; no
-database, no service, no queue-wide lock.
+database, no service, no queue-wide lock (SPEC §13, after RASER §3).
 
-SPEC §13 (after RASER §3). The full on-disk protocol is in ``docs/runtime.md``; in short
-(format 4)::
-
-    <root>/queue.json            settings every worker obeys (written once, at create)
-    <root>/seq                   next submission number (changed under the lock .locks/seq)
-    <root>/pending.gen           grows by one byte whenever a task enters pending (a hint)
-    <root>/pending.list          the shared listing, stamped with pending.gen (a hint;
-                                 see :data:`._shards.LISTING`)
-    <root>/.locks/<k>            shard lock k, k = crc32(task id) % lock_shards (fcntl), or
-    <root>/.locks/<k>.excl       the same lock in the lock-file protocol (lock = "file")
-    <root>/ids/<id>              empty marker: this id was put (ids are unique forever)
-    <root>/shards/<k>/p.<tier>.<failures>.<seq>.<id>.json   pending
-    <root>/shards/<k>/c.<id>.json   record with claim {worker, token, heartbeat, ...}
-    <root>/shards/<k>/finished/d.<id>.json   record with result
-    <root>/shards/<k>/finished/f.<id>.json   record with reason
-
-A task lives in the directory of its shard while pending or claimed, in the shard's
-``finished/`` directory once done or failed, and its state is the first letter of its file
-name (:mod:`._shards`): every state change is a rename inside the shard, within its
-directory or between it and ``finished/``. A queue of format 3 (finished records in the
-shard directory itself) is opened, read and written in that layout, so workers of the
-version that made it can share it; it is not migrated.
-
-Every change of one task happens while holding *that task's shard lock*, for the few
-system calls of the change only; no operation holds a lock for more than one task at a
-time, so transitions of tasks in different shards run in parallel and ``put_many`` never
-blocks a claim for longer than one task's write. A handle keeps no file descriptor open
-between calls (an fcntl section opens its lock file, locks it, and closes it).
-
-Guarantees (checked by ``tests/runtime``):
+``docs/runtime.md`` (section 1) describes it in full: the files of a queue ("On disk"),
+each transition with its precondition, rewrite and rename ("Transitions"), the stale scan
+and its lease mark, the claimers' choice of names ("Claims", "The shared listing"), and
+which fsyncs ``durable=True`` takes and why each is needed ("Durability"). It guarantees,
+as ``tests/runtime`` checks:
 
 * Every task is in exactly one of the states ``pending claimed done failed`` at every
-  instant: each state change is one ``rename`` of the task's file inside its shard (one
-  atomic rename, also between the shard directory and its ``finished/``), made under its
-  shard lock, and every writer of a task holds that lock.
-* A claim is held by one worker at a time. A worker's heartbeat, completion, failure or
-  release is accepted only while its claim token is the one in its claimed record; once a
-  peer has reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``.
-* A result reaches ``done`` exactly once: only the current claim may complete, and the
-  move out of ``claimed`` ends that claim.
-* A claim whose heartbeat is older than ``stale_after`` (default 180 s) is reclaimed by any
-  peer, and (by default) counts as a failure: a worker killed for memory routes its task
-  up a tier. A task that failed ``max_failures`` times goes to ``failed`` with the reason.
-  A claimed record carries its heartbeat as a *lease mark* (:func:`._files.mark_lease`:
-  its modification time, checked against its size, and the owner execute bit): the scan
-  calls ``stat`` on each claimed record and reads only those the mark does not show within
-  their lease. A marked time is never later than the heartbeat, so a record skipped is not
-  stale; every record that is half moved, unmarked or changed since is read.
-* Crash consistency: a record is rewritten (temp file + rename) *before* the rename that
-  moves it, and a record's ``state`` says where it is going; a worker that dies between
-  the two leaves a record that the next stale scan moves on without counting anything
-  twice. A worker that dies inside a section drops its fcntl lock with it (a lock file is
-  broken after ``lock_stale_after``). With ``durable=True`` (default) the record is fsynced
-  before it is published and the directory of its new name after it (outside the lock,
-  before the call returns), so a transition that returned survives power loss; which
-  fsyncs that takes, and why each is needed, is below.
+  instant: each state change is one atomic ``rename`` of the task's file inside its shard,
+  made under its shard lock, which every writer of the task holds.
+* No operation holds a lock for more than one task at a time, so tasks of different
+  shards change in parallel and ``put_many`` blocks a claim for one task's write at most.
+  A handle keeps no file descriptor open between calls.
+* A claim is held by one worker at a time. Its heartbeat, completion, failure or release
+  is accepted only while its token is the one in the claimed record; once a peer has
+  reclaimed the task as stale, the old worker's calls return ``False``/``"lost"``. Only
+  the current claim can complete, and the move out of ``claimed`` ends it: a result
+  reaches ``done`` exactly once.
+* A claim whose heartbeat is older than ``stale_after`` is reclaimed by any peer (by
+  default as a failure); a task that failed ``max_failures`` times goes to ``failed`` with
+  the reason. The scan skips unread only a record whose lease mark shows it within its
+  lease: a marked time is never later than the heartbeat, so a record skipped is not stale.
+* Crash consistency: a record says where it is going before it moves, so a worker that
+  dies between the two leaves a record that the next stale scan moves on without counting
+  anything twice; a worker that dies inside a section leaves no lock behind.
+* With ``durable=True`` (default) a transition that returned survives power loss.
 
-Which fsyncs (``durable=True``), and why each one is needed. A new directory entry is on
-disk only once its directory is fsynced, and it names complete data only if the file was
-fsynced before the entry was made; a rename is one atomic change on a journaling
-filesystem (ext4, xfs: one transaction for both directories), but it is not assumed that
-a crash keeps the two directories of a rename consistent with each other.
-
-* The record of every write (put, claim, heartbeat, completion, failure, release, stale
-  reclaim): fsynced before it is renamed into place, else the name could survive a crash
-  pointing at an empty or partial file (a claim's token, a result, lost).
-* A claim, heartbeat, release or retry: one fsync of the shard directory, after its two
-  renames (rewrite in place, then the state change), which are both in that directory:
-  it makes the new name durable, and the old name's removal with it.
-* A move *into* ``finished/`` (completion, final failure, a stale reclaim that fails the
-  task, finishing a half-moved record): one fsync, of ``finished/``, which makes the
-  finished record durable, so a result that was acknowledged is never lost and the task
-  never runs again. The shard directory is not fsynced: where the filesystem keeps the
-  rename atomic, the source's removal is already on disk with it; where it might not,
-  a crash can leave the claimed name behind beside the finished record. No live task is
-  ever both (the finished name appears only by that rename, under the shard lock, and no
-  other move creates a claimed name beside it), so a stale scan that finds a claimed
-  record whose task has a finished record deletes it (:meth:`_act_on_claimed`), counting
-  nothing; until then ``check()`` reports the pair. (The shard directory's entry for
-  ``finished/`` itself is made durable at create, and by every claim before it.)
-* A move *out of* ``finished/`` (``requeue_failed``, rare): three directory fsyncs, in
-  order, so that a crash never leaves a pending name beside a finished one (the rule above
-  could not tell which is current): the record goes first to the claimed name, saying
-  ``pending``, whose directory is fsynced (1); then ``finished/`` is fsynced (2), so the
-  failed name cannot come back; then the record moves to its pending name, and the shard
-  directory is fsynced again (3) before the call returns. A crash between 1 and 2 can
-  leave the claimed name beside the failed one: the rule above drops it (the requeue did
-  not return); after 2, a stale scan moves the claimed name on to pending.
-* ``put_many``: the records, then ``ids/`` and every shard directory it added to, so that
-  a task and its id marker survive together (the marker decides uniqueness); ``seq`` with
-  its directory, so submission numbers never go back.
-* ``pending.gen`` is a hint, never fsynced.
-
-Claiming without a global lock: see :mod:`._shards` (exact preference order for a lone
-claimer; in a crowd, each claimer starts from its own home shard within the best names of
-the best class).
-
-Queues of earlier formats than 3 are refused with :class:`QueueError`: format 1 (one
-queue-wide ``.lock``) and format 2 (state directories shared by all shards). Finish them with the
-version that made them, since workers of two kinds on one queue would not see each
-other's tasks.
-
-Time comes only from ``clock`` (float seconds, wall time shared by all hosts), so tests
-drive it by hand. Heartbeat and stale decisions compare clock readings of different hosts:
-keep clocks within a small fraction of ``stale_after``.
+A queue of format 3 is opened, read and written in its own layout (not migrated), so
+workers of the version that made it can share it; formats 1 and 2 are refused with
+:class:`QueueError`. Time comes only from ``clock`` (float seconds, wall time shared by
+all hosts), so tests drive it by hand; keep hosts' clocks within a small fraction of
+``stale_after``.
 """
 
 from __future__ import annotations
@@ -123,8 +49,9 @@ from ..errors import InvalidArgument
 from . import _files
 from ._config import (FORMAT, Claim, NotAQueue, QueueConfig, QueueError, check_task_id,
                       default_worker_id)
-from ._files import Record, read_json
+from ._files import Record
 from ._inspect import Inspection
+from ._recovery import Recovery
 from ._shards import (DRAINED, FINISHED, LISTING, RELISTS, SHARDS_DIR, SHARE_AFTER, STATES,
                       ShardPicking,
                       finished_dir, parse_name, parse_pending, pending_name, pending_task_id,
@@ -166,7 +93,7 @@ def _read_bytes(path: str) -> bytes:
         return f.read()
 
 
-class TaskQueue(ShardPicking, Inspection):
+class TaskQueue(ShardPicking, Inspection, Recovery):
     """Open the queue at ``root`` (created by :meth:`create`).
 
     ``clock``: float seconds, shared meaning across hosts (default :func:`time.time`).
@@ -338,7 +265,7 @@ class TaskQueue(ShardPicking, Inspection):
         """``rename(src, dst)`` inside one shard (its directory, or from it into its
         finished directory); adds the directory of ``dst`` to ``synced``, which the caller
         fsyncs (:meth:`_sync`) after leaving the shard lock and before returning. That one
-        fsync is what makes the move durable: see "Which fsyncs" in the module docstring
+        fsync is what makes the move durable: see "Durability" in docs/runtime.md
         (a move *out of* ``finished/`` is :meth:`_unfinish`)."""
         os.rename(src, dst)
         synced.add(os.path.dirname(dst))
@@ -365,25 +292,6 @@ class TaskQueue(ShardPicking, Inspection):
         h = rec.setdefault("history", [])
         h.append({"at": now, "event": event, "worker": self.worker, **extra})
         del h[:-HISTORY_LIMIT]
-
-    def _to_pending(self, src: str, rec: Record, synced: set[str]) -> None:
-        """Under the shard lock: rewrite ``src`` as a pending record, then move it to its
-        pending name."""
-        dst = self._pending_path(rec)
-        self._write(src, rec)
-        self._move(src, dst, synced)
-        self._bump()
-
-    def _route_failure(self, src: str, rec: Record, now: float, reason: str, synced: set[str]) -> str:
-        """Under the shard lock, after ``failures`` was incremented: retry (pending) or
-        give up (failed)."""
-        dst = self._failure_path(rec, now, reason)
-        self._write(src, rec)
-        self._move(src, dst, synced)
-        if rec["state"] == "failed":
-            return "failed"
-        self._bump()
-        return "retry"
 
     def _next_seq(self, n: int) -> int:
         """Reserve ``n`` submission numbers (under the ``seq`` lock, held for this only)."""
@@ -614,7 +522,7 @@ class TaskQueue(ShardPicking, Inspection):
             if tmp is not None:
                 _files.unlink(tmp)
         assert rec is not None and dst is not None
-        self._sync({os.path.dirname(dst)})  # the new name; see "Which fsyncs"
+        self._sync({os.path.dirname(dst)})  # the new name (docs/runtime.md, "Durability")
         if parse_pending(os.path.basename(dst)) is not None:
             self._bump()
         return rec, dst
@@ -760,136 +668,3 @@ class TaskQueue(ShardPicking, Inspection):
             return self._pending_path(rec)
 
         return self._change_own(claim, edit) is not None
-
-    # ------------------------------------------------------------------ recovery
-    def reclaim_stale(self) -> list[str]:
-        """Move claims whose heartbeat is older than ``stale_after`` back to pending (or to
-        ``failed``), and finish moves that a crashed worker left half done. Returns the
-        ids of the stale claims taken."""
-        return self._scan_claimed(self.clock())
-
-    def _claimed_paths(self) -> list[str]:
-        return [os.path.join(d, n) for d in self._shard_dirs for n in _files.listdir(d)
-                if n.startswith("c.") and n.endswith(".json")]
-
-    def _scan_claimed(self, now: float, paths: list[str] | None = None) -> list[str]:
-        """Read every claimed record (of ``paths``, if a listing just taken gave them)
-        without a lock; for one that is stale, half moved or unreadable, take its shard
-        lock, read it again and act on what it says then (a heartbeat may have come in
-        between)."""
-        self._last_scan = now
-        taken: list[str] = []
-        synced: set[str] = set()
-        marks = self._marks
-        stale_after = self.config.stale_after
-        for path in self._claimed_paths() if paths is None else paths:
-            if marks:  # a lease-marked record still in its lease needs no read
-                try:
-                    hb = _files.lease_of(os.stat(path))
-                except FileNotFoundError:
-                    continue
-                if hb is not None and now - hb <= stale_after:
-                    continue
-            try:
-                rec = read_json(path)
-            except FileNotFoundError:
-                continue
-            except ValueError:
-                rec = None
-            if rec is not None and not self._needs_action(rec, now):
-                continue
-            with self._lock.hold(self._shard(os.path.basename(path)[2:-5])):
-                self._act_on_claimed(path, now, taken, synced)
-        self._sync(synced)
-        return taken
-
-    def _needs_action(self, rec: Record, now: float) -> bool:
-        if rec.get("state") != "claimed" or not rec.get("claim"):
-            return True
-        return bool(now - rec["claim"].get("heartbeat", float("-inf")) > self.config.stale_after)
-
-    def _act_on_claimed(self, path: str, now: float, taken: list[str], synced: set[str]) -> None:
-        """One claimed record, under its shard lock (see :meth:`_scan_claimed`)."""
-        try:
-            rec = read_json(path)
-        except FileNotFoundError:
-            return
-        except ValueError as exc:
-            self._quarantine(path, exc)
-            return
-        task_id = os.path.basename(path)[2:-5]
-        state = rec.get("state")
-        if self.format >= 4 and self._finished_exists(task_id):
-            # a move into finished/ whose source directory was not yet on disk when the
-            # power went (see "Which fsyncs"): the finished record is the task's state
-            _files.unlink(path)
-            synced.add(os.path.dirname(path))
-            log.warning("queue %s: dropped %s, left behind by a move into finished/ cut "
-                        "short by a crash", self.root, os.path.basename(path))
-        elif state in ("done", "failed"):  # the writer died between rewrite and rename
-            self._move(path, self._spath(state, task_id), synced)
-        elif state == "pending" or not rec.get("claim"):
-            self._to_pending(path, rec, synced)
-        elif self._needs_action(rec, now):
-            hb = rec["claim"].get("heartbeat", float("-inf"))
-            who = rec["claim"].get("worker")
-            reason = f"heartbeat stale for {now - hb:.0f} s (worker {who})"
-            self._history(rec, now, "stale", reason=reason, holder=who)
-            taken.append(rec["id"])
-            if self.config.stale_is_failure:
-                rec["failures"] += 1
-                self._route_failure(path, rec, now, reason, synced)
-            else:
-                self._to_pending(path, rec, synced)
-            log.warning("queue %s: reclaimed %s: %s", self.root, rec["id"], reason)
-
-    def _finished_exists(self, task_id: str) -> bool:
-        return any(os.path.lexists(self._spath(s, task_id)) for s in FINISHED)
-
-    def _unfinish(self, path: str, rec: Record, synced: set[str]) -> None:
-        """Under the shard lock: move the finished record at ``path`` (rewritten as
-        pending) back to its shard as pending, in two steps so that a crash never leaves
-        it both finished and pending (see "Which fsyncs"): to ``c.<id>.json`` first
-        (a record that says ``pending`` on a claimed name, which a stale scan moves on),
-        that name made durable, then the removal from ``finished/``, then the move to its
-        pending name."""
-        dst = self._pending_path(rec)
-        mid = self._spath("claimed", rec["id"])
-        self._write(path, rec)
-        os.rename(path, mid)
-        if self.config.durable:
-            _files.fsync_dir(os.path.dirname(mid))  # 1: the claimed name is on disk,
-            _files.fsync_dir(os.path.dirname(path))  # 2: then the finished one is gone
-        self._move(mid, dst, synced)  # 3 (after the lock): the pending name
-        self._bump()
-
-    def requeue_failed(self, task_ids: Iterable[str] | None = None) -> list[str]:
-        """Move failed tasks (all, or ``task_ids``) back to pending with their failure count
-        reset; each keeps the tier it had reached as its new base tier."""
-        if task_ids is not None:
-            ids = [check_task_id(t) for t in task_ids]
-        else:
-            ids = sorted(p[1] for d in self._fin_dirs for p in map(parse_name, _files.listdir(d))
-                         if p is not None and p[0] == "failed")
-        moved = []
-        synced: set[str] = set()
-        now = self.clock()
-        for task_id in ids:
-            path = self._spath("failed", task_id)
-            with self._lock.hold(self._shard(task_id)):
-                try:
-                    rec = read_json(path)
-                except FileNotFoundError:
-                    continue
-                rec["base_tier"] = rec.get("tier", rec["base_tier"])
-                rec["failures"] = 0
-                rec.pop("reason", None)
-                rec.pop("failed_at", None)
-                self._history(rec, now, "requeue")
-                if self.format >= 4:
-                    self._unfinish(path, rec, synced)
-                else:  # (format 3: one directory, whose fsync covers the move)
-                    self._to_pending(path, rec, synced)
-            moved.append(rec["id"])
-        self._sync(synced)
-        return moved
