@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..admission.paths import check_name, parent_name
+from ..errors import InvalidArgument
 from .leases import Campaign
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
