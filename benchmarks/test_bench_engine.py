@@ -258,6 +258,48 @@ def test_summary_batch(benchmark, record, backend):
            admitted=it["granted"] / n, leases=b.st.nleases)
 
 
+def tree_broker(backend: str, shape: tuple[int, ...] = (10, 10, 100),
+                ceiling: int = 100_000) -> tuple[Broker, np.ndarray]:
+    """The summary workload's envelopes as a tree of envelopes (SPEC §14): ``shape`` nodes
+    per level (projects, campaigns per project, agents per campaign), every level
+    unbudgeted with an unbounded bucket; the broker and the leaves' indices."""
+    b = Broker(Pool(gpu=1_000_000), clock=ManualClock(0.0), backend=backend)
+    env = Envelope(credits=float("inf"), service_class="agent-burst", sustained={"gpu": ceiling},
+                   ceiling={"gpu": ceiling}, burst={"gpu": float("inf")})
+    level = [""]
+    for width in shape:
+        level = [f"{p}/n{i}" if p else f"n{i}" for p in level for i in range(width)]
+        for name in level:
+            b.register(name, env)
+    return b, np.array([b.campaign_index(x) for x in level], dtype=np.int64)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tree_batch(benchmark, record, backend):
+    """``admit_batch`` of 10,000 intents over the 10,000 leaves of a tree of depth 3 (10
+    projects × 10 campaigns × 100 agents): each decision walks its path."""
+    b, leaves = tree_broker(backend)
+    n = leaves.shape[0]
+    benchmark.group = f"engine: tree workload (depth 3), Broker.admit_batch, {n:,} leaves"
+    rng = np.random.default_rng(2)
+    rounds = 20 if backend == "compiled" else 2
+    work = [leaves[rng.integers(0, n, n)] for _ in range(rounds + 2)]
+    u = np.full(n, 2, dtype=np.int64)
+    it = {"i": 0, "t": 0.0, "granted": 0}
+
+    def one_round():
+        it["t"] += 0.01
+        res = b.admit_batch(work[it["i"]], u, 5.0, now=it["t"])
+        it["i"] += 1
+        it["granted"] = int((res.outcome == 0).sum())
+
+    for _ in range(2):
+        one_round()
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
+    record(f"engine/tree-batch/{backend}/{n}", f"tree (depth 3) admit_batch of {n:,}, {backend}",
+           n, admitted=it["granted"] / n, leases=b.st.nleases)
+
+
 # -- the kernel alone -------------------------------------------------------------------------
 def _engine_state(n: int) -> EngineState:
     classes = [(0, 4 * PPM, 1, 0, 0, 0), (1, 2 * PPM, 1, 0, 0, 0), (2, 3 * PPM, 1, 0, 0, 0),

@@ -6,6 +6,8 @@
  *
  *   campaign G S B BUCKET CREDITS NOW   (guarantee, sustained, ceiling in units; bucket in
  *                                        unit-ns; credits in micro-credits, -1: no budget)
+ *   node P G S B BUCKET CREDITS NOW     (a child of campaign or node P in a tree of
+ *                                        envelopes: every level of its path binds it)
  *   acquire  C CLASS MIN MAX DURATION NOW
  *   renew    LEASE EXTEND NOW
  *   release  LEASE NOW
@@ -40,6 +42,12 @@ static const char *DEMO =
     "balance 1\n"
     "acquire 1 3 1 8 10000000000 30000000000\n" /* bio opportunistic: its rate, idle units */
     "advance 100000000000\n"                   /* everything has ended by 100 s */
+    "balance 0\n"
+    "node 0 1 4 4 0 -1 100000000000\n"        /* astro/lab: 1 of astro's 2, no budget */
+    "acquire 2 2 1 4 60000000000 100000000000\n" /* 2: astro's rate above lab's 1 binds */
+    "acquire 2 2 1 4 1000000000 100000000000\n" /* 2 more for 1 s: astro's bucket pays */
+    "balance 0\n"                             /* astro holds its subtree's 4 */
+    "release 4 100500000000\n"                /* half a second back to astro's bucket */
     "balance 0\n";
 
 /* The Python Broker's defaults: classes (rank, multiplier ppm, congestion priced,
@@ -107,6 +115,12 @@ static void run(bc_engine *e, char *line)
         credits = a[4] < 0 ? BC_MAX_AMOUNT : a[4];
         if (status(line, bc_engine_add_campaign(e, &g, &s, &b, &bucket, credits, a[5], &idx)) == BC_OK)
             printf("%s: campaign %lld\n", line, (long long)idx);
+    } else if (strcmp(op, "node") == 0 && n == 8) {
+        g = a[1], s = a[2], b = a[3], bucket = a[4];
+        credits = a[5] < 0 ? BC_MAX_AMOUNT : a[5];
+        if (status(line, bc_engine_add_node(e, a[0], &g, &s, &b, &bucket, credits, a[6],
+                                            &idx)) == BC_OK)
+            printf("%s: node %lld\n", line, (long long)idx);
     } else if (strcmp(op, "acquire") == 0 && n == 7) {
         if (status(line, expire(e, a[5])) != BC_OK)
             return;

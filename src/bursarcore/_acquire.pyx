@@ -29,7 +29,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport rint, isfinite, fabs
 
 from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_advance,
-                       k_cong_mult, k_decide, k_dim_figures, k_free, k_reusable,
+                       k_cong_mult, k_decide, k_dim_figures, k_free, k_held, k_reusable,
                        k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
                        RANK, ROW_MASK, R_CAPACITY, R_TOKENS, BC_LIMITS)
 from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_set,
@@ -628,7 +628,7 @@ cdef class FastAcquire:
             self._jadd(jn, _acquire_record(
                 (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin, nmax, dur,
                  spend, _dl_field(has_dl, dl), ttl, units, lease, iid, cost, deficit, tb, cb,
-                 fr, un), dc.lim, e.cd[i].T, e.cr[c].left, e.cd[i].H))
+                 fr, un), dc.lim, e.cd[i].T, e.cr[c].left, k_held(e, c, d)))
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
@@ -715,7 +715,7 @@ cdef class FastAcquire:
                     self._jadd(jn, (seq, e.lr[r].t_end, J_EXPIRE, 0, 0, 0, 0, 0, d, e.lr[r].lcls,
                                     c, 0, 0, 0, -1, -1, -1, e.lr[r].units, lid, e.lr[r].intent,
                                     e.lr[r].cost, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
-                                    e.cr[c].left, e.cd[i].H))
+                                    e.cr[c].left, k_held(e, c, d)))
             if err:
                 _raise(err, "a lease id in the expiry heap")
             if m < chunk:

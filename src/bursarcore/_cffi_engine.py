@@ -23,9 +23,9 @@ from ._cffi_core import ffi, lib
 from ._corestatus import engine_error
 from .admission import state as _state
 
-__all__ = ["settle", "unmet", "free_now", "ring_advance", "congestion_ppm",
-           "congestion_mult", "price_pm", "cost", "decide", "decide_keys", "never",
-           "dim_figures", "token_wait", "quote", "grant", "activate", "preempt", "end_lease",
+__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "free_now", "ring_advance",
+           "congestion_ppm", "congestion_mult", "price_pm", "cost", "decide", "decide_keys",
+           "never", "dim_figures", "token_wait", "quote", "grant", "activate", "preempt", "end_lease",
            "renew", "heap_push", "heap_pop", "next_expiry", "advance", "admit", "admit_batch"]
 
 backend = "cffi"
@@ -101,12 +101,16 @@ class _Ctx:
             raise ValueError("EngineState.C exceeds its campaign rows")
         e.cd = ptr("cdrow", (calloc, D, _state.CD_WIDTH), "bc_cdrow *")
         e.cr = ptr("crow", (calloc, _state.C_WIDTH), "bc_crow *")
+        e.gch = ptr("gch", (calloc, D))
+        e.Hsub = ptr("Hsub", (calloc, D))
         e.fs_par = ptr("fs_par", (2,))
         if e.fs_par[0] < 1:
             raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
         e.fs_ok = 0
         e.L = L = st.lrow.shape[0]
         e.lr = ptr("lrow", (L, _state.L_WIDTH), "bc_lrow *")
+        # what each ancestor prepaid per lease: kept once a tree of envelopes exists
+        e.lex = ptr("lex", (L * _state.LEX_WIDTH,)) if st.lex.shape[0] else ffi.NULL
         e.freeq = ptr("freeq", (L,))
         e.lfree = ptr("lfree", (3,))
         e.A = A = st.arena.shape[0]
@@ -190,6 +194,47 @@ def unmet(st: Any, c: int, d: int) -> int:
     x = _ctx(st)
     _cd(x, c, d)
     return int(lib.bce_unmet(x.e, c, d))
+
+
+def path_slack(st: Any, c: int, d: int) -> int:
+    """SPEC §14.3: Σ slack_v over node c and its ancestors on d (c's unmet guarantee, for a
+    flat campaign): a firm grant to c may take capacity − Σ_top R plus this."""
+    x = _ctx(st)
+    _cd(x, c, d)
+    return int(lib.bce_path_slack(x.e, c, d))
+
+
+def child_room(st: Any, p: int, d: int) -> int:
+    """SPEC §14.1: the largest guarantee on d a new node under p (< 0: at the top level)
+    may have now."""
+    x = _ctx(st)
+    if not 0 <= d < x.D:
+        raise IndexError(f"dimension {d} out of range")
+    if p >= 0:
+        _cd(x, p, d)
+    return int(lib.bce_child_room(x.e, p, d))
+
+
+def child_load_room(st: Any, p: int, d: int) -> int:
+    """SPEC §14.1: the largest guarantee on d a new child of p may have now without raising
+    the load of a node on p's path above its sustained rate."""
+    x = _ctx(st)
+    if p < 0:
+        raise IndexError(f"node {p} out of range")
+    _cd(x, p, d)
+    return int(lib.bce_child_load_room(x.e, p, d))
+
+
+def link(st: Any, c: int, p: int, t: int) -> None:
+    """SPEC §14.1: node c, just added (``EngineState.add_campaign(..., top=False)``),
+    becomes a child of node p at t: guarantees, commitments and holdings of p's path
+    follow. The caller checked the nesting and the room (:func:`child_room`)."""
+    x = _ctx(st)
+    if not 0 <= p < c < st.C:
+        raise IndexError(f"node {c} / parent {p} out of range")
+    if x.e.lex == ffi.NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a node is linked")
+    lib.bce_link(x.e, c, p, t)
 
 
 def free_now(st: Any, d: int) -> int:

@@ -80,7 +80,7 @@ cdef extern from "engine.h" nogil:
 
     ctypedef struct CdRow "bc_cdrow":
         int64_t tlast, H, T, s, b, Bcap, acc, tok_debited
-        int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2
+        int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, up, Rch, Xch
     ctypedef struct CRow "bc_crow":
         int64_t left, escrow, cred_debited, budget, spent, refunded
         double fsS, fsG
@@ -111,11 +111,14 @@ cdef extern from "engine.h" nogil:
         int64_t* top
         CdRow* cd
         CRow* cr
+        int64_t* gch
+        int64_t* Hsub
         int64_t* fs_par
         long long fs_t
         double fs_w
         int fs_ok
         LRow* lr
+        int64_t* lex
         int64_t* freeq
         int64_t* lfree
         int32_t* arena
@@ -154,6 +157,12 @@ cdef extern from "engine.h" nogil:
     void k_memo_init(Memo* mo)
     void k_settle(Eng* e, int64_t c, int64_t d, int64_t t)
     int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
+    int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
+    int64_t k_held(const Eng* e, int64_t c, int64_t d)
+    int k_depth(const Eng* e, int64_t v)
+    int64_t k_child_room(const Eng* e, int64_t p, int64_t d)
+    int64_t k_child_load_room(const Eng* e, int64_t p, int64_t d)
+    void k_link(Eng* e, int64_t c, int64_t p, int64_t t)
     int64_t k_free(const Eng* e, int64_t d)
     double k_fs_weight(Eng* e, int64_t t)
     void k_hold(Eng* e, int64_t c, int64_t d, int64_t delta, int firm)
@@ -193,7 +202,7 @@ cdef extern from "engine.h" nogil:
                     int64_t t, int64_t intent0, int64_t* on, int64_t* orz, int64_t* ol,
                     int64_t j, int64_t m, int* err, int64_t* rec)
     void k_dim_figures(const Eng* e, int64_t d, int64_t* out)
-    i128 k_token_wait(const Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
+    i128 k_token_wait(Eng* e, int64_t c, int64_t d, int64_t n, int64_t dur)
     int k_quote_cell(Eng* e, int64_t c, int64_t d, int64_t k, int64_t n, int64_t dur,
                      int64_t t, i128* charge, int64_t* path, int64_t* reason)
     int64_t k_decide_keys(Eng* e, const int64_t* keys, int64_t K, int64_t t,

@@ -89,7 +89,7 @@ backend = "compiled"
 
 # -- the view of a state ---------------------------------------------------------------------
 _CD_ORDER = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited", "g", "Hf",
-             "tok_minted", "tok_refunded", "tok_clipped")
+             "tok_minted", "tok_refunded", "tok_clipped", "up", "Rch", "Xch")
 _C_ORDER = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
 _L_ORDER = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off", "t_grant",
             "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
@@ -168,12 +168,17 @@ cdef _Ctx _build(object st):
         raise ValueError("EngineState.C exceeds its campaign rows")
     e.cd = <CdRow*>_data(refs, st.cdrow, "cdrow", cnp.NPY_INT64, 3, e.calloc, D)
     e.cr = <CRow*>_data(refs, st.crow, "crow", cnp.NPY_INT64, 2, e.calloc, _state.C_WIDTH)
+    e.gch = _i64(refs, st, "gch", 2, e.calloc, D)
+    e.Hsub = _i64(refs, st, "Hsub", 2, e.calloc, D)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
     e.fs_ok = False
     e.L = st.lrow.shape[0]
     e.lr = <LRow*>_data(refs, st.lrow, "lrow", cnp.NPY_INT64, 2, e.L, _state.L_WIDTH)
+    e.lex = NULL               # what each ancestor prepaid per lease: kept once a tree exists
+    if st.lex.shape[0]:
+        e.lex = _i64(refs, st, "lex", 1, e.L * _state.LEX_WIDTH, 0)
     e.freeq = _i64(refs, st, "freeq", 1, e.L, 0)
     e.lfree = _i64(refs, st, "lfree", 1, 3, 0)
     e.A = st.arena.shape[0]
@@ -272,6 +277,46 @@ def unmet(st, Py_ssize_t c, Py_ssize_t d):
     cdef _Ctx x = _ctx(st)
     _cd(x, c, d)
     return k_unmet(&x.e, c, d)
+
+
+def path_slack(st, Py_ssize_t c, Py_ssize_t d):
+    """SPEC §14.3: Σ slack_v over node c and its ancestors on d (c's unmet guarantee, for a
+    flat campaign): a firm grant to c may take capacity − Σ_top R plus this."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, c, d)
+    return k_path_slack(&x.e, c, d)
+
+
+def child_room(st, Py_ssize_t p, Py_ssize_t d):
+    """SPEC §14.1: the largest guarantee on d a new node under p (< 0: at the top level)
+    may have now."""
+    cdef _Ctx x = _ctx(st)
+    _dd(x, d)
+    if p >= 0:
+        _cd(x, p, d)
+    return k_child_room(&x.e, p, d)
+
+
+def child_load_room(st, Py_ssize_t p, Py_ssize_t d):
+    """SPEC §14.1: the largest guarantee on d a new child of p may have now without raising
+    the load of a node on p's path above its sustained rate."""
+    cdef _Ctx x = _ctx(st)
+    _cd(x, p, d)
+    if p < 0:
+        raise IndexError(f"node {p} out of range")
+    return k_child_load_room(&x.e, p, d)
+
+
+def link(st, Py_ssize_t c, Py_ssize_t p, int64_t t):
+    """SPEC §14.1: node c, just added (``EngineState.add_campaign(..., top=False)``),
+    becomes a child of node p at t: guarantees, commitments and holdings of p's path
+    follow. The caller checked the nesting and the room (:func:`child_room`)."""
+    cdef _Ctx x = _ctx(st)
+    if not 0 <= p < c < st.C:
+        raise IndexError(f"node {c} / parent {p} out of range")
+    if x.e.lex == NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a node is linked")
+    k_link(&x.e, c, p, t)
 
 
 def free_now(st, Py_ssize_t d):

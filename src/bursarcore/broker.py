@@ -34,6 +34,7 @@ from .admission.batching import BatchMixin
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
+from .admission.paths import check_guarantees, check_name
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
                                 Supply)
@@ -280,7 +281,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         Parameters
         ----------
         name : str
-            A new, non-empty campaign name.
+            A new, non-empty campaign name; ``"parent/child"`` registers a node of a
+            tree of envelopes under the registered node ``parent`` (SPEC §14).
         envelope : Envelope
             Its envelope; every dimension it names must be one of the pool's.
 
@@ -292,23 +294,19 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         Raises
         ------
         InvalidArgument
-            ``name`` is empty or already registered, or is a path (``"astro/survey"``:
-            nested envelopes, SPEC §14, are decided by ``backend="reference"`` only in
-            this version); ``envelope`` is not an Envelope, has
-            an unknown ``service_class``, names a dimension the pool lacks
-            (``"ceiling[cpu]"``), or its guarantee would exceed the pool's capacity or the
-            room firm holdings leave now (``"guaranteed[gpu]"``); with a journal, it is
-            not JSON-serialisable.
+            ``name`` is empty or already registered, or a path (``"astro/survey"``, a node
+            of a tree of envelopes, SPEC §14) whose parent is not registered, with an
+            empty segment or more than ``TREE_DEPTH`` levels; ``envelope`` is not an
+            Envelope, has an unknown ``service_class``, names a dimension the pool lacks
+            (``"ceiling[cpu]"``), or its guarantee would exceed the pool's capacity (a
+            child's: its parent's, with its siblings') or the room holdings leave now
+            (``"guaranteed[gpu]"``); with a journal, it is not JSON-serialisable.
         """
         if not isinstance(name, str) or not name:
             raise InvalidArgument("name", "must be a non-empty string", name)
         if name in self._cindex:
             raise InvalidArgument("name", "is already registered", name)
-        if "/" in name:
-            # SPEC §14: a path names a node of a tree of envelopes, which the C core does
-            # not decide yet: refused rather than decided as a flat campaign
-            raise InvalidArgument("name", "is a path (a nested envelope, SPEC §14), decided "
-                                  "only by Broker(backend='reference') in this version", name)
+        parent = check_name(name, self._cindex)                           # SPEC §14.1
         if not isinstance(envelope, Envelope):
             raise InvalidArgument("envelope", "must be an Envelope", envelope)
         if envelope.service_class not in self._cls_index:
@@ -323,14 +321,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
         s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
         b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
-        for i, d in enumerate(self.dims):
-            total_g = int(self.st.g[: self.st.C, i].sum()) + g[i]
-            if total_g > self.pool.capacity[d]:
-                raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} would "
-                                      f"exceed the pool capacity {self.pool.capacity[d]}", g[i])
-            if int(self.st.F[i]) + int(self.st.U[i]) + g[i] > self.pool.capacity[d]:
-                raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
-                                      "no room for it now; retry when they end", g[i])
+        check_guarantees(self.st, self._k, self.dims, self._names, parent, g)
         Bcap = []
         for d in self.dims:
             B = envelope.B(d)
@@ -362,7 +353,11 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                 guaranteed={d: envelope.g(d) for d in fd}, sustained={d: envelope.s(d) for d in fd},
                 ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
                 now=t / NS)
-        c = self.st.add_campaign(g, s, b, Bcap, budget, t)
+        c = self.st.add_campaign(g, s, b, Bcap, budget, t, top=parent is None)
+        if parent is not None:              # SPEC §14.1: its guarantee joins its parent's path
+            if not self.st.in_tree(parent):
+                self._queue.wake_campaign(parent)   # its pending keys: decided at every pass
+            self._k.link(self.st, c, parent, t)
         self._names.append(name)
         self._cindex[name] = c
         self.envelopes[name] = envelope
@@ -485,7 +480,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         C = st.C
         hl, E = int(st.fs_par[0]), int(st.fs_par[1])
         inv = math.pow(2.0, -(float(t - E) / float(hl)))     # 1 / w(t); 0 once far past E
-        H = st.H[:C, 0].astype(np.float64)
+        H = (st.H[:C, 0] - st.Xch[:C, 0]).astype(np.float64)   # own units (SPEC §14.2)
         scale = hl / math.log(2) / NS                         # unit-ns of weight -> unit-s
         return (st.fs_S[:C] * inv + H * (1.0 - st.fs_G[:C] * inv)) * scale
 

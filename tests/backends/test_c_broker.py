@@ -1,8 +1,9 @@
 """The admission engine through the public C ABI, from a C program: ``examples/c/broker_demo.c``
-(a toy broker: campaigns, acquire, renew, release, expiry) built with ``cc`` against the
-installed package, run on its own script and on random ones, must print what the Python
-:class:`~bursarcore.Broker` decides for the same operations — on the compiled engine and on
-the reference: outcomes, units, reasons, lease ids, charges, expiries and balances.
+(a toy broker: campaigns and nodes of trees of envelopes, acquire, renew, release, expiry)
+built with ``cc`` against the installed package, run on its own script and on random ones,
+must print what the Python :class:`~bursarcore.Broker` decides for the same operations — on
+the compiled engine and on the reference: outcomes, units, reasons, lease ids, charges,
+expiries and balances.
 
 The toy broker has no policy layer: a request the engine defers (a reclaim or a pending
 wait) is dropped, so the Python side cancels its pending intent at once.
@@ -70,7 +71,7 @@ def run_python(script: str, backend: str) -> list[str]:
     """The script on the Python broker, printed as the C program prints it."""
     clock = ManualClock(0.0)
     b = Broker(Pool(gpu=8), clock=clock, backend=backend)
-    out, ncamp = [], 0
+    out, ncamp, names = [], 0, []
     expired: list[int] = []
     granted: set[int] = set()
 
@@ -94,11 +95,22 @@ def run_python(script: str, backend: str) -> list[str]:
                 guaranteed={"gpu": g}, sustained={"gpu": s}, ceiling={"gpu": c},
                 burst={"gpu": bucket / NS}))
             out.append(f"{line}: campaign {ncamp}")
+            names.append(f"c{ncamp}")
+            ncamp += 1
+        elif op == "node":
+            p, g, s, c, bucket, credits, t = v
+            at(t)
+            names.append(f"{names[p]}/c{ncamp}")
+            b.register(names[-1], Envelope(
+                credits=math.inf if credits < 0 else credits / 1e6,
+                guaranteed={"gpu": g}, sustained={"gpu": s}, ceiling={"gpu": c},
+                burst={"gpu": bucket / NS}))
+            out.append(f"{line}: node {ncamp}")
             ncamp += 1
         elif op == "acquire":
             c, k, lo, hi, dur, t = v
             at(t)
-            d = b.acquire(Intent(f"c{c}", {"gpu": (lo, hi)}, duration=dur / NS,
+            d = b.acquire(Intent(names[c], {"gpu": (lo, hi)}, duration=dur / NS,
                                  service_class=CLASSES[k]))
             collect()
             outcome = {"granted": "granted", "refused": "refused",
@@ -146,7 +158,7 @@ def run_python(script: str, backend: str) -> list[str]:
             expired.clear()
         elif op == "balance":
             (c,) = v
-            sp = b.supply(f"c{c}")
+            sp = b.supply(names[c])
             credits = (1 << 62) if math.isinf(sp.credits) else round(sp.credits * 1e6)
             dim = sp.dims["gpu"]
             out.append(f"{line}: credits={credits} held={dim.held} "
@@ -166,12 +178,13 @@ def test_builtin_script_agrees(demo, backend):
     # the script reaches every outcome it documents
     text = "\n".join(got)
     for word in ("granted", "reason=ceiling", "reason=tokens", "reason=credits", "released",
-                 "expired 2 0"):
+                 "expired 2 0", "node 2"):
         assert word in text, word
 
 
 def random_script(rng: random.Random) -> str:
-    lines = []
+    lines: list[str] = []
+    room: list[int] = []            # guarantee not yet given to children, per node
     n = rng.randint(1, 3)
     for _ in range(n):
         g = rng.randint(0, 8 // n)
@@ -180,6 +193,18 @@ def random_script(rng: random.Random) -> str:
         bucket = rng.choice([0, 5 * NS, 60 * NS, 3600 * NS])
         credits = rng.choice([-1, 1_000_000, 20_000_000])
         lines.append(f"campaign {g} {s} {c} {bucket} {credits} 0")
+        room.append(g)
+    for _ in range(rng.choice([0, 0, 1, 3])):   # nodes of trees (SPEC §14), nested guarantees
+        p = rng.randrange(n)
+        g = rng.randint(0, room[p])
+        room[p] -= g
+        s = rng.randint(g, 8)
+        c = rng.randint(max(s, 1), 8)
+        bucket = rng.choice([0, 5 * NS, 60 * NS, 3600 * NS])
+        credits = rng.choice([-1, -1, 1_000_000, 20_000_000])
+        lines.append(f"node {p} {g} {s} {c} {bucket} {credits} 0")
+        room.append(g)
+        n += 1
     t, leases = 0, 0
     for _ in range(rng.randint(5, 40)):
         t += rng.choice([0, NS, 7 * NS, 45 * NS])

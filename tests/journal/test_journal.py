@@ -255,6 +255,33 @@ def test_deadlines_before_time_zero_replay(eb, path, sink, tmp_path):
 
 
 # ------------------------------------------------------------------ sinks
+@pytest.mark.parametrize("first", [60.0, 61.0])
+def test_a_release_of_a_lease_granted_by_time_passing_replays(eb, first):
+    """A pending intent granted by time passing (at a timer's instant: an earlier intent's
+    TTL, that intent granted since), its lease read off a poll, which writes no record, and
+    released: replay brings the broker to the release's time before it checks the lease's
+    id, so the same lease exists and the journal is rebuilt byte for byte."""
+    j = MemoryJournal()
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=eb, ttl=120.0, journal=j)
+    b.register("n0", Envelope(credits=INF, sustained={"gpu": 4}, ceiling={"gpu": 4},
+                              burst={"gpu": 0}))
+    b.register("n2", Envelope(credits=INF, guaranteed={"gpu": 1}, sustained={"gpu": 1},
+                              ceiling={"gpu": 1}, burst={"gpu": 0}))
+    assert b.acquire(Intent("n2", units={"gpu": 1}, duration=10)).outcome == "granted"
+    assert b.acquire(Intent("n2", units={"gpu": 1}, duration=1)).outcome == "pending"
+    b.clock.advance(first)                 # that intent is granted; its TTL timer: 120 s
+    b.poll()
+    assert b.acquire(Intent("n0", units={"gpu": (1, 4)}, duration=5)).outcome == "granted"
+    assert b.acquire(Intent("n0", units={"gpu": (1, 4)}, duration=5)).outcome == "pending"
+    b.clock.advance(60.0)                  # to 120 s or just past it
+    granted = [e for e in b.poll() if e.kind == "granted"]
+    assert [(e.campaign, e.time) for e in granted] == [("n0", 120.0)]
+    assert b.release(granted[0].lease_id).outcome == "released"
+    again = Broker.replay(j, backend=eb, resume=False)
+    assert again.journal.rows().tobytes() == j.rows().tobytes()
+    assert again.state() == b.state()
+
+
 def test_sqlite_group_commit_and_reload(eb, tmp_path):
     path = tmp_path / "j.db"
     j = SQLiteJournal(path, batch=1000, create=True)

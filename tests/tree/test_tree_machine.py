@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,59 +31,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore import Broker, Intent, ManualClock, Pool
 from bursarcore.journal.memory import MemoryJournal
 from invariants import LeaseOps, apply_lease_op
+from treegen import CAP, Node, trees
 
 pytestmark = pytest.mark.tree
 
 INF = math.inf
-CAP = 64
 GRACE = 60.0
 LIVE = ("starting", "active", "revoking")
 PLACED = ("active", "revoking")
-
-
-@dataclass
-class Node:
-    name: str
-    parent: int | None
-    env: Envelope
-    storm: bool             # an adversary: asks for its ceiling, again and again
-
-
-@st.composite
-def trees(draw) -> list[Node]:
-    """2–20 nodes, depth 1–4, guarantees nested (Σ children g ≤ parent g, Σ top g ≤ CAP)."""
-    n = draw(st.integers(2, 20))
-    max_depth = draw(st.integers(1, 4))
-    nodes: list[Node] = []
-    depth: list[int] = []
-    room: list[int] = []            # guarantee not yet given to children
-    top_room = CAP
-    for i in range(n):
-        choices = [None] + [j for j in range(i) if depth[j] < max_depth]
-        parent = draw(st.sampled_from(choices))
-        avail = top_room if parent is None else room[parent]
-        g = draw(st.integers(0, min(avail, 24)))
-        if parent is None:
-            top_room -= g
-        else:
-            room[parent] -= g
-        storm = draw(st.booleans())
-        s = g + draw(st.sampled_from([0, 4, 16, 48]))
-        b = s + draw(st.sampled_from([0, 8, 32, 64]))
-        B = draw(st.sampled_from([0, 1_000, 30_000, INF]))
-        credits = draw(st.sampled_from([INF, INF, 20.0, 500.0]))
-        cls = draw(st.sampled_from(["agent-burst", "agent-burst", "interactive",
-                                    "opportunistic"]))
-        name = f"n{i}" if parent is None else f"{nodes[parent].name}/n{i}"
-        nodes.append(Node(name, parent, Envelope(
-            credits=credits, service_class=cls, guaranteed={"gpu": g}, sustained={"gpu": s},
-            ceiling={"gpu": b}, burst={"gpu": B}), storm))
-        depth.append(1 if parent is None else depth[parent] + 1)
-        room.append(g)
-    return nodes
 
 
 def build(nodes: list[Node], journal: MemoryJournal | None = None) -> Broker:

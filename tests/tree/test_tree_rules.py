@@ -76,6 +76,25 @@ def test_a_path_segment_may_not_be_empty(name):
         b.register(name, env())
 
 
+def test_a_path_has_at_most_eight_levels():
+    """SPEC §14.1: a lease records what each level of its path prepaid, so a path has at
+    most 8 levels (``BC_TREE_DEPTH``); a ninth is refused naming ``name``, changing
+    nothing."""
+    b = broker()
+    path = "l1"
+    b.register(path, env(0, 4))
+    for i in range(2, 9):
+        path += f"/l{i}"
+        b.register(path, env(0, 4))
+    before = b.state()
+    with pytest.raises(InvalidArgument, match=r"^name: a tree of envelopes has at most 8 "
+                                              r"levels, and this path has 9"):
+        b.register(path + "/l9", env(0, 4))
+    assert b.state() == before
+    d = b.acquire(Intent(path, units={"gpu": 1}, duration=60))      # the eighth level
+    assert d.outcome == "granted"
+
+
 def test_guarantees_nest_and_a_refusal_changes_nothing():
     b = astro_bio()
     with pytest.raises(InvalidArgument, match=r"^guaranteed\[gpu\]: the children of 'astro' "

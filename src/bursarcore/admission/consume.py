@@ -63,7 +63,8 @@ class FlowMixin(BrokerBase):
     def _consume_ns(self, c: int, fd: int, a: int, t: int) -> Consumption:
         st = self.st
         price = int(self._flow_price[fd])
-        left = int(st.left[c])
+        path = st.path(c)               # SPEC §5, §14.2: every budget on the path binds
+        left = min(int(st.left[v]) for v in path)
         ask = a
         if price:       # an unlimited budget (left = MAXV) bounds the cost by MAXV, as decide
             ask = min(a, min(left, MAXV) * units.SCALE // price)
@@ -76,11 +77,11 @@ class FlowMixin(BrokerBase):
         if got < a:
             reason = CREDITS if got == ask and ask < a else (CAPACITY if int(bound[0]) == 3 else TOKENS)
         cost = -(-got * price // units.SCALE) if price else 0
-        if cost:
-            if left < MAXV:
-                st.left[c] -= cost
-            st.spent[c] = wrap(int(st.spent[c]) + cost)
-            st.cred_debited[c] = wrap(int(st.cred_debited[c]) + cost)
+        for v in path if cost else ():
+            if int(st.left[v]) < MAXV:
+                st.left[v] -= cost
+            st.spent[v] = wrap(int(st.spent[v]) + cost)
+            st.cred_debited[v] = wrap(int(st.cred_debited[v]) + cost)
         from ..flow import NEVER
         retry_s = 0.0 if got >= a else (math.inf if wait == NEVER or reason == CREDITS else wait / NS)
         seq = -1

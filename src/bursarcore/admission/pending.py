@@ -231,6 +231,14 @@ class PendingQueue:
         if self.wown:
             self.ended.update(self.wown.keys() & set(campaigns))
 
+    def wake_campaign(self, c: int) -> None:
+        """Wake every key of campaign c (its watches go stale): c has become a node of a
+        tree of envelopes (its first child registered), whose keys are decided at every
+        pass."""
+        for q in self.keys.values():
+            if q.c == c:
+                self._wake(q)
+
     def _wpush(self, h: list[_Watch], thr: int, q: _PKey) -> None:
         self.wseq += 1
         self.wlive += 1
@@ -239,8 +247,8 @@ class PendingQueue:
     def file(self, q: _PKey, lims: tuple[int, ...], t: int) -> None:
         """File key q, which a decision at t in the state as it stands found below its
         smallest nmin (``lims``: that decision's limits, in ``LIMITS`` order), under one
-        limit that fails it, with that limit's watch; a rule without a watch of its own
-        has its keys decided again at every pass."""
+        limit that fails it, with that limit's watch; a rule without a watch of its own,
+        and a node of a tree of envelopes, has its keys decided again at every pass."""
         st, k = self.b.st, self.b._k
         m = q.nmins[0]
         lc, lcap, ltok, lcred = (lims[LIM_CEILING], lims[LIM_CAPACITY], lims[LIM_TOKENS],
@@ -248,7 +256,12 @@ class PendingQueue:
         q.ver += 1
         c, d = q.c, q.d
         own = True
-        if lc < m:
+        if st.in_tree(c):
+            # SPEC §14.2: an ancestor's ceiling, bucket or budget, or the slack of the path,
+            # moves with any lease of its subtree: decided again at every pass
+            self._wake(q)
+            own = False
+        elif lc < m:
             pass                                  # b - H: only its own lease ends raise it
         elif ltok < m:                            # when the bucket holds them, if ever
             w = k.token_wait(st, c, d, m, q.dur)

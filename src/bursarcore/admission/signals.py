@@ -65,7 +65,7 @@ class SignalsMixin(BrokerBase):
                 # count after debits (as state() says None for it)
                 tokens=math.inf if Bc >= MAXV else int(st.T[c, d]) / NS,
                 bucket=math.inf if Bc >= MAXV else Bc / NS,
-                held=int(st.H[c, d]), ceiling=int(st.b[c, d]), price=prices,
+                held=st.held(c, d), ceiling=int(st.b[c, d]), price=prices,
                 wait={"warm": 0.0, "reclaim": grace, "cold": cold})
         left = int(st.left[c])
         return Supply(campaign, t / NS, math.inf if left >= MAXV else left / CREDIT,
@@ -179,6 +179,9 @@ class SignalsMixin(BrokerBase):
                         "congestion": k.congestion_ppm(st, d) / PPM,
                         "warm_headroom": int(st.headroom[d])}
         camps: dict[str, dict[str, Any]] = {}
+        # SPEC §14.2: a node reports its subtree's holdings (its own, for a flat campaign)
+        held = st.subtree_sums(st.H[:st.C] - st.Xch[:st.C])
+        firm_held = st.subtree_sums(st.Hf)
         for c, name in enumerate(self._names):
             for d in range(len(self.dims)):
                 k.settle(st, c, d, t)
@@ -189,8 +192,8 @@ class SignalsMixin(BrokerBase):
                 "credits_spent": int(st.spent[c]) / CREDIT,
                 "credits_refunded": int(st.refunded[c]) / CREDIT,
                 "deficit": float(deficit[c]),
-                "held": {dn: int(st.H[c, d]) for d, dn in enumerate(self.dims)},
-                "firm_held": {dn: int(st.Hf[c, d]) for d, dn in enumerate(self.dims)},
+                "held": {dn: int(held[c, d]) for d, dn in enumerate(self.dims)},
+                "firm_held": {dn: int(firm_held[c, d]) for d, dn in enumerate(self.dims)},
                 "tokens": {dn: (None if int(st.Bcap[c, d]) >= MAXV else int(st.T[c, d]) / NS)
                            for d, dn in enumerate(self.dims)},
                 "tokens_refilled": {dn: (None if int(st.Bcap[c, d]) >= MAXV

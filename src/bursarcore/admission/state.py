@@ -55,8 +55,15 @@ PATHS = ("warm", "reclaim", "cold")
 # reads a campaign's three lines instead of a line per field. Every field is also an
 # attribute, a view of its column (``st.T[c, d]``, ``st.left[c]``); the compiled engine's
 # row structs (``_engine.CdRow``, ``CRow``) list the columns in this order.
+# The tree of envelopes (SPEC §14) is kept in the last three columns: ``up``, the parent's
+# index + 1 (-1 for a top-level node with children, 0 for a flat campaign); ``Rch``, Σ over
+# the node's children of their commitments R; ``Xch``, Σ over them of what they add to its
+# load, which H holds (SPEC §14.2: what its ceiling and bucket bind, own units plus Σ over
+# its children of max(g_ch, K_ch); ``Hf`` counts its own firm units). Per (campaign,
+# dimension) ``gch`` holds Σ of its children's guarantees and ``Hsub`` a node of a tree's
+# subtree holding. A flat campaign has zeros in all five (its H is its holding).
 _CD_FIELDS = ("tlast", "H", "T", "s", "b", "Bcap", "acc", "tok_debited",
-              "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped")
+              "g", "Hf", "tok_minted", "tok_refunded", "tok_clipped", "up", "Rch", "Xch")
 CD_WIDTH = 16
 _C_FIELDS = ("left", "escrow", "cred_debited", "budget", "spent", "refunded")
 C_WIDTH = 8
@@ -75,6 +82,9 @@ FS_REBASE = 256.0                 # |t − E| in half-lives beyond which E moves
 _L_FIELDS = ("camp", "dim", "units", "firm", "state", "lcls", "t_end", "slot_off",
              "t_grant", "t_start", "dur", "excess", "cost", "revoke_at", "intent", "gen")
 L_WIDTH = 16
+# Per lease row, what each ancestor of a node of a tree prepaid (SPEC §14.2): the lease's
+# own excess is its record's; its ancestors', nearest first, are ``lex[row * LEX_WIDTH:]``.
+LEX_WIDTH = _abi.TREE_DEPTH - 1
 _VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
@@ -125,7 +135,7 @@ class EngineState:
     ``version`` counts attribute assignments: it moves whenever an array is replaced
     (growth) or a scalar such as ``C`` changes, never on in-place writes. A compiled kernel
     caches raw pointers to the arrays (in ``binding_view``, dropped on every bump) and rebuilds
-    them when it moves. ``gsum`` is Σ_c g[c, d], kept by :meth:`add_campaign` (``g``
+    them when it moves. ``gsum`` is Σ of the top-level g[c, d], kept by :meth:`add_campaign` (``g``
     changes nowhere else).
     """
 
@@ -146,7 +156,7 @@ class EngineState:
     oppa: I64
     pend: I64
     price: I64
-    gsum: I64                         # (D,) Σ_c g[c, d]
+    gsum: I64                         # (D,) Σ of the top-level g[c, d]
     cls: I64                          # (classes, 6)
     cong_thr: I64
     cong_mult: I64
@@ -177,6 +187,11 @@ class EngineState:
     tok_minted: I64
     tok_refunded: I64
     tok_clipped: I64
+    up: I64
+    Rch: I64
+    Xch: I64
+    gch: I64                          # (_calloc, D) Σ of a node's children's guarantees
+    Hsub: I64                         # (_calloc, D) a node of a tree's subtree holding
     left: I64
     escrow: I64
     cred_debited: I64
@@ -203,6 +218,7 @@ class EngineState:
     revoke_at: I64
     intent: I64
     gen: I64
+    lex: I64                          # (L * LEX_WIDTH,) what each ancestor prepaid; () if flat
     freeq: I64
     lfree: I64                        # [head, tail, reuse_after]
     arena: I32
@@ -232,7 +248,8 @@ class EngineState:
             n, D = d["g"].shape
             cd, cr = np.zeros((n, D, CD_WIDTH), np.int64), np.zeros((n, C_WIDTH), np.int64)
             for j, f in enumerate(_CD_FIELDS):
-                cd[:, :, j] = d.pop(f)
+                if f in d:                 # (the tree's columns came later: zeros)
+                    cd[:, :, j] = d.pop(f)
             for j, f in enumerate(_C_FIELDS):
                 cr[:, j] = d.pop(f)
             for j, f in enumerate(_CF_FIELDS):
@@ -249,7 +266,9 @@ class EngineState:
             for j, f in enumerate(_L_FIELDS):
                 if f in d:
                     lr[:, j] = d.pop(f)
-        self.__dict__.update(d)
+        if "lex" not in d:                 # pickled before the tree: no ancestor prepaid
+            d["lex"] = np.zeros(0, dtype=np.int64)
+        self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
@@ -273,7 +292,7 @@ class EngineState:
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
         self.price = np.array(price, dtype=np.int64)
-        self.gsum = z()                    # Σ_c g[c, d], kept by add_campaign
+        self.gsum = z()                    # Σ of the top-level g[c, d], kept by add_campaign
         # class table: rank, mult_ppm, priced, preemptible, grace_ns, free_when_broke
         self.cls = np.array(classes, dtype=np.int64).reshape(-1, 6)
         self.cong_thr = np.array(cong_thresholds, dtype=np.int64)
@@ -303,6 +322,7 @@ class EngineState:
         self._set_rows(np.zeros((0, D, CD_WIDTH), np.int64), np.zeros((0, C_WIDTH), np.int64), 0)
         # leases and their slot arena
         self._set_leases(_aligned_buf(0), 0)
+        self.lex = np.zeros(0, dtype=np.int64)
         self.freeq = np.zeros(0, dtype=np.int64)
         if reuse_after is not None and (isinstance(reuse_after, bool) or int(reuse_after) < 0):
             raise ValueError("reuse_after must be None or an integer >= 0")
@@ -316,7 +336,13 @@ class EngineState:
 
     # -- growth ------------------------------------------------------------------------
     def add_campaign(self, g: npt.ArrayLike, s: npt.ArrayLike, b: npt.ArrayLike,
-                     Bcap: npt.ArrayLike, budget: int, now_ns: int) -> int:
+                     Bcap: npt.ArrayLike, budget: int, now_ns: int, top: bool = True) -> int:
+        """A campaign's records. ``top``: a top-level node, whose guarantee joins U and
+        ``gsum``; otherwise a node of a tree (SPEC §14) that the kernels' ``link`` makes a
+        child of its parent next (the state then keeps what each ancestor prepays per
+        lease, ``lex``)."""
+        if not top:
+            self.keep_ancestor_excess()
         if self.C == self._calloc:
             self._set_rows(self.cdrow, self.crow, max(16, 2 * self._calloc))
         c = self.C
@@ -325,10 +351,49 @@ class EngineState:
         self.tlast[c] = now_ns
         self.budget[c] = budget
         self.left[c] = budget
-        self.U += np.asarray(g, dtype=np.int64)
-        self.gsum += np.asarray(g, dtype=np.int64)
+        if top:
+            self.U += np.asarray(g, dtype=np.int64)
+            self.gsum += np.asarray(g, dtype=np.int64)
         self.C += 1
         return c
+
+    # -- the tree of envelopes (SPEC §14) -------------------------------------------------
+    def parent(self, c: int) -> int:
+        """Node c's parent's index, or -1 for a top-level node."""
+        up = int(self.up[c, 0]) if self.D else 0
+        return up - 1 if up > 0 else -1
+
+    def in_tree(self, c: int) -> bool:
+        """Whether c is a node of a tree (a child, or a top-level node with children)."""
+        return self.D > 0 and int(self.up[c, 0]) != 0
+
+    def path(self, c: int) -> list[int]:
+        """c's path: c, its parent, ..., its top-level ancestor."""
+        out = [c]
+        while (c := self.parent(c)) >= 0:
+            out.append(c)
+        return out
+
+    def keep_ancestor_excess(self) -> None:
+        """Make room for what each ancestor prepays per lease (``lex``), once the first node
+        of a tree of envelopes is registered: a flat broker keeps none. A MemoryError
+        changes nothing."""
+        if not self.lex.shape[0]:
+            self.lex = np.zeros(self.lrow.shape[0] * LEX_WIDTH, dtype=np.int64)
+
+    def held(self, c: int, d: int) -> int:
+        """SPEC §14.2: the units the leases of c's subtree hold on d (its own, for a flat
+        campaign; a node of a tree's ``H`` is its load)."""
+        return int(self.Hsub[c, d]) if int(self.up[c, d]) != 0 else int(self.H[c, d])
+
+    def subtree_sums(self, col: I64) -> I64:
+        """Σ over each campaign's subtree of its own figures ``col`` (C, D): a child is
+        registered after its parent, so one pass in reverse order adds children first."""
+        out = np.array(col[:self.C], dtype=np.int64)
+        up = self.up[:self.C, 0] if self.D else np.zeros(self.C, np.int64)
+        for c in np.flatnonzero(up > 0)[::-1]:
+            out[int(up[c]) - 1] += out[c]
+        return out
 
     def _set_rows(self, cd: np.ndarray, cr: np.ndarray, n: int) -> None:
         """Make ``cdrow`` / ``crow`` ``n`` records long, each record on a 64-byte boundary,
@@ -339,7 +404,14 @@ class EngineState:
         keep = min(self.C, cd.shape[0])
         new_cd[:keep] = cd[:keep]
         new_cr[:keep] = cr[:keep]
+        side = {}
+        for f in ("gch", "Hsub"):          # the tree's columns beside the records
+            side[f] = np.zeros((n, self.D), dtype=np.int64)
+            old = self.__dict__.get(f)
+            if old is not None:
+                side[f][:min(keep, old.shape[0])] = old[:keep]
         self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
+        self.gch, self.Hsub = side["gch"], side["Hsub"]
         for j, f in enumerate(_CD_FIELDS):
             setattr(self, f, new_cd[:, :, j])
         for j, f in enumerate(_C_FIELDS):
@@ -439,6 +511,9 @@ class EngineState:
             try:
                 self._resize("lrow", new, n)
                 grown.append(("lrow", L, n))
+                if self.lex.shape[0]:          # (kept once a tree of envelopes exists)
+                    self._resize("lex", new * LEX_WIDTH, n * LEX_WIDTH)
+                    grown.append(("lex", L * LEX_WIDTH, n * LEX_WIDTH))
                 for f in ("heap_t", "heap_id"):
                     size = getattr(self, f).shape[0]   # no reference kept: resize in place
                     if size < new + 1:                 # grow_heap may have made it larger

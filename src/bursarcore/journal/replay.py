@@ -26,6 +26,7 @@ from .memory import MemoryJournal
 __all__ = ["replay", "replay_common"]
 
 NS = 1_000_000_000
+_LEASE_OPS = (J.OP["release"], J.OP["renew"])
 B = TypeVar("B")
 
 
@@ -94,6 +95,10 @@ def replay(cls: Callable[..., B], journal: Journal, one: Callable[[B, int, Any, 
         t = int(r["t"])
         b._pin_time(t)
         try:
+            if op in _LEASE_OPS:
+                # the lease may be one the queue was granted by time passing to t (read by a
+                # poll, which writes no record): the broker is at t before the id is checked
+                b._advance(t)
             one(b, op, r, pl.get(int(r["seq"])), t)
         except (InvalidArgument, KeyError, ValueError, IndexError) as e:
             raise JournalCorrupt(int(r["seq"]), f"cannot be replayed: {e}") from None

@@ -144,7 +144,7 @@ class LifecycleMixin(BrokerBase):
         self._k.settle(st, c, d, int(row["t"]))
         row["tokens_after"] = int(st.T[c, d])
         row["credits_after"] = int(st.left[c])
-        row["held_after"] = int(st.H[c, d])
+        row["held_after"] = st.held(c, d)
 
     def _push(self, t: int, kind: int, ident: int) -> None:
         self._seq += 1

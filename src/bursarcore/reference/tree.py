@@ -29,32 +29,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..admission.paths import check_name, parent_name
 from ..errors import InvalidArgument
 from .leases import Campaign
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
            "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child",
            "check_guarantee"]
-
-
-def parent_name(name: str) -> str | None:
-    """The parent's path of ``name`` (None for a top-level node)."""
-    head, sep, _ = name.rpartition("/")
-    return head if sep else None
-
-
-def check_name(name: str, registered: dict[str, int]) -> int | None:
-    """SPEC §14: a path's segments are non-empty and its parent is registered. Returns the
-    parent's index (None for a top-level node); InvalidArgument naming ``name`` otherwise."""
-    if any(seg == "" for seg in name.split("/")):
-        raise InvalidArgument("name", "must be a path of non-empty segments separated by '/'",
-                              name)
-    parent = parent_name(name)
-    if parent is None:
-        return None
-    if parent not in registered:
-        raise InvalidArgument("name", f"its parent {parent!r} must be registered first", name)
-    return registered[parent]
 
 
 def commitments(camps: Sequence[Campaign], d: int) -> list[int]:

@@ -34,6 +34,7 @@ extern "C" {
 #define BC_MAX_TIME (1LL << 62)     /* |time| <= this, in ns */
 #define BC_MAX_AMOUNT (1LL << 62)   /* capacities, rates, tokens, amounts: [0, this] */
 #define BC_NEVER INT64_MAX          /* a wait that no amount of time ends */
+#define BC_TREE_DEPTH 8             /* the most levels of a tree of envelopes (§14) */
 
 /* --- cdef begin (the declarations below are read by the cffi binding as written) --- */
 
@@ -251,6 +252,21 @@ int bc_engine_add_campaign(bc_engine *e, const int64_t *guaranteed, const int64_
                            const int64_t *ceiling, const int64_t *bucket, int64_t credits,
                            int64_t now, int64_t *index);
 
+/* Registers a node of the tree of envelopes (docs/spec.md §14) at `now`: a child of node
+ * `parent` (an index bc_engine_add_campaign or bc_engine_add_node gave), or a top-level
+ * campaign when `parent` < 0; the other arguments as bc_engine_add_campaign's. Its
+ * guarantees nest: refused with BC_ERANGE when, on a dimension, the guarantees of the
+ * parent's children would exceed the parent's (of the top-level nodes: the capacity), or
+ * when the guarantee does not fit the reserve now (capacity − Σ_top R + the slack of the
+ * parent's path, §14.3) or would raise the load of a node on the parent's path above its
+ * sustained rate (§14.1), or when the node would lie deeper than BC_TREE_DEPTH levels.
+ * BC_EINDEX for a parent not registered. Its index to *index. A node's requests are
+ * decided by every level of its path: the reserve rule of §14.3 for capacity, and the
+ * ceiling, bucket and budget of the node and of each ancestor (§14.2). */
+int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
+                       const int64_t *sustained, const int64_t *ceiling,
+                       const int64_t *bucket, int64_t credits, int64_t now, int64_t *index);
+
 /* Expires what is due by `now`, then decides a request of [min_units, max_units] units of
  * class `cls` on dimension `dim` for `duration` ns, spending at most `max_spend`
  * micro-credits (< 0: no cap); a warm grant is committed. `intent` is the caller's id for
@@ -277,7 +293,7 @@ int bc_engine_advance(bc_engine *e, int64_t now, int64_t *expired, size_t room,
 int bc_engine_lease(const bc_engine *e, int64_t lease, bc_lease_info *out);
 
 /* A campaign's credits left (micro-credits; BC_MAX_AMOUNT for no budget) and, on one
- * dimension, its holding (units) and tokens (unit·ns), its bucket settled at `now` (never
+ * dimension, its holding (units; a node of a tree's: its subtree's) and tokens (unit·ns), its bucket settled at `now` (never
  * before its last settlement: an earlier `now` reads it as it stands). */
 int bc_engine_balance(bc_engine *e, int64_t campaign, int32_t dim, int64_t now,
                       int64_t *credits, int64_t *held, int64_t *tokens);

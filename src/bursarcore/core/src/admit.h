@@ -20,21 +20,16 @@ static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
 }
 
 /* ns until (c, d)'s bucket holds the tokens n more units for dur ns need, refilling at
- * its sustained room (in instant mode: 1, the next ns, while it refills); -1 when it holds
- * them now, never refills, or could never hold them (the need is beyond the bucket's size:
- * the refill stops there). The caller settled the bucket. */
-static inline bc_i128 k_token_wait(const bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
+ * its sustained room (k_level_wait; for a node of a tree, every bucket of its path, settled
+ * to c's time); -1 when it holds them now, never refills, or could never hold them. The
+ * caller settled c's bucket. */
+static inline bc_i128 k_token_wait(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur)
 {
-    int64_t i = c * e->D + d, H = e->cd[i].H, s = e->cd[i].s;
-    int64_t rate = bc_sustained_room(H, s);
-    bc_i128 total = (bc_i128)bc_excess(H, n, s) * dur, need = total - e->cd[i].T;
-    if (rate == 0)
-        return -1;
-    if (e->scal[1] != 0)            /* instant mode: tokens are back as soon as time moves */
-        return 1;
-    if (need <= 0 || total > e->cd[i].Bcap)
-        return -1;
-    return (need + rate - 1) / rate;
+    bc_i128 w;
+    if (e->cd[c * e->D + d].up != 0)      /* §14.2: every bucket on its path (settled) */
+        return k_token_wait_tree(e, c, d, n, dur, e->cd[c * e->D + d].tlast);
+    w = k_level_wait(e, c * e->D + d, n, dur);
+    return w > 0 ? w : -1;
 }
 
 /* One cell of a quote: an intent for exactly n units for dur ns, decided as acquire would
@@ -105,13 +100,14 @@ static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
 /* One admission: decide, and commit a warm grant. BC_GRANTED / BC_REFUSED / BC_DEFERRED
  * (the policy layer decides: a reclaim, a pending request) or an error code;
  * out = [units, reason, lease id or -1, charge]. BC_E_HEAPFULL comes back before anything
- * but the (idempotent) settle changed: grow the heap and call again. */
-static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
-                          int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                          int64_t intent, int64_t *out, bc_memo *mo)
+ * but the (idempotent) settle changed: grow the heap and call again. `tree`: c is a node of
+ * a tree (k_decide_at). */
+static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                             int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                             int64_t intent, int64_t *out, bc_memo *mo, int tree)
 {
     bc_dec r;
-    int err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 0, &r, mo);
+    int err = k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, 0, &r, mo, tree);
     int64_t lid, why;
     int priced;
     if (err)
@@ -129,7 +125,7 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
             k_shortfall_m(e, d, nmax - r.n, mo);
         if (err)
             return err;
-        lid = k_commit(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo);   /* checked just above */
+        lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);   /* checked */
         out[2] = lid;
         out[3] = e->lr[lid & BC_ROW_MASK].cost;
         return BC_GRANTED;
@@ -146,11 +142,37 @@ static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nm
     return BC_DEFERRED;
 }
 
+/* One admission (k_admit_at), a flat campaign's with the tree's figures folded away. */
+static inline int k_admit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                          int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                          int64_t intent, int64_t *out, bc_memo *mo)
+{
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo, 0);
+    return k_admit_at(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, mo, 1);
+}
+
+/* The batch loop's decision and admission of a node of a tree of envelopes (§14): the
+ * walks up its path, out of line, so a flat campaign's loop carries none of them. */
+BC_WALK int k_decide_node(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                          int64_t nmax, int64_t dur, int64_t t, bc_dec *o)
+{
+    return k_decide_at(e, c, d, k, nmin, nmax, dur, -1, t, 1, o, NULL, 1);
+}
+
+BC_WALK int k_admit_node(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                         int64_t nmax, int64_t dur, int64_t t, int64_t intent, int64_t *out,
+                         bc_memo *mo)
+{
+    return k_admit_at(e, c, d, k, nmin, nmax, dur, -1, t, intent, out, mo, 1);
+}
+
 /* A batch of admissions at one instant t (§4.4, §9): items j..m-1 of the columns, each
- * through k_admit, in order, until one needs the policy layer (BC_DEFERRED: returns its
- * index, nothing of it changed but the settle) or fails (an error code in *err: returns its
- * index). Outputs per item: units (on), reason (orz), lease id or -1 (ol). The intent id
- * of item j is intent0 + j. With rec != NULL (a journal), each item's rule inputs are
+ * through k_admit, in order (a node of a tree of envelopes, §14, through the walks up its
+ * path), until one needs the policy layer (BC_DEFERRED: returns its index) or fails (an
+ * error code in *err: returns its index). Outputs
+ * per item: units (on), reason (orz), lease id or -1 (ol). The intent id of item j is
+ * intent0 + j. With rec != NULL (a journal), each item's rule inputs are
  * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
  * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after. */
 __attribute__((always_inline)) static inline int64_t k_batch(
@@ -190,7 +212,10 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             }
         }
         if (rec != NULL) {
-            rc = k_decide(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL);
+            rc = k_decide_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, 1, &x, NULL,
+                             BC_FLAT_ONLY);
+            if (rc == BC_E_TREE)      /* a node of a tree: its path's walk, out of line */
+                rc = k_decide_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, &x);
             if (rc < 0) {
                 *err = rc;
                 return j;
@@ -203,7 +228,11 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             for (q = 0; q < BC_LIMITS; q++)
                 before[4 + q] = bc_cap_maxv(x.lim[q]);
         }
-        rc = k_admit(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo);
+        rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
+                        BC_FLAT_ONLY);
+        if (rc == BC_E_TREE)          /* a node of a tree: its path's walks, out of line */
+            rc = k_admit_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, buf,
+                              &mo);
         if (rc < 0) {
             *err = rc;
             return j;
@@ -219,7 +248,7 @@ __attribute__((always_inline)) static inline int64_t k_batch(
                 rec[j * BC_REC_WIDTH + q] = before[q];
             rec[j * BC_REC_WIDTH + 4 + BC_LIMITS] = e->cd[i].T;
             rec[j * BC_REC_WIDTH + 5 + BC_LIMITS] = e->cr[c].left;
-            rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = e->cd[i].H;
+            rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = k_held(e, c, d);
         }
         j += 1;
     }

@@ -46,7 +46,8 @@ void bc_engine_free(bc_engine *x)
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
-    free(e->fs_par); free(e->lr); free(e->freeq); free(e->lfree); free(e->arena);
+    free(e->gch); free(e->Hsub); free(e->fs_par); free(e->lr); free(e->lex); free(e->freeq);
+    free(e->lfree); free(e->arena);
     free(e->arena_top); free(e->heap_t); free(e->heap_id);
     free(x);
 }
@@ -55,30 +56,37 @@ void bc_engine_free(bc_engine *x)
 static int engine_grow_leases(bc_eng *e, int64_t L)
 {
     bc_lrow *lr;
-    int64_t *freeq, *ht, *hi, head = e->lfree[0], tail = e->lfree[1], j;
+    int64_t *lex, *freeq, *ht, *hi, head = e->lfree[0], tail = e->lfree[1], j;
     int64_t hc = e->HC > L + 1 ? e->HC : L + 1;
     if (L <= e->L)
         return BC_OK;
     if (L > ((int64_t)1 << BC_ROW_BITS))
         return BC_ERANGE;
     lr = engine_zalloc((size_t)L, sizeof(bc_lrow));
+    lex = e->lex == NULL ? NULL    /* (kept once a tree of envelopes exists) */
+          : engine_zalloc((size_t)L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
     freeq = engine_zalloc((size_t)L, sizeof(int64_t));
     ht = engine_zalloc((size_t)hc, sizeof(int64_t));
     hi = engine_zalloc((size_t)hc, sizeof(int64_t));
-    if (lr == NULL || freeq == NULL || ht == NULL || hi == NULL) {
-        free(lr); free(freeq); free(ht); free(hi);
+    if (lr == NULL || (lex == NULL && e->lex != NULL) || freeq == NULL || ht == NULL
+            || hi == NULL) {
+        free(lr); free(lex); free(freeq); free(ht); free(hi);
         return BC_ENOMEM;
     }
-    if (e->L > 0)
+    if (e->L > 0) {
         memcpy(lr, e->lr, (size_t)e->L * sizeof(bc_lrow));
+        if (lex != NULL)
+            memcpy(lex, e->lex, (size_t)e->L * (BC_TREE_DEPTH - 1) * sizeof(int64_t));
+    }
     for (j = head; j < tail; j++)       /* the FIFO of ended rows, laid out afresh */
         freeq[j - head] = e->freeq[j % e->L];
     if (e->HC > 0) {
         memcpy(ht, e->heap_t, (size_t)e->HC * sizeof(int64_t));
         memcpy(hi, e->heap_id, (size_t)e->HC * sizeof(int64_t));
     }
-    free(e->lr); free(e->freeq); free(e->heap_t); free(e->heap_id);
+    free(e->lr); free(e->lex); free(e->freeq); free(e->heap_t); free(e->heap_id);
     e->lr = lr;
+    e->lex = lex;
     e->freeq = freeq;
     e->heap_t = ht;
     e->heap_id = hi;
@@ -217,6 +225,8 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->arena_top = engine_dup64(NULL, 1);
     e->cd = engine_zalloc(1, sizeof(bc_cdrow));
     e->cr = engine_zalloc(1, sizeof(bc_crow));
+    e->gch = engine_dup64(NULL, 1);
+    e->Hsub = engine_dup64(NULL, 1);
     e->lr = engine_zalloc(1, sizeof(bc_lrow));
     e->freeq = engine_dup64(NULL, 1);
     e->arena = engine_zalloc(1, sizeof(int32_t));
@@ -226,7 +236,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
             || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr
-            || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
+            || !e->gch || !e->Hsub || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
         bc_engine_free(x);
         return BC_ENOMEM;
     }
@@ -246,11 +256,14 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     return BC_OK;
 }
 
-int bc_engine_add_campaign(bc_engine *x, const int64_t *g, const int64_t *s, const int64_t *b,
-                           const int64_t *bucket, int64_t credits, int64_t now, int64_t *index)
+/* A campaign registered at `now`, top-level (p < 0) or a child of node p (§14.1): its
+ * guarantee within the pool's (top level) or with its siblings' within p's. */
+static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *s,
+                      const int64_t *b, const int64_t *bucket, int64_t credits, int64_t now,
+                      int64_t *index)
 {
     bc_eng *e;
-    int64_t d, D, i, n;
+    int64_t d, D, i, n, *gch, *hsub;
     bc_cdrow *cd;
     bc_crow *cr;
     if (x == NULL || g == NULL || s == NULL || b == NULL || bucket == NULL)
@@ -261,21 +274,29 @@ int bc_engine_add_campaign(bc_engine *x, const int64_t *g, const int64_t *s, con
         return BC_ERANGE;
     for (d = 0; d < D; d++)
         if (g[d] < 0 || s[d] < g[d] || b[d] < s[d] || b[d] > BC_MAX_AMOUNT || bucket[d] < 0
-                || bucket[d] > BC_MAX_AMOUNT || e->gsum[d] + g[d] > e->cap[d])
+                || bucket[d] > BC_MAX_AMOUNT
+                || (p < 0 ? e->gsum[d] + g[d] > e->cap[d]
+                          : e->gch[p * D + d] + g[d] > e->cd[p * D + d].g))
             return BC_ERANGE;
     if (x->C == e->calloc) {
         n = e->calloc ? 2 * e->calloc : 16;
         cd = engine_zalloc((size_t)(n * D), sizeof(bc_cdrow));
         cr = engine_zalloc((size_t)n, sizeof(bc_crow));
-        if (cd == NULL || cr == NULL) {
-            free(cd); free(cr);
+        gch = engine_zalloc((size_t)(n * D), sizeof(int64_t));
+        hsub = engine_zalloc((size_t)(n * D), sizeof(int64_t));
+        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL) {
+            free(cd); free(cr); free(gch); free(hsub);
             return BC_ENOMEM;
         }
         memcpy(cd, e->cd, (size_t)(x->C * D) * sizeof(bc_cdrow));
         memcpy(cr, e->cr, (size_t)x->C * sizeof(bc_crow));
-        free(e->cd); free(e->cr);
+        memcpy(gch, e->gch, (size_t)(x->C * D) * sizeof(int64_t));
+        memcpy(hsub, e->Hsub, (size_t)(x->C * D) * sizeof(int64_t));
+        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub);
         e->cd = cd;
         e->cr = cr;
+        e->gch = gch;
+        e->Hsub = hsub;
         e->calloc = n;
     }
     for (d = 0; d < D; d++) {
@@ -286,15 +307,48 @@ int bc_engine_add_campaign(bc_engine *x, const int64_t *g, const int64_t *s, con
         e->cd[i].Bcap = bucket[d];
         e->cd[i].T = bucket[d];
         e->cd[i].tlast = now;
-        e->U[d] += g[d];
-        e->gsum[d] += g[d];
+        if (p < 0) {
+            e->U[d] += g[d];
+            e->gsum[d] += g[d];
+        }
     }
     e->cr[x->C].budget = credits;
     e->cr[x->C].left = credits;
+    if (p >= 0)
+        k_link(e, x->C, p, now);
     if (index != NULL)
         *index = x->C;
     x->C += 1;
     return BC_OK;
+}
+
+int bc_engine_add_campaign(bc_engine *x, const int64_t *g, const int64_t *s, const int64_t *b,
+                           const int64_t *bucket, int64_t credits, int64_t now, int64_t *index)
+{
+    return engine_add(x, -1, g, s, b, bucket, credits, now, index);
+}
+
+int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int64_t *s,
+                       const int64_t *b, const int64_t *bucket, int64_t credits, int64_t now,
+                       int64_t *index)
+{
+    int64_t d;
+    if (x == NULL || g == NULL)
+        return BC_EINVAL;
+    if (parent >= x->C)
+        return BC_EINDEX;
+    if (parent >= 0 && k_depth(&x->e, parent) >= BC_TREE_DEPTH)
+        return BC_ERANGE;
+    if (parent >= 0 && x->e.lex == NULL) {     /* the first node of a tree */
+        x->e.lex = engine_zalloc((size_t)x->e.L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
+        if (x->e.lex == NULL)
+            return BC_ENOMEM;
+    }
+    for (d = 0; d < x->e.D; d++)
+        if (g[d] < 0 || g[d] > k_child_room(&x->e, parent, d)
+                || (parent >= 0 && g[d] > k_child_load_room(&x->e, parent, d)))
+            return BC_ERANGE;
+    return engine_add(x, parent < 0 ? -1 : parent, g, s, b, bucket, credits, now, index);
 }
 
 int bc_engine_advance(bc_engine *x, int64_t now, int64_t *expired, size_t room, size_t *count)
@@ -447,8 +501,8 @@ int bc_engine_balance(bc_engine *x, int64_t c, int32_t d, int64_t now, int64_t *
     cd = &x->e.cd[c * x->e.D + d];
     if (credits != NULL)
         *credits = x->e.cr[c].left;
-    if (held != NULL)
-        *held = cd->H;
+    if (held != NULL)                 /* a node of a tree: its subtree's (§14.2) */
+        *held = k_held(&x->e, c, d);
     if (tokens != NULL)
         *tokens = cd->T;
     return BC_OK;

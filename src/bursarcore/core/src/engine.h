@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bursarcore.h"
 #include "ints.h"
@@ -44,7 +45,8 @@ enum {
     BC_E_INDEX = -7,
     BC_E_RANGE = -8,     /* a price that does not fit int64 */
     BC_E_EMPTY = -9,     /* heap pop on an empty heap */
-    BC_E_ENDED = -10     /* ending a lease that has already ended */
+    BC_E_ENDED = -10,    /* ending a lease that has already ended */
+    BC_E_TREE = -11      /* a node of a tree asked of the flat path (k_batch walks its path) */
 };
 
 enum {
@@ -65,10 +67,15 @@ enum {
 
 /* A (campaign, dimension) record, 128 bytes, the fields a grant touches in the first
  * line: last settlement, holding, tokens, sustained rate, burst ceiling, bucket size,
- * ∫H dt, guarantee, firm holding, and token counters. */
+ * ∫H dt, guarantee, firm holding, and token counters; then the campaign's place in the tree
+ * of envelopes (§14): up (its parent's index + 1; BC_UP_ROOT for a top-level node with
+ * children; 0 for a flat campaign), Σ over its children of their commitments R (Rch) and of
+ * what they add to its load (Xch). H is the load K its ceiling and bucket bind (§14.2: its
+ * own leases' units and, Xch, Σ over its children of max(g_ch, K_ch); for a flat campaign its
+ * holding), Hf its own leases' firm units. */
 typedef struct {
     int64_t tlast, H, T, s, b, Bcap, acc, tok_debited;
-    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, pad0, pad1, pad2;
+    int64_t g, Hf, tok_minted, tok_refunded, tok_clipped, up, Rch, Xch;
 } bc_cdrow;
 
 /* A campaign's record, 64 bytes: credits, then its fair-share pair (§6) as doubles. */
@@ -97,12 +104,16 @@ typedef struct {
     /* campaigns: one record per (campaign, dimension), one per campaign */
     bc_cdrow *cd;
     bc_crow *cr;
+    int64_t *gch;              /* per (campaign, dimension): Σ of its children's guarantees */
+    int64_t *Hsub;             /* ... and a node of a tree's subtree holding (§14.2) */
     int64_t *fs_par;           /* [half-life ns, epoch ns] */
     long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
     double fs_w;
     int fs_ok;
     /* leases: one record per row */
     bc_lrow *lr;
+    int64_t *lex;              /* per row, BC_TREE_DEPTH - 1: the excess each ancestor prepaid
+                                  (NULL while no tree of envelopes exists) */
     int64_t *freeq;            /* ring of ended rows (length L) */
     int64_t *lfree;            /* [head, tail, reuse_after] */
     int32_t *arena;
@@ -163,16 +174,61 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     }
 }
 
+/* (c, d)'s unmet guarantee: its slack (§14.3; g less its firm holding, for a node without
+ * children). */
 static inline int64_t k_unmet(const bc_eng *e, int64_t c, int64_t d)
 {
     int64_t i = c * e->D + d;
-    return bc_unmet(e->cd[i].g, e->cd[i].Hf);
+    return bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
 }
 
 static inline int64_t k_free(const bc_eng *e, int64_t d)
 {
     return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d]);
 }
+
+/* -- what a lease takes from and gives back to one level (§4.2, §4.3) -------------------- */
+
+/* (c, d)'s bucket (record i) pays `debit` unit·ns for a grant or a renewal. */
+static inline void k_debit_tokens(bc_eng *e, int64_t i, bc_i128 debit)
+{
+    e->cd[i].T = bc_wadd(e->cd[i].T, -debit);
+    e->cd[i].tok_debited = bc_wadd(e->cd[i].tok_debited, debit);
+}
+
+/* (c, d)'s bucket (record i) takes `refund` unit·ns back, up to its size; the rest is
+ * clipped. */
+static inline void k_refund_tokens(bc_eng *e, int64_t i, bc_i128 refund)
+{
+    int64_t T = e->cd[i].T;
+    bc_i128 room = (bc_i128)e->cd[i].Bcap - T, got = refund < room ? refund : room;
+    e->cd[i].T = bc_wadd(T, got);
+    e->cd[i].tok_refunded = bc_wadd(e->cd[i].tok_refunded, got);
+    e->cd[i].tok_clipped = bc_wadd(e->cd[i].tok_clipped, refund > room ? refund - room : 0);
+}
+
+/* Campaign c's budget escrows a charge (a budget of BC_MAXV, none, is not drawn down). */
+static inline void k_escrow(bc_eng *e, int64_t c, bc_i128 charge)
+{
+    if (e->cr[c].left < BC_MAXV)
+        e->cr[c].left = bc_wadd(e->cr[c].left, -charge);
+    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, charge);
+    e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, charge);
+}
+
+/* Campaign c's escrow of a lease charged `price` ends: `back` returns to its budget, the
+ * rest is spent. */
+static inline void k_credit_back(bc_eng *e, int64_t c, int64_t price, bc_i128 back)
+{
+    if (e->cr[c].left < BC_MAXV)
+        e->cr[c].left = bc_wadd(e->cr[c].left, back);
+    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, -(bc_i128)price);
+    e->cr[c].refunded = bc_wadd(e->cr[c].refunded, back);
+    e->cr[c].spent = bc_wadd(e->cr[c].spent, (bc_i128)price - back);
+}
+
+#include "tree.h"
+
 
 /* §6 the fair-share weight 2^((t - E)/half-life), moving the epoch E to t when t is more
  * than BC_FS_REBASE half-lives ahead. Cached per t (a batch's grants share one t), and
@@ -199,24 +255,51 @@ static inline double k_fs_weight(bc_eng *e, int64_t t)
     return e->fs_w;
 }
 
-/* Change (c, d)'s holding by delta (firm: also its firm holding, F and U), folding the
- * holding so far into c's fair-share usage (the caller settled: tlast is now). */
-static inline void k_hold(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+/* Change (c, d)'s own holding by delta (firm: also its firm holding, F and U = Σ_top R − F),
+ * folding its own holding so far into c's fair-share usage (the caller settled: tlast is
+ * now); tree > 0: c is a node of a tree (§14), and its ancestors' holdings and commitments
+ * follow (0 or BC_FLAT_ONLY: a flat campaign). */
+static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm, int tree)
 {
-    int64_t i = c * e->D + d, before;
+    int64_t i = c * e->D + d, h = e->cd[i].H, g = e->cd[i].g, hf, rch, dr;
     double w;
     if (d == 0) {
         w = (e->fs_ok && e->fs_t == e->cd[i].tlast) ? e->fs_w : k_fs_weight(e, e->cd[i].tlast);
-        e->cr[c].fsS = e->cr[c].fsS + (double)e->cd[i].H * (w - e->cr[c].fsG);
+        e->cr[c].fsS = e->cr[c].fsS
+            + (double)(tree > 0 ? h - e->cd[i].Xch : h) * (w - e->cr[c].fsG);
         e->cr[c].fsG = w;
     }
-    e->cd[i].H += delta;
-    if (firm) {
-        before = k_unmet(e, c, d);
-        e->cd[i].Hf += delta;
-        e->F[d] += delta;
-        e->U[d] += k_unmet(e, c, d) - before;
+    e->cd[i].H = h + delta;
+    if (tree > 0) {
+        e->Hsub[i] += delta;
+        k_measure_up(e, e->cd[i].up, d, delta,
+                     bc_child_measure(g, h + delta) - bc_child_measure(g, h), e->cd[i].tlast);
     }
+    if (firm) {
+        hf = e->cd[i].Hf;
+        rch = tree > 0 ? e->cd[i].Rch : 0;
+        e->cd[i].Hf = hf + delta;
+        e->F[d] += delta;
+        if (tree > 0) {
+            dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
+            e->U[d] += k_commit_up(e, e->cd[i].up, d, dr) - delta;
+        } else {        /* R − Hf of a node without children is its slack, g − Hf above 0 */
+            e->U[d] += bc_slack(g, hf + delta, 0) - bc_slack(g, hf, 0);
+        }
+    }
+}
+
+BC_WALK void k_hold_tree(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+{
+    k_hold_at(e, c, d, delta, firm, 1);
+}
+
+static inline void k_hold(bc_eng *e, int64_t c, int64_t d, int64_t delta, int firm)
+{
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        k_hold_at(e, c, d, delta, firm, 0);
+    else
+        k_hold_tree(e, c, d, delta, firm);
 }
 
 /* -- congestion and price (§7) ------------------------------------------------------------ */
@@ -307,10 +390,18 @@ static inline void k_shortfall_m(bc_eng *e, int64_t d, int64_t units, bc_memo *m
         mo->d = -1;
 }
 
-/* The charge of a lease of class row kc priced `price` to campaign c (§7). */
+/* The charge of a lease of class row kc priced `price` to campaign c (§7; a class that runs
+ * free when broke runs free when a budget on c's path cannot pay, §14.2). tree: c is a node
+ * of a tree. */
+static inline bc_i128 k_charge_at(const bc_eng *e, int64_t c, const int64_t *kc, bc_i128 price,
+                                  int tree)
+{
+    return bc_charge(kc[BC_K_FREEBROKE] != 0, price, k_path_left_at(e, c, tree));
+}
+
 static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc_i128 price)
 {
-    return bc_charge(kc[BC_K_FREEBROKE] != 0, price, e->cr[c].left);
+    return k_charge_at(e, c, kc, price, e->cd[c * e->D].up != 0);
 }
 
 /* -- the decision (§4.4) ------------------------------------------------------------------ */
@@ -318,7 +409,7 @@ static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc
 /* What the rules read for a request of class k on (c, d) for dur ns at price pm, spending
  * at most max_spend (bc_req). */
 static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t dur,
-                             int64_t max_spend, int64_t pm, int64_t free, bc_req *q)
+                             int64_t max_spend, int64_t pm, int64_t free, bc_req *q, int tree)
 {
     int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
@@ -328,7 +419,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->T = e->cd[i].T;
     q->Bcap = e->cd[i].Bcap;
     q->g = e->cd[i].g;
-    q->unmet = k_unmet(e, c, d);
+    q->unmet = k_path_slack_at(e, c, d, tree);
     q->left = e->cr[c].left;
     q->escrow = e->cr[c].escrow;
     q->cap = e->cap[d];
@@ -351,17 +442,22 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
 /* Decide a request of [nmin, nmax] units of class k on (c, d) for dur ns at t, spending at
  * most max_spend micro-credits (< 0: no cap): its bucket settled, its price, then the rules'
  * sizing (bc_size; with `exact` false the limits that take a division are divided out only
- * when they may bind) and its path. Returns 0 or an error code. */
-static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
-                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                           int exact, bc_dec *o, bc_memo *mo)
+ * when they may bind) and its path. `tree`: 1 when c is a node of a tree (its up != 0); 0 for
+ * a flat campaign, the tree's figures folded away; BC_FLAT_ONLY the same, but a node of a
+ * tree is not decided (BC_E_TREE, nothing changed but the settle). Returns 0 or an error
+ * code. */
+static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                              int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                              int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int64_t free;
+    int64_t free, xlim[BC_LIMITS];
     bc_i128 pm;
     bc_req q;
     int err;
     k_settle(e, c, d, t);
+    if (tree == BC_FLAT_ONLY && __builtin_expect(e->cd[c * e->D + d].up != 0, 0))
+        return BC_E_TREE;
     free = k_free(e, d);
     if (mo != NULL && mo->d == d && mo->k == k) {
         pm = mo->pm;
@@ -376,12 +472,26 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
         }
     }
     o->pm = (int64_t)pm;
-    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q);
-    err = bc_size(&q, nmin, nmax, exact, o);
+    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q, tree);
+    if (tree > 0) {             /* §14.2: every level of the path binds */
+        q.left = k_path_left_tree(e, c);
+        k_path_limits(e, c, d, dur, t, xlim);
+        err = bc_size(&q, nmin, nmax, exact, xlim, o);
+    } else {
+        err = bc_size(&q, nmin, nmax, exact, NULL, o);
+    }
     if (err)
         return err;
     o->path = o->n <= o->warm ? BC_P_WARM : BC_P_RECLAIM;
     return 0;
+}
+
+static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                           int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                           int exact, bc_dec *o, bc_memo *mo)
+{
+    return k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, exact, o, mo,
+                       e->cd[c * e->D + d].up != 0);
 }
 
 /* Whether a request of nmin units could never be granted, whatever the others do (bc_never).
@@ -389,8 +499,13 @@ static inline int k_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n
 static inline int64_t k_never(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                               int64_t dur, int64_t pm)
 {
+    int tree = e->cd[c * e->D + d].up != 0;
     bc_req q;
-    k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q);
+    k_request(e, c, d, k, dur, -1, pm, k_free(e, d), &q, tree);
+    if (tree) {
+        q.g = k_path_free_g(e, c, d);               /* §14.3: g, for a flat campaign */
+        return k_never_tree(e, c, d, nmin, &q);
+    }
     return bc_never(&q, nmin);
 }
 

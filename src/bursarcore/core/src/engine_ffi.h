@@ -27,6 +27,10 @@ static inline bce_wide bce_wide_of(bc_i128 v)
 /* --- cdef begin */
 static void bce_settle(bc_eng *e, int64_t c, int64_t d, int64_t t);
 static int64_t bce_unmet(bc_eng *e, int64_t c, int64_t d);
+static int64_t bce_path_slack(bc_eng *e, int64_t c, int64_t d);
+static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d);
+static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d);
+static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t);
 static int64_t bce_free(bc_eng *e, int64_t d);
 static void bce_ring_advance(bc_eng *e, int64_t t);
 static bce_wide bce_cong_ppm(bc_eng *e, int64_t d);
@@ -66,6 +70,13 @@ static int64_t bce_row(bc_eng *e, int64_t lid);
 
 static void bce_settle(bc_eng *e, int64_t c, int64_t d, int64_t t) { k_settle(e, c, d, t); }
 static int64_t bce_unmet(bc_eng *e, int64_t c, int64_t d) { return k_unmet(e, c, d); }
+static int64_t bce_path_slack(bc_eng *e, int64_t c, int64_t d) { return k_path_slack(e, c, d); }
+static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d) { return k_child_room(e, p, d); }
+static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d)
+{
+    return k_child_load_room(e, p, d);
+}
+static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t) { k_link(e, c, p, t); }
 static int64_t bce_free(bc_eng *e, int64_t d) { return k_free(e, d); }
 static void bce_ring_advance(bc_eng *e, int64_t t) { k_ring_advance(e, t); }
 static bce_wide bce_cong_ppm(bc_eng *e, int64_t d) { return bce_wide_of(k_cong_ppm(e, d)); }

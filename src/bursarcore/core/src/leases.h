@@ -181,34 +181,31 @@ static inline void k_place(bc_eng *e, int64_t lid, int64_t d, int64_t n, int64_t
 
 /* Commit a grant whose checks passed (room, heap) with (c, d) settled at t and its cost at
  * its price known (`price` = bc_cost(n, dur, pm)): debit the tokens above the sustained
- * rate and the charge, hold the units, write the lease, place it unless it is starting.
- * The lease id. */
+ * rate and the charge, write the lease, hold the units, place it unless it is starting.
+ * `tree`: c is a node of a tree (§14.2: every ancestor prepays its own load's rise above its
+ * rate and escrows the charge too, k_grant_up). The lease id. */
 static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
                                     int64_t dur, bc_i128 price, int64_t t, int starting,
-                                    int64_t intent)
+                                    int64_t intent, int tree)
 {
     int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
     int firm = kc[BC_K_PREEMPT] == 0;
-    int64_t H = e->cd[i].H, s = e->cd[i].s, excess, lid, r;
-    bc_i128 debit;
+    int64_t H = e->cd[i].H, s = e->cd[i].s, excess, lid, r, up[BC_TREE_DEPTH - 1];
     excess = e->scal[1] != 0 ? 0 : bc_excess(H, n, s);
-    if (excess != 0) {     /* (a lease within the sustained rate leaves the bucket as it is) */
-        debit = (bc_i128)excess * dur;
-        e->cd[i].T = bc_wadd(e->cd[i].T, -debit);
-        e->cd[i].tok_debited = bc_wadd(e->cd[i].tok_debited, debit);
-    }
-    price = k_charge(e, c, kc, price);
-    if (price != 0) {      /* (a free lease leaves the credit sums as they are) */
-        if (e->cr[c].left < BC_MAXV)
-            e->cr[c].left = bc_wadd(e->cr[c].left, -price);
-        e->cr[c].escrow = bc_wadd(e->cr[c].escrow, price);
-        e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, price);
-    }
-    k_hold(e, c, d, n, firm);
+    if (excess != 0)       /* (a lease within the sustained rate leaves the bucket as it is) */
+        k_debit_tokens(e, i, (bc_i128)excess * dur);
+    price = k_charge_at(e, c, kc, price, tree);
+    if (price != 0)        /* (a free lease leaves the credit sums as they are) */
+        k_escrow(e, c, price);
+    if (tree > 0)          /* before the loads move */
+        k_grant_up(e, c, d, n, dur, t, price, up);
+    k_hold_at(e, c, d, n, firm, tree);
     lid = k_new_lease(e, c, d, k, n, firm, starting ? BC_LEASE_STARTING : BC_LEASE_ACTIVE, t, dur,
                       excess, (int64_t)price, intent);
     r = lid & BC_ROW_MASK;
+    if (tree > 0)
+        memcpy(e->lex + r * (BC_TREE_DEPTH - 1), up, sizeof up);
     if (starting) {
         e->prom[d] += n;
         e->lr[r].t_start = 0;
@@ -220,13 +217,14 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
     return lid;
 }
 
-static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
-                               int64_t dur, int64_t pm, int64_t t, int starting, int64_t intent,
-                               bc_memo *mo)
+static inline int64_t k_commit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                                  int64_t dur, int64_t pm, int64_t t, int starting,
+                                  int64_t intent, bc_memo *mo, int tree)
 {
     bc_i128 price;
     if (mo == NULL)
-        return k_commit_cost(e, c, d, k, n, dur, bc_cost(n, dur, pm), t, starting, intent);
+        return k_commit_cost(e, c, d, k, n, dur, bc_cost(n, dur, pm), t, starting, intent,
+                             tree);
     if (n != mo->cn || dur != mo->cdur || pm != mo->cpm) {
         mo->cn = n;
         mo->cdur = dur;
@@ -234,7 +232,15 @@ static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64
         mo->ccost = bc_cost(n, dur, pm);
     }
     price = mo->ccost;
-    return k_commit_cost(e, c, d, k, n, dur, price, t, starting, intent);
+    return k_commit_cost(e, c, d, k, n, dur, price, t, starting, intent, tree);
+}
+
+static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
+                               int64_t dur, int64_t pm, int64_t t, int starting, int64_t intent,
+                               bc_memo *mo)
+{
+    return k_commit_at(e, c, d, k, n, dur, pm, t, starting, intent, mo,
+                       e->cd[c * e->D + d].up != 0);
 }
 
 /* Grant n units of class k to (c, d) for dur at price pm: the lease id, or an error code
@@ -275,9 +281,9 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
 {
     int64_t r = lid & BC_ROW_MASK;
     int64_t c = e->lr[r].camp, d = e->lr[r].dim, i;
-    int64_t n = e->lr[r].units, state = e->lr[r].state, dur, off, top, j, price, T;
+    int64_t n = e->lr[r].units, state = e->lr[r].state, dur, off, top, j, price;
     int firm = e->lr[r].firm != 0;
-    bc_i128 remaining, refund, room, got, back;
+    bc_i128 remaining, back;
     const int32_t *ar;
     int32_t *fs;
     if (state != BC_LEASE_STARTING && state != BC_LEASE_ACTIVE && state != BC_LEASE_REVOKING)
@@ -313,22 +319,14 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
             fs[j] = ar[-j];
         e->top[d] = top + n;
     }
-    refund = (bc_i128)e->lr[r].excess * remaining;
-    T = e->cd[i].T;
-    room = (bc_i128)e->cd[i].Bcap - T;
-    got = refund < room ? refund : room;
-    e->cd[i].T = bc_wadd(T, got);
-    e->cd[i].tok_refunded = bc_wadd(e->cd[i].tok_refunded, got);
-    e->cd[i].tok_clipped = bc_wadd(e->cd[i].tok_clipped, refund > room ? refund - room : 0);
+    k_refund_tokens(e, i, (bc_i128)e->lr[r].excess * remaining);
     price = e->lr[r].cost;
     if (dur == 0)
         return BC_E_ZERODIV;
     back = remaining == 0 ? 0 : bc_fdiv128((bc_i128)price * remaining, dur);
-    if (e->cr[c].left < BC_MAXV)
-        e->cr[c].left = bc_wadd(e->cr[c].left, back);
-    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, -(bc_i128)price);
-    e->cr[c].refunded = bc_wadd(e->cr[c].refunded, back);
-    e->cr[c].spent = bc_wadd(e->cr[c].spent, (bc_i128)price - back);
+    k_credit_back(e, c, price, back);
+    if (e->cd[i].up > 0)          /* §14.2: back along the path it was taken from */
+        k_end_up(e, c, d, r, remaining, price, back, t);
     k_hold(e, c, d, -n, firm);
     if (state == BC_LEASE_STARTING && new_state == BC_LEASE_REVOKED)
         e->lr[r].revoke_at = t;     /* revoked before it started: revoked now (§4.6) */
@@ -337,41 +335,44 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
     return 0;
 }
 
-/* Extend lease lid by ext ns at t (§4.3), spending at most max_spend (< 0: no cap). A reason
- * code (>= 0) or an error code (< 0); the price in price_out. The caller checked lid. */
+/* Extend lease lid by ext ns at t (§4.3, §4.6), spending at most max_spend (< 0: no cap): the
+ * remaining prepaid segment re-priced at every level of the campaign's path (§14.2: one level
+ * for a flat campaign) as the top-most holding, on the rise of the level's load from its load
+ * without the lease, and the extension charged to every budget on it. A reason code (>= 0)
+ * or an error code (< 0); the price in price_out. The caller checked lid. */
 static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_t max_spend,
                           bc_i128 *price_out)
 {
     int64_t r = lid & BC_ROW_MASK;
     int64_t c = e->lr[r].camp, d = e->lr[r].dim, k = e->lr[r].lcls, i;
-    int64_t n = e->lr[r].units, end, H, s, ex_new, left;
-    bc_i128 new_end, delta, pm, price, room, got;
+    int64_t n = e->lr[r].units, end, K, x, old, left, lv[BC_TREE_DEPTH], ex[BC_TREE_DEPTH];
+    bc_i128 new_end, delta[BC_TREE_DEPTH], pm, price;
     const int64_t *kc;
+    int depth, j;
     if (c < 0 || c >= e->calloc || d < 0 || d >= e->D || k < 0 || k >= e->K)
         return BC_E_INDEX;
-    i = c * e->D + d;
     kc = e->cls + k * BC_K_NCOL;
-    k_settle(e, c, d, t);
+    depth = k_path_of(e, c, lv);
     end = e->lr[r].t_end;
-    H = e->cd[i].H;
-    s = e->cd[i].s;
     new_end = (bc_i128)end + ext;
     *price_out = 0;
-    if (e->scal[1] != 0) {
-        ex_new = 0;
-        delta = 0;
-    } else {
-        ex_new = bc_excess(H - n, n, s);     /* the lease's n units as the top-most held */
-        delta = (bc_i128)ex_new * (new_end - t) - (bc_i128)e->lr[r].excess * ((bc_i128)end - t);
-        if (delta > e->cd[i].T)
+    x = n;                       /* what the lease adds to the level's load */
+    for (j = 0; j < depth; j++) {
+        k_settle(e, lv[j], d, t);
+        i = lv[j] * e->D + d;
+        K = e->cd[i].H;
+        ex[j] = e->scal[1] != 0 ? 0 : bc_excess(K - x, x, e->cd[i].s);
+        old = j == 0 ? e->lr[r].excess : e->lex[r * (BC_TREE_DEPTH - 1) + j - 1];
+        delta[j] = (bc_i128)ex[j] * (new_end - t) - (bc_i128)old * ((bc_i128)end - t);
+        if (delta[j] > e->cd[i].T)
             return BC_REASON_TOKENS;
+        x = bc_child_measure(e->cd[i].g, K) - bc_child_measure(e->cd[i].g, K - x);
     }
     pm = k_price(e, d, k);
     if (pm > BC_I64_MAX || pm < BC_I64_MIN)
         return BC_E_RANGE;
-    price = bc_cost(n, ext, (int64_t)pm);
-    left = e->cr[c].left;
-    price = k_charge(e, c, kc, price);
+    left = k_path_left_at(e, c, depth > 1);
+    price = bc_charge(kc[BC_K_FREEBROKE] != 0, bc_cost(n, ext, (int64_t)pm), left);
     *price_out = price;
     if (price > left)            /* (an unlimited budget, left = MAXV, bounds a cost too) */
         return BC_REASON_CREDITS;
@@ -379,21 +380,18 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
         return BC_REASON_CREDITS;
     if (e->scal[3] >= e->HC)
         return BC_E_HEAPFULL;
-    if (delta >= 0) {
-        e->cd[i].T = bc_wadd(e->cd[i].T, -delta);
-        e->cd[i].tok_debited = bc_wadd(e->cd[i].tok_debited, delta);
-    } else {
-        room = (bc_i128)e->cd[i].Bcap - e->cd[i].T;
-        got = -delta < room ? -delta : room;
-        e->cd[i].T = bc_wadd(e->cd[i].T, got);
-        e->cd[i].tok_refunded = bc_wadd(e->cd[i].tok_refunded, got);
-        e->cd[i].tok_clipped = bc_wadd(e->cd[i].tok_clipped, -delta > room ? -delta - room : 0);
+    for (j = 0; j < depth; j++) {
+        i = lv[j] * e->D + d;
+        if (delta[j] >= 0)
+            k_debit_tokens(e, i, delta[j]);
+        else
+            k_refund_tokens(e, i, -delta[j]);
+        if (j == 0)
+            e->lr[r].excess = ex[j];
+        else
+            e->lex[r * (BC_TREE_DEPTH - 1) + j - 1] = ex[j];
+        k_escrow(e, lv[j], price);
     }
-    e->lr[r].excess = ex_new;
-    if (left < BC_MAXV)
-        e->cr[c].left = bc_wadd(e->cr[c].left, -price);
-    e->cr[c].escrow = bc_wadd(e->cr[c].escrow, price);
-    e->cr[c].cred_debited = bc_wadd(e->cr[c].cred_debited, price);
     e->lr[r].cost = bc_wadd(e->lr[r].cost, price);
     e->lr[r].dur += ext;
     e->lr[r].t_end = (int64_t)new_end;

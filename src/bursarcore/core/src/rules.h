@@ -46,9 +46,33 @@ static inline int64_t bc_unmet(int64_t g, int64_t Hf)
     return bc_max64(0, g - Hf);
 }
 
+/* §14.3 a node's slack: the part of its guarantee g that neither its own firm holding Hf
+ * nor its children's commitments Rch (Σ R_ch) use. A node without children: its unmet
+ * guarantee (bc_unmet). */
+static inline int64_t bc_slack(int64_t g, int64_t Hf, int64_t Rch)
+{
+    return bc_unmet(g, Hf + Rch);
+}
+
+/* §14.3 a node's commitment R = max(g, Hf + Rch): its guarantee, or what its own firm
+ * holding and its children's commitments take beyond it. */
+static inline int64_t bc_commitment(int64_t g, int64_t Hf, int64_t Rch)
+{
+    return bc_max64(g, Hf + Rch);
+}
+
+/* §14.2 what a child whose guarantee is g and whose load is K adds to its parent's load
+ * (what the parent's ceiling and bucket bind): its guarantee, reserved, or its load beyond
+ * it. A rise of the child's load by n raises the parent's by max(0, n − max(0, g − K)). */
+static inline int64_t bc_child_measure(int64_t g, int64_t K)
+{
+    return bc_max64(g, K);
+}
+
 /* §4.1 the unmet-guarantee reserve: a firm lease may take capacity cap less the firm
  * holdings F and every campaign's unmet guarantee U, except its own (unmet_own), so
- * nothing granted above a guarantee squeezes another's unmet guarantee. */
+ * nothing granted above a guarantee squeezes another's unmet guarantee. In a tree (§14.3)
+ * U is Σ_top R − F and unmet_own the slack of the node's path: cap − Σ_top R + Σ slack. */
 static inline int64_t bc_firm_limit(int64_t cap, int64_t F, int64_t U, int64_t unmet_own)
 {
     return cap - F - U + unmet_own;
@@ -123,6 +147,13 @@ static inline int64_t bc_token_limit(int64_t H, int64_t s, int64_t T, int64_t du
     return bc_sustained_room(H, s) + bc_fdiv64(T, dur);
 }
 
+/* §4.2 instant enforcement (experiments): only a positive balance is checked, so a grant
+ * at holding H may add any number of units while T > 0, else those below s. */
+static inline int64_t bc_token_limit_instant(int64_t H, int64_t s, int64_t T)
+{
+    return T > 0 ? BC_MAXV : bc_sustained_room(H, s);
+}
+
 /* -- the rules with a limit, together (§4.4) ------------------------------------------------ */
 
 /* The rule with limit i (BC_LIMIT_*) is decided as this reason. */
@@ -131,8 +162,9 @@ static const int64_t bc_limit_reason[BC_LIMITS] = {
 };
 
 /* What the rules read for one request: the campaign's numbers on the dimension (holding H,
- * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g, its unmet
- * guarantee), its credits (left and in escrow, micro-credits), the dimension's levels
+ * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g (for a node of a
+ * tree, §14.3: Σ over its path of g_v less its children's), its unmet guarantee (in a tree,
+ * the slack of its path)), its credits (left and in escrow, micro-credits), the dimension's levels
  * (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units, units
  * lent to opportunistic leases, under notice, promised, the opportunistic headroom), the
  * price (micro-credits per unit-hour), the duration and spending cap (< 0: none), and the
@@ -239,8 +271,8 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
         }
         return 0;
     case BC_LIMIT_TOKENS:
-        if (q->instant) {       /* experiments: only a positive balance is checked */
-            *lim = q->T > 0 ? BC_MAXV : bc_sustained_room(q->H, q->s);
+        if (q->instant) {
+            *lim = bc_token_limit_instant(q->H, q->s, q->T);
             return 0;
         }
         if (q->dur == 0)
@@ -294,12 +326,14 @@ static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t
  * is lazy, and cuts m, the size so far, to each limit it has; the second compares a lazy
  * limit with m and divides it out, cutting m, only when it does not allow m. */
 static inline int bc_size_pass1(const bc_req *q, const bc_credit *ct, int i, int exact,
-                                bc_dec *o, int *lazy, int64_t *m)
+                                const int64_t *xlim, bc_dec *o, int *lazy, int64_t *m)
 {
     int rc = bc_limit(q, ct, i, exact, &o->lim[i], &o->warm);
     if (rc < 0)
         return rc;
     lazy[i] = rc == BC_LAZY;
+    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i])
+        o->lim[i] = xlim[i];
     if (!lazy[i])
         *m = bc_min64(*m, o->lim[i]);
     return 0;
@@ -323,8 +357,11 @@ static inline void bc_size_pass2(const bc_req *q, const bc_credit *ct, int i, bc
  * (0 if none), and, when it is below nmin, the first rule in BC_LIMIT_* order whose limit
  * held it there. With `exact` 0 a rule whose limit takes a division is divided out only when
  * it may bind; its lim[] then holds a lower bound (n and the reason are always exact).
- * Sets n, reason, lim and warm of *o; 0 or an error code. */
-static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact, bc_dec *o)
+ * xlim (NULL: none): what other levels of a tree of envelopes allow per rule (§14.2), each
+ * rule's limit the smaller of q's and its; with xlim every limit is exact. Sets n, reason,
+ * lim and warm of *o; 0 or an error code. */
+static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact,
+                          const int64_t *xlim, bc_dec *o)
 {
     int lazy[BC_LIMITS], i, rc;
     int64_t m = nmax, n;
@@ -333,10 +370,12 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
     if (rc < 0)
         return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
-    if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, o, lazy, &m)) < 0
-            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CREDITS, exact, o, lazy, &m)) < 0)
+    if (xlim != NULL)
+        exact = 1;
+    if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, xlim, o, lazy, &m)) < 0
+            || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CREDITS, exact, xlim, o, lazy, &m)) < 0)
         return rc;
     bc_size_pass2(q, &ct, BC_LIMIT_CEILING, o, lazy, &m);
     bc_size_pass2(q, &ct, BC_LIMIT_CAPACITY, o, lazy, &m);

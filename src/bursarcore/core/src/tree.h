@@ -1,0 +1,354 @@
+/*
+ * The tree of envelopes in the admission engine (docs/spec.md §14): a node's place (its
+ * parent, its children's guarantees, commitments and loads), the walks up a node's path that
+ * keep commitments R, slack and loads K (§14.2, §14.3), and what every level of the path
+ * allows, takes and gives back on a decision, a grant, an end and a renewal. A flat campaign
+ * (up == 0) never walks: the engine's paths fold its tree figures away. Part of engine.h
+ * (include that).
+ */
+#ifndef BURSARCORE_TREE_H
+#define BURSARCORE_TREE_H
+/* -- the tree of envelopes (§14) ---------------------------------------------------------- */
+
+/* A node's `up`: its parent's index + 1 for a child, BC_UP_ROOT for a top-level node with
+ * children, 0 for a flat campaign (a top-level node without children). The rules of §14 on a
+ * flat campaign are those of §3–§4: its tree figures are zeros, and the engine decides it
+ * with them folded away, at the cost of one predictable branch (up == 0) where it reads or
+ * changes them; the walks up a node's ancestors are out of line. */
+enum { BC_UP_ROOT = -1, BC_FLAT_ONLY = -1 };
+
+#if defined(__GNUC__)
+#define BC_WALK static __attribute__((noinline, cold, unused))
+#else
+#define BC_WALK static
+#endif
+
+/* §14.3 Σ slack_v over node c and its ancestors on d (tree: c is a node of a tree; 0: a
+ * flat campaign, its unmet guarantee). */
+static inline int64_t k_path_slack_at(const bc_eng *e, int64_t c, int64_t d, int tree)
+{
+    int64_t D = e->D, i = c * D + d, up = tree > 0 ? e->cd[i].up : 0;
+    int64_t sum = bc_slack(e->cd[i].g, e->cd[i].Hf, tree > 0 ? e->cd[i].Rch : 0);
+    while (up > 0) {
+        i = (up - 1) * D + d;
+        sum += bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
+        up = e->cd[i].up;
+    }
+    return sum;
+}
+
+BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
+{
+    return k_path_slack_at(e, c, d, 1);
+}
+
+/* §14.3 Σ slack_v over node c and its ancestors on d: what a firm grant to c may take beyond
+ * cap − Σ_top R (c's unmet guarantee, for a flat campaign). */
+static inline int64_t k_path_slack(const bc_eng *e, int64_t c, int64_t d)
+{
+    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
+        return k_path_slack_at(e, c, d, 0);
+    return k_path_slack_tree(e, c, d);
+}
+
+/* §14.3, §4.4 Σ over c's path of g_v − Σ_ch g_ch: what an empty pool (every R_v = g_v)
+ * leaves a firm grant to c beyond the top-level guarantees (g, for a flat campaign). */
+BC_WALK int64_t k_path_free_g(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t D = e->D, i = c * D + d, up = e->cd[i].up, sum = e->cd[i].g - e->gch[i];
+    while (up > 0) {
+        i = (up - 1) * D + d;
+        sum += e->cd[i].g - e->gch[i];
+        up = e->cd[i].up;
+    }
+    return sum;
+}
+
+/* §14.3 the children's commitments Rch of node `up` (see BC_UP_ROOT; <= 0: none, the pool)
+ * move by dr on d, and each ancestor's with its child's change of R, as far as a change
+ * reaches. The change of the top-level ancestor's R (dr itself when up <= 0; 0 if it stopped
+ * below). */
+BC_WALK int64_t k_commit_up(bc_eng *e, int64_t up, int64_t d, int64_t dr)
+{
+    int64_t i, hf, rch, g;
+    while (up > 0 && dr != 0) {
+        i = (up - 1) * e->D + d;
+        g = e->cd[i].g;
+        hf = e->cd[i].Hf;
+        rch = e->cd[i].Rch;
+        e->cd[i].Rch = rch + dr;
+        dr = bc_commitment(g, hf, rch + dr) - bc_commitment(g, hf, rch);
+        up = e->cd[i].up;
+    }
+    return dr;
+}
+
+/* §14.2 the holding below node `up` (<= 0: none, the pool) moved by dh on d and what a child
+ * adds to its load by dm: every ancestor's subtree holding moves by dh, and its load K (H)
+ * and Xch by what its child adds, as far as a change reaches; a bucket is settled at t
+ * before its load moves (its refill follows it). */
+BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t dm, int64_t t)
+{
+    int64_t i, h, g;
+    while (up > 0 && (dh != 0 || dm != 0)) {
+        i = (up - 1) * e->D + d;
+        e->Hsub[i] += dh;
+        if (dm != 0) {
+            k_settle(e, up - 1, d, t);
+            h = e->cd[i].H;
+            g = e->cd[i].g;
+            e->cd[i].Xch += dm;
+            e->cd[i].H = h + dm;
+            dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
+        }
+        up = e->cd[i].up;
+    }
+}
+
+/* §14.1 the largest guarantee a new child of node p may have on d now without raising the
+ * load of a node of p's path above that node's sustained rate (a registration pays no
+ * tokens): its reserved g raises the loads as a grant of g to p would, each node absorbing
+ * the part of its guarantee its load does not use. */
+BC_WALK int64_t k_child_load_room(const bc_eng *e, int64_t p, int64_t d)
+{
+    int64_t i, up = p + 1, absorbed = 0, room = BC_MAXV, r;
+    while (up > 0) {
+        i = (up - 1) * e->D + d;
+        r = absorbed + bc_sustained_room(e->cd[i].H, e->cd[i].s);
+        room = r < room ? r : room;
+        absorbed += bc_unmet(e->cd[i].g, e->cd[i].H);
+        up = e->cd[i].up;
+    }
+    return room;
+}
+
+/* §14.1 the most a new node under p (< 0: at the top level) may be guaranteed on d now:
+ * a node of R = g raises Σ_top R as a firm grant of g to p would. */
+static inline int64_t k_child_room(const bc_eng *e, int64_t p, int64_t d)
+{
+    return bc_firm_limit(e->cap[d], e->F[d], e->U[d], p < 0 ? 0 : k_path_slack(e, p, d));
+}
+
+/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: its
+ * guarantee joins p's children's, its commitment R_c = g_c their commitments (U follows
+ * Σ_top R) and its reserved guarantee the loads of p's path. The caller checked the nesting
+ * and the rooms (k_child_room, k_child_load_room) on every dimension. */
+static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
+{
+    int64_t d, i, g;
+    for (d = 0; d < e->D; d++) {
+        i = c * e->D + d;
+        g = e->cd[i].g;
+        e->cd[i].up = p + 1;
+        if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
+            e->cd[p * e->D + d].up = BC_UP_ROOT;
+            e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
+        }
+        e->gch[p * e->D + d] += g;
+        e->U[d] += k_commit_up(e, p + 1, d, g);
+        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), t);
+    }
+}
+
+/* -- every level binds (§14.2) ------------------------------------------------------------ */
+
+/* Node v's parent, or -1 for a top-level node. */
+static inline int64_t k_parent_of(const bc_eng *e, int64_t v)
+{
+    int64_t up = e->cd[v * e->D].up;
+    return up > 0 ? up - 1 : -1;
+}
+
+/* c's path, c first, to lv; its length (at most BC_TREE_DEPTH: registration keeps it so). */
+static inline int k_path_of(const bc_eng *e, int64_t c, int64_t *lv)
+{
+    int j = 0;
+    for (; c >= 0 && j < BC_TREE_DEPTH; c = k_parent_of(e, c))
+        lv[j++] = c;
+    return j;
+}
+
+/* §14.2 the units held by the leases of (c, d)'s subtree: its own for a flat campaign,
+ * whose H is its holding; a node of a tree's H is its load K. */
+static inline int64_t k_held(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t i = c * e->D + d;
+    return e->cd[i].up != 0 ? e->Hsub[i] : e->cd[i].H;
+}
+
+/* The number of levels of node v's path (1 for a top-level node). */
+static inline int k_depth(const bc_eng *e, int64_t v)
+{
+    int j = 0;
+    for (; v >= 0; v = k_parent_of(e, v))
+        j++;
+    return j;
+}
+
+/* §14.2, §4.3 the least credits left over node c's path (BC_MAXV: no budget anywhere on
+ * it): the budget that binds a cost escrowed in every one. */
+BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c)
+{
+    int64_t left = e->cr[c].left;
+    for (c = k_parent_of(e, c); c >= 0; c = k_parent_of(e, c))
+        left = e->cr[c].left < left ? e->cr[c].left : left;
+    return left;
+}
+
+/* The credits left that bind a charge to c (tree: c is a node of a tree). */
+static inline int64_t k_path_left_at(const bc_eng *e, int64_t c, int tree)
+{
+    return tree > 0 ? k_path_left_tree(e, c) : e->cr[c].left;
+}
+
+/* §14.2 what the ancestors of node c allow one more lease of c on d for dur ns at t, their
+ * buckets settled to t first: to xlim[BC_LIMIT_CEILING] min over them of E_v + b_v − K_v,
+ * to xlim[BC_LIMIT_TOKENS] min of E_v + the token limit at K_v (a grant of n raises K_v by
+ * max(0, n − E_v), E_v the guarantees the path below v leaves unused); BC_MAXV elsewhere. */
+BC_WALK void k_path_limits(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t t,
+                           int64_t *xlim)
+{
+    int64_t D = e->D, i = c * D + d, v, E, H, s, lim;
+    int instant = e->scal[1] != 0, q;
+    for (q = 0; q < BC_LIMITS; q++)
+        xlim[q] = BC_MAXV;
+    E = bc_unmet(e->cd[i].g, e->cd[i].H);
+    for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v)) {
+        k_settle(e, v, d, t);
+        i = v * D + d;
+        H = e->cd[i].H;
+        s = e->cd[i].s;
+        lim = bc_cap_maxv((bc_i128)E + bc_ceiling_room(e->cd[i].b, H));
+        xlim[BC_LIMIT_CEILING] = bc_min64(xlim[BC_LIMIT_CEILING], lim);
+        if (instant || dur != 0) {          /* (dur 0: the node's own rule refuses it) */
+            lim = instant ? bc_token_limit_instant(H, s, e->cd[i].T)
+                          : bc_token_limit(H, s, e->cd[i].T, dur);
+            lim = bc_cap_maxv((bc_i128)E + lim);
+            xlim[BC_LIMIT_TOKENS] = bc_min64(xlim[BC_LIMIT_TOKENS], lim);
+        }
+        E += bc_unmet(e->cd[i].g, H);
+    }
+}
+
+/* §14.2 a grant of n units to node c on d for dur ns at t, charged `charge`: each ancestor
+ * v (its bucket settled to t) prepays the rise of its load above its sustained rate,
+ * excess(δ_v, K_v) · dur with δ_v = max(0, n − E_v), recorded in lex[] (nearest first, 0
+ * beyond the top, BC_TREE_DEPTH − 1 entries: the lease's row of e->lex); and escrows the
+ * charge in its budget. Before the loads move (k_hold_at). */
+BC_WALK void k_grant_up(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur, int64_t t,
+                        bc_i128 charge, int64_t *lex)
+{
+    int64_t D = e->D, i = c * D + d, v, x, ex;
+    int j = 0;
+    for (v = 0; v < BC_TREE_DEPTH - 1; v++)
+        lex[v] = 0;
+    x = bc_max64(0, n - bc_unmet(e->cd[i].g, e->cd[i].H));
+    for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v), j++) {
+        k_settle(e, v, d, t);
+        i = v * D + d;
+        ex = e->scal[1] != 0 ? 0 : bc_excess(e->cd[i].H, x, e->cd[i].s);
+        if (ex != 0)
+            k_debit_tokens(e, i, (bc_i128)ex * dur);
+        lex[j] = ex;
+        if (charge != 0)
+            k_escrow(e, v, charge);
+        x = bc_max64(0, x - bc_unmet(e->cd[i].g, e->cd[i].H));
+    }
+}
+
+/* §14.2 lease row r of node c on d ends at t with `remaining` ns unused: each ancestor takes
+ * back the tokens it prepaid for them (up to its bucket's size) and its escrow of the
+ * lease's `price`, `back` of it to its budget. Before the loads move. */
+BC_WALK void k_end_up(bc_eng *e, int64_t c, int64_t d, int64_t r, bc_i128 remaining,
+                      int64_t price, bc_i128 back, int64_t t)
+{
+    const int64_t *lex = e->lex + r * (BC_TREE_DEPTH - 1);
+    int64_t v;
+    int j = 0;
+    for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v), j++) {
+        k_settle(e, v, d, t);
+        if (lex[j] != 0)
+            k_refund_tokens(e, v * e->D + d, (bc_i128)lex[j] * remaining);
+        k_credit_back(e, v, price, back);
+    }
+}
+
+/* §4.4, §14.2 whether a request of nmin units to node c could never be granted, every level
+ * of its path at its most lenient: the loads of an idle tree (K_v = Σ of v's children's
+ * guarantees, the smallest any state has, which leaves the largest E), an empty pool but for
+ * the guarantees (q->g: Σ over the path of g_v less its children's), full buckets, escrows
+ * refunded. Each rule in BC_LIMIT_* order at every level: a level v sees its idle load plus
+ * the rise δ_v (as the flat rule sees its nmin: an idle load is within s_v, so the excess of
+ * the rise above it is that of the sum above 0). The reason, or BC_REASON_NONE. */
+BC_WALK int64_t k_never_tree(const bc_eng *e, int64_t c, int64_t d, int64_t nmin,
+                             const bc_req *q0)
+{
+    bc_req q = *q0;
+    int64_t lv[BC_TREE_DEPTH], at[BC_TREE_DEPTH], x = nmin, idle, i;
+    int depth = k_path_of(e, c, lv), j, rule;
+    for (j = 0; j < depth; j++) {
+        i = lv[j] * e->D + d;
+        idle = e->gch[i];
+        at[j] = bc_cap_maxv((bc_i128)idle + x);
+        x = bc_max64(0, x - bc_unmet(e->cd[i].g, idle));
+    }
+    for (rule = 0; rule < BC_LIMITS; rule++) {
+        if (rule == BC_LIMIT_CAPACITY) {
+            if (bc_never_allows(&q, rule, nmin))
+                return bc_limit_reason[rule];
+            continue;
+        }
+        for (j = 0; j < depth; j++) {
+            i = lv[j] * e->D + d;
+            q.b = e->cd[i].b;
+            q.s = e->cd[i].s;
+            q.Bcap = e->cd[i].Bcap;
+            q.left = e->cr[lv[j]].left;
+            q.escrow = e->cr[lv[j]].escrow;
+            if (bc_never_allows(&q, rule, rule == BC_LIMIT_CREDITS ? nmin : at[j]))
+                return bc_limit_reason[rule];
+        }
+    }
+    return BC_REASON_NONE;
+}
+
+/* ns until the bucket of record i covers a rise of x units of its load for dur ns: 0 when
+ * it covers it now; -1 when it never will (it does not refill, or the need is beyond its
+ * size: the refill stops there); in instant mode 1 while it refills (tokens are back as soon
+ * as time moves). The caller settled the bucket. */
+static inline bc_i128 k_level_wait(const bc_eng *e, int64_t i, int64_t x, int64_t dur)
+{
+    int64_t H = e->cd[i].H, s = e->cd[i].s, rate = bc_sustained_room(H, s);
+    bc_i128 total = (bc_i128)bc_excess(H, x, s) * dur, need = total - e->cd[i].T;
+    if (need <= 0)
+        return 0;
+    if (rate == 0)
+        return -1;
+    if (e->scal[1] != 0)
+        return 1;
+    if (total > e->cd[i].Bcap)
+        return -1;
+    return (need + rate - 1) / rate;
+}
+
+/* §4.4, §14.2 ns until every bucket on node c's path covers what a grant of n for dur ns
+ * would take from it (the longest of their waits; their buckets settled), or -1 when one
+ * never will or none needs to. */
+BC_WALK bc_i128 k_token_wait_tree(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur,
+                                  int64_t t)
+{
+    int64_t i, x = n;
+    bc_i128 w, wait = 0;
+    for (; c >= 0; c = k_parent_of(e, c)) {
+        k_settle(e, c, d, t);
+        i = c * e->D + d;
+        w = k_level_wait(e, i, x, dur);
+        if (w < 0)
+            return -1;
+        wait = w > wait ? w : wait;
+        x = bc_max64(0, x - bc_unmet(e->cd[i].g, e->cd[i].H));
+    }
+    return wait > 0 ? wait : -1;
+}
+
+#endif /* BURSARCORE_TREE_H */
