@@ -1,13 +1,13 @@
 """Runs of intents on the decision stream: a slice's consecutive intents that one
-:meth:`Broker.acquire_many` decides (the compiled batch loop) answer exactly as one
+``Broker._acquire_many`` decides (the compiled batch loop) answer exactly as one
 ``acquire`` per intent does.
 
 Two services are built alike; the same stream-shaped messages go through a session's
 ``_decide`` on both, one deciding runs of intents together and the other one operation per
-message (the stream without ``acquire_many``). Every answer (decision dicts, seqs and
+message (the stream without it). Every answer (decision dicts, seqs and
 errors included), the journal's bytes, the broker's state and the event log must be equal,
 slice after slice, with time moving between slices (expiries, pending grants, TTLs). On
-the reference backend (``BURSARCORE_NO_EXTENSIONS=1``) there is no ``acquire_many`` and
+the reference backend (``BURSARCORE_NO_EXTENSIONS=1``) there is no such call and
 both sides take the single path.
 """
 
@@ -222,12 +222,12 @@ INTENTS = st.lists(st.builds(
 def test_acquire_many_is_a_sequence_of_acquires(steps):
     from bursarcore.broker import ENGINES
     if "compiled" not in ENGINES:
-        pytest.skip("acquire_many is the compiled broker's")
+        pytest.skip("_acquire_many is the compiled broker's")
     a, b = _broker("compiled"), _broker("compiled")
     for dt, intents in steps:
         a.clock.advance(dt)
         b.clock.advance(dt)
-        got = [d.to_dict() for d in a.acquire_many(intents)]
+        got = [d.to_dict() for d in a._acquire_many(intents)]
         want = [b.acquire(x).to_dict() for x in intents]
         assert got == want
         assert a.journal.rows().tobytes() == b.journal.rows().tobytes()
@@ -242,7 +242,7 @@ def test_a_refusals_retry_after_is_the_state_at_the_refusal():
     reads (the next expiry; the campaign's bucket) answers as the acquire did then."""
     from bursarcore.broker import ENGINES
     if "compiled" not in ENGINES:
-        pytest.skip("acquire_many is the compiled broker's")
+        pytest.skip("_acquire_many is the compiled broker's")
     a, b = _broker("compiled"), _broker("compiled")
     xs = [Intent("c1", units={"gpu": 3}, duration=200.0),
           Intent("c0", units={"gpu": 40}, duration=10.0),      # capacity, never
@@ -250,7 +250,7 @@ def test_a_refusals_retry_after_is_the_state_at_the_refusal():
           Intent("c2", units={"gpu": 12}, duration=1000.0),    # tokens, never
           Intent("c2", units={"gpu": 7}, duration=0.5),        # c2 holds more
           Intent("c0", units={"gpu": 40}, duration=10.0)]
-    got = [d.to_dict() for d in a.acquire_many(xs)]
+    got = [d.to_dict() for d in a._acquire_many(xs)]
     want = [b.acquire(x).to_dict() for x in xs]
     assert got == want
     assert [(d["outcome"], d["reason"]) for d in got] == [
@@ -259,3 +259,43 @@ def test_a_refusals_retry_after_is_the_state_at_the_refusal():
     assert got[1]["retry_after"] == 200.0 and got[5]["retry_after"] == 0.5
     assert a.journal.rows().tobytes() == b.journal.rows().tobytes()
     assert a.state() == b.state()
+
+
+def _intents(n: int, first: int = 0) -> list[dict]:
+    return [{"id": first + i, "op": "acquire", "campaign": CAMPAIGNS[i % 2], "max": 1,
+             "duration": 60.0} for i in range(n)]
+
+
+def test_a_run_refused_before_deciding_is_decided_one_intent_at_a_time():
+    a, b = Side(runs=True), Side(runs=False)
+    if a.session.ctx.acquire_many is None:
+        pytest.skip("no runs on this backend")
+    tries = []
+
+    def broken(intents):
+        tries.append(len(intents))
+        raise RuntimeError("before any decision")
+
+    a.session.ctx.acquire_many = broken
+    msgs = _intents(6)
+    assert a.decide(msgs) == b.decide(msgs)
+    assert tries == [6] and not a.session.failed
+    assert a.picture() == b.picture()
+
+
+def test_a_run_that_fails_after_journaling_stops_the_service():
+    a = Side(runs=True)
+    many = a.session.ctx.acquire_many
+    if many is None:
+        pytest.skip("no runs on this backend")
+
+    def broken(intents):
+        many(intents[:2])
+        raise RuntimeError("after two decisions")
+
+    a.session.ctx.acquire_many = broken
+    got = a.decide([*_intents(5), {"id": 99, "op": "consume", "campaign": "alpha",
+                                   "dim": "fs", "amount": 1.0}])
+    assert [(d["id"], d["type"], d["status"]) for d in got] == \
+        [(i, "error", 503) for i in range(5)]
+    assert a.session.failed and a.svc.service.failed is not None

@@ -21,7 +21,7 @@ from .._brokerbase import (_DUR_RULE, _MAX_DURATION, _MIN_DURATION, _OUTCOME_COD
 
 __all__ = ["BatchMixin", "RUN_MIN"]
 
-#: the shortest run of like intents :meth:`BatchMixin.acquire_many` hands to the compiled
+#: the shortest run of like intents ``_acquire_many`` hands to the compiled
 #: loop (a shorter one takes the single path: the loop's setup would cost more)
 RUN_MIN = 4
 # columns of the loop's per-item record (journal/fill.py): tokens and held after the item
@@ -206,7 +206,7 @@ class BatchMixin(BrokerBase):
 
     # ------------------------------------------------------------------ many acquires
     @_op
-    def acquire_many(self, intents: Sequence[Intent]) -> list[Decision]:
+    def _acquire_many(self, intents: Sequence[Intent]) -> list[Decision]:
         """Decide intents in order at one instant, each exactly as :meth:`acquire` decides
         it at that instant: the same :class:`Decision`, the same journal records and the
         same state as that sequence of acquires with the clock read once.
@@ -259,7 +259,7 @@ class BatchMixin(BrokerBase):
 
     def _acquire_run(self, ins: Sequence[tuple], intents: Sequence[Intent], d: int, ttl: int,
                      t: int) -> list[Decision]:
-        """A run of :meth:`acquire_many` (one dimension and TTL, no deadline or
+        """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
         max_spend) through the compiled loop at t; a slow item (reclaim or pending) through
         the single path, as an acquire. Each segment the loop decides gets its decisions
         before the next item runs, so every lease is read as it stood after its grant."""

@@ -74,7 +74,7 @@ OPS = ("acquire", "renew", "release", "consume")
 SLICE = 128
 #: the longest string id a message may carry
 MAX_ID_LEN = 64
-#: the fewest consecutive like intents decided as one run (Broker.acquire_many)
+#: the fewest consecutive like intents decided as one run (``Broker._acquire_many``)
 RUN = 4
 #: message shapes a connection remembers (see StreamSession._prepare)
 _SHAPES = 1024
@@ -338,7 +338,7 @@ class StreamSession:
 
         Every message is read and checked first (a check reads no state a decision
         changes). A run of :data:`RUN` or more consecutive intents without a deadline or
-        a max_spend is decided by one :meth:`~bursarcore.Broker.acquire_many` (the same
+        a max_spend is decided by one ``Broker._acquire_many`` (the same
         decisions, records and state as one acquire each, at one instant); any other
         message, and every intent of a run the broker refused before deciding any, is
         its own operation."""
@@ -654,7 +654,7 @@ class _Context:
         # many intents decided as one operation, where the broker has it (not the
         # reference broker: there each intent is its own acquire)
         self.acquire_many: Callable[[list[Intent]], list[Any]] | None = \
-            getattr(self.broker, "acquire_many", None)
+            getattr(self.broker, "_acquire_many", None)
         self.sessions: set[StreamSession] = set()
 
     def charge(self, p: Principal, n: int) -> float:
