@@ -59,10 +59,9 @@ class Side:
 
     def __init__(self, runs: bool) -> None:
         self.svc = InProcessService(copy.deepcopy(CONFIG), start=T0)
-        ctx = self.svc.app.state.streams
-        if not runs:
-            ctx = copy.copy(ctx)
-            ctx.acquire_many = None
+        ctx = copy.copy(self.svc.app.state.streams)
+        # runs wherever the broker has them, whether or not they pay on this binding
+        ctx.acquire_many = getattr(self.svc.broker, "_acquire_many", None) if runs else None
         self.ran = 0
         if ctx.acquire_many is not None:
             many = ctx.acquire_many
@@ -299,3 +298,13 @@ def test_a_run_that_fails_after_journaling_stops_the_service():
     assert [(d["id"], d["type"], d["status"]) for d in got] == \
         [(i, "error", 503) for i in range(5)]
     assert a.session.failed and a.svc.service.failed is not None
+
+
+def test_the_stream_takes_runs_where_they_pay():
+    svc = InProcessService(copy.deepcopy(CONFIG), start=T0)
+    b = svc.broker
+    many = svc.app.state.streams.acquire_many
+    if not hasattr(b, "_acquire_many"):
+        assert many is None
+    else:
+        assert (many is not None) == (b._fast is None) == b._runs_pay()

@@ -257,6 +257,13 @@ class BatchMixin(BrokerBase):
             i = j
         return out
 
+    def _runs_pay(self) -> bool:
+        """Whether runs of intents cost less through :meth:`_acquire_many` than one
+        :meth:`acquire` each: where acquire has no compiled common case. With one, acquire
+        builds its decision and lease in compiled code, and a run's decisions, built here
+        by :meth:`lease` as the single path builds them, cost more than the loop saves."""
+        return self._fast is None
+
     def _acquire_run(self, ins: Sequence[tuple], intents: Sequence[Intent], d: int, ttl: int,
                      t: int) -> list[Decision]:
         """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
