@@ -3,7 +3,7 @@ same sequence of acquires, columns in and out."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -30,6 +30,14 @@ _T_AFTER, _H_AFTER = 4 + len(LIMITS), 6 + len(LIMITS)
 
 class BatchMixin(BrokerBase):
     """The broker's batch admission."""
+
+    if TYPE_CHECKING:      # acquire's decision builders (admission.acquire)
+        def _warm_decision(self, iid: int, c: int, n: int, lid: int, cost: int,
+                           seq: int = -1) -> Decision: ...
+        def _refusal(self, iid: int, c: int, reason: int, retry_after: float | None,
+                     seq: int = -1) -> Decision: ...
+        def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int,
+                         nxt: int | None = None) -> float | None: ...
 
     # ------------------------------------------------------------------ batch
     @_op
@@ -264,7 +272,7 @@ class BatchMixin(BrokerBase):
         by :meth:`lease` as the single path builds them, cost more than the loop saves."""
         return self._fast is None
 
-    def _acquire_run(self, ins: Sequence[tuple], intents: Sequence[Intent], d: int, ttl: int,
+    def _acquire_run(self, ins: Sequence[tuple[Any, ...]], intents: Sequence[Intent], d: int, ttl: int,
                      t: int) -> list[Decision]:
         """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
         max_spend) through the compiled loop at t; a slow item (reclaim or pending) through

@@ -363,7 +363,7 @@ class StreamSession:
                 if many is not None and i >= solo:
                     while j < n and _batchable(calls[j][1]):
                         j += 1
-                if j - i >= RUN:
+                if many is not None and j - i >= RUN:
                     before = journal.next_seq
                     try:
                         decs = many([c[1][2][0] for c in calls[i:j]])    # type: ignore[index]
