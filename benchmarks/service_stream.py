@@ -259,7 +259,11 @@ One message at a time (window 1) costs one commit per decision, as a single HTTP
 does. JSON costs more than MessagePack per message (text to read and to write). The
 "client" rows are bound by the agent's own process: building and
 checking an `Intent` per message and decoding each answer into a `Decision` and its
-`Lease`. The load generator runs on the same two cores as the server and its committer
+`Lease`. On the cffi binding (`BURSARCORE_BACKEND=cffi`) `acquire` has no compiled common
+case, and the stream decides each run of consecutive intents in one pass of the compiled
+batch loop, building each answer's decision and lease in Python as the single path does;
+with the Cython build each intent is one compiled `acquire`, decision and lease included,
+which costs less per message than that Python building alone. The load generator runs on the same two cores as the server and its committer
 thread, and other work shared the machine during the run: rows compare within the run,
 and a row's rate moves by tens of percent between runs.
 """
