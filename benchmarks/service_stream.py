@@ -252,8 +252,9 @@ is at most its window per round trip (Little's law: window / rate is the latency
 p50 shows), so with a commit and a frame's decoding on each side of the round trip a
 window of a few frames is what keeps the server busy; a wider window (`--stream-window`,
 the rows with 8,000 in flight) holds more answers back for as long and carries more
-only while the server has idle time to fill, which with the load generator, the
-committer thread and other work on two cores it seldom has. The fsync costs nothing per
+while the server has idle time to fill between a frame's answers and the next frame,
+which it has when nothing else shares the two cores with the load generator and the
+committer thread. The fsync costs nothing per
 decision once the pipeline is full (hundreds to thousands of answers share each commit).
 One message at a time (window 1) costs one commit per decision, as a single HTTP intent
 does. JSON costs more than MessagePack per message (text to read and to write). The
@@ -263,9 +264,10 @@ checking an `Intent` per message and decoding each answer into a `Decision` and 
 case, and the stream decides each run of consecutive intents in one pass of the compiled
 batch loop, building each answer's decision and lease in Python as the single path does;
 with the Cython build each intent is one compiled `acquire`, decision and lease included,
-which costs less per message than that Python building alone. The load generator runs on the same two cores as the server and its committer
-thread, and other work shared the machine during the run: rows compare within the run,
-and a row's rate moves by tens of percent between runs.
+which costs less per message than that Python building alone. The load generator runs
+on the same two cores as the server and its committer thread, and other work shared the
+machine during the run: rows compare within the run, and a row's rate moves by tens of
+percent between runs.
 """
 
 
