@@ -730,3 +730,39 @@ cdef class FastAcquire:
         if take:
             self.nrun = 0
         return self.res.events(ev)
+
+    cpdef Py_ssize_t grants(self, list decs, int64_t iid0, Py_ssize_t j0, Py_ssize_t j,
+                            const int64_t[::1] ci, const int64_t[::1] out_n,
+                            const int64_t[::1] out_l, int64_t seq0) except -1:
+        """The decisions on items j0..j of a run of the batch loop (``Broker._acquire_run``)
+        when every one of them is a warm grant: appended to ``decs``, each the
+        :class:`Decision` and :class:`Lease` that ``acquire`` returns for that grant (item i
+        is intent ``iid0 + i``; its journal seq ``seq0 + i - j0``, or -1 without a
+        journal). Returns j; or j0, with nothing appended, when an item of the segment is
+        not a grant (the broker builds those decisions itself)."""
+        cdef Py_ssize_t i
+        cdef int64_t lid, iid, c
+        cdef object iid_obj, seq_obj
+        cdef _Ctx cx
+        cdef Eng* e
+        cdef list names = self.names
+        if j0 < 0 or j > out_l.shape[0] or j > out_n.shape[0] or j > ci.shape[0]:
+            raise IndexError(f"items {j0}..{j} out of range")
+        for i in range(j0, j):
+            if out_l[i] < 0:
+                return j0
+        cx = self._cx()
+        e = &cx.e
+        for i in range(j0, j):
+            lid = out_l[i]
+            c = ci[i]
+            if k_row(e, lid) < 0 or c < 0 or c >= PyList_GET_SIZE(names):
+                raise IndexError(f"lease {lid} / campaign {c} out of range")
+            iid = iid0 + i
+            iid_obj = iid
+            seq_obj = seq0 + (i - j0) if seq0 >= 0 else -1
+            PyList_Append(decs, self.res.decision(
+                "granted", iid_obj, names[c], out_n[i],
+                self.res.lease(e, lid, lid, iid, iid_obj), "warm", None, None,
+                _div(e.lr[lid & ROW_MASK].cost, 1000000), seq_obj))
+        return j

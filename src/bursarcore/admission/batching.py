@@ -240,7 +240,16 @@ class BatchMixin(BrokerBase):
         UnknownCampaign, InvalidArgument, TimeWentBackwards
             As :meth:`acquire`, for the first intent that breaks a rule; nothing changed.
         """
-        ins = [intent_inputs(self, x) for x in intents]
+        # an intent's inputs read only what deciding leaves alone (the registry, the
+        # classes, the default TTL), and are all read before any is decided: an intent
+        # object sent again (the stream's shapes) is read once
+        seen: dict[int, tuple[Any, ...]] = {}
+        ins = []
+        for x in intents:
+            got = seen.get(id(x))
+            if got is None:
+                got = seen[id(x)] = intent_inputs(self, x)
+            ins.append(got)
         t = self._now()
         n = len(ins)
         out: list[Decision] = []
@@ -264,13 +273,6 @@ class BatchMixin(BrokerBase):
                                                 ttl, t, intents[q]))
             i = j
         return out
-
-    def _runs_pay(self) -> bool:
-        """Whether runs of intents cost less through :meth:`_acquire_many` than one
-        :meth:`acquire` each: where acquire has no compiled common case. With one, acquire
-        builds its decision and lease in compiled code, and a run's decisions, built here
-        by :meth:`lease` as the single path builds them, cost more than the loop saves."""
-        return self._fast is None
 
     def _acquire_run(self, ins: Sequence[tuple[Any, ...]], intents: Sequence[Intent], d: int, ttl: int,
                      t: int) -> list[Decision]:
@@ -323,10 +325,14 @@ class BatchMixin(BrokerBase):
                            out_n: np.ndarray, out_r: np.ndarray, out_l: np.ndarray,
                            rec: np.ndarray, nxt: int, seq0: int) -> None:
         """The decisions on items j0..j of the compiled loop, built by acquire's own
-        builders. A refusal's ``retry_after`` reads the state as it stood at the refusal
-        (a refusal changes neither): the bucket from the item's record when a later grant
-        moved it, the next expiry from the one before the segment and the leases granted
-        since."""
+        builders (those of its compiled common case, ``FastAcquire.grants``, for a segment
+        of grants only, with the Cython binding). A refusal's ``retry_after`` reads the
+        state as it stood at the refusal (a refusal changes neither): the bucket from the
+        item's record when a later grant moved it, the next expiry from the one before the
+        segment and the leases granted since."""
+        fast = self._fast
+        if fast is not None and fast.grants(decs, iid0, j0, j, ci, out_n, out_l, seq0) == j:
+            return                       # every item a grant: built in compiled code
         st = self.st
         cost, t_end = st.cost, st.t_end
         n_l, n_n, n_r, n_c = (out_l[j0:j].tolist(), out_n[j0:j].tolist(),

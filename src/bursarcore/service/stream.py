@@ -337,7 +337,7 @@ class StreamSession:
         slice's answers wait together for the commit that covers the last of them.
 
         Every message is read and checked first (a check reads no state a decision
-        changes). Where the broker's runs pay (``_Context.acquire_many``), a run of
+        changes). Where the broker has runs (``_Context.acquire_many``), a run of
         :data:`RUN` or more consecutive intents without a deadline or a max_spend is
         decided by one ``Broker._acquire_many`` (the same decisions, records and state as
         one acquire each, at one instant); any other message, and every intent of a run
@@ -651,12 +651,10 @@ class _Context:
         self.window, self.frame, self.max_frame_bytes = window, frame, max_frame_bytes
         self.intent_of, self.own_lease = intent_of, own_lease
         self.sent = on_sent
-        # many intents decided as one operation, where the broker has it and it costs
-        # less than one acquire each (not the reference broker, nor a broker whose acquire
-        # is compiled end to end: there each intent is its own acquire)
-        many = getattr(self.broker, "_acquire_many", None)
+        # many intents decided as one operation, where the broker has it (not the
+        # reference broker: there each intent is its own acquire)
         self.acquire_many: Callable[[list[Intent]], list[Any]] | None = \
-            many if many is not None and self.broker._runs_pay() else None
+            getattr(self.broker, "_acquire_many", None)
         self.sessions: set[StreamSession] = set()
 
     def charge(self, p: Principal, n: int) -> float:
