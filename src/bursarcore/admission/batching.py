@@ -242,31 +242,37 @@ class BatchMixin(BrokerBase):
         """
         # an intent's inputs read only what deciding leaves alone (the registry, the
         # classes, the default TTL), and are all read before any is decided: an intent
-        # object sent again (the stream's shapes) is read once
-        seen: dict[int, tuple[Any, ...]] = {}
-        ins = []
+        # object sent again (the stream's shapes) is read once, and is one row of `table`
+        seen: dict[int, int] = {}
+        uniq: list[tuple[Any, ...]] = []
+        at = []                          # each intent's row
         for x in intents:
-            got = seen.get(id(x))
-            if got is None:
-                got = seen[id(x)] = intent_inputs(self, x)
-            ins.append(got)
+            r = seen.get(id(x))
+            if r is None:
+                r = seen[id(x)] = len(uniq)
+                uniq.append(intent_inputs(self, x))
+            at.append(r)
+        # what a run is of (held dimension, TTL), None for an intent no run may hold
+        like = [(x[1], x[8]) if x[6] is None and x[7] is None else None for x in uniq]
+        kinds = [like[r] for r in at]
+        table = np.array([x[:6] for x in uniq], dtype=np.int64)
+        rows = np.array(at, dtype=np.intp)
         t = self._now()
-        n = len(ins)
+        n = len(at)
         out: list[Decision] = []
         i = 0
         while i < n:
-            c, d, k, nmin, nmax, dur, spend, deadline, ttl = ins[i]
+            kind = kinds[i]
             j = i + 1
-            if spend is None and deadline is None:
-                while j < n and ins[j][1] == d and ins[j][8] == ttl and ins[j][6] is None \
-                        and ins[j][7] is None:
+            if kind is not None:
+                while j < n and kinds[j] == kind:
                     j += 1
             if j - i >= RUN_MIN:
                 self._advance(t)
-                out.extend(self._acquire_run(ins[i:j], intents[i:j], d, ttl, t))
+                out.extend(self._acquire_run(table[rows[i:j]], intents[i:j], *kind, t))
             else:
                 for q in range(i, j):
-                    c, d, k, nmin, nmax, dur, spend, deadline, ttl = ins[q]
+                    c, d, k, nmin, nmax, dur, spend, deadline, ttl = uniq[at[q]]
                     self._advance(t)          # each acquire runs what is due first
                     out.append(self._acquire_ns(c, d, k, nmin, nmax, dur,
                                                 -1 if spend is None else spend, deadline,
@@ -274,15 +280,15 @@ class BatchMixin(BrokerBase):
             i = j
         return out
 
-    def _acquire_run(self, ins: Sequence[tuple[Any, ...]], intents: Sequence[Intent], d: int, ttl: int,
+    def _acquire_run(self, cols: np.ndarray, intents: Sequence[Intent], d: int, ttl: int,
                      t: int) -> list[Decision]:
         """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
-        max_spend) through the compiled loop at t; a slow item (reclaim or pending) through
+        max_spend; ``cols``: each intent's campaign row, dimension, class row, min and max
+        units and duration) through the compiled loop at t; a slow item (reclaim or pending) through
         the single path, as an acquire. Each segment the loop decides gets its decisions
         before the next item runs, so every lease is read as it stood after its grant."""
         st, cur = self.st, self._cur
-        m = len(ins)
-        cols = np.array([x[:6] for x in ins], dtype=np.int64)
+        m = len(cols)
         ci = np.ascontiguousarray(cols[:, 0])
         ks = np.ascontiguousarray(cols[:, 2])
         nmin = np.ascontiguousarray(cols[:, 3])

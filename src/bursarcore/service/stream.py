@@ -360,13 +360,18 @@ class StreamSession:
                     self.failed = True
                     break
                 j = i
+                xs = []                       # the intents of a run from i
                 if many is not None and i >= solo:
-                    while j < n and _batchable(calls[j][1]):
+                    while j < n:
+                        x = _batchable(calls[j][1])
+                        if x is None:
+                            break
+                        xs.append(x)
                         j += 1
-                if many is not None and j - i >= RUN:
+                if j - i >= RUN:
                     before = journal.next_seq
                     try:
-                        decs = many([c[1][2][0] for c in calls[i:j]])    # type: ignore[index]
+                        decs = many(xs)          # type: ignore[misc]
                     except Exception as e:  # noqa: BLE001 - classified as apply() does
                         if journal.next_seq == before and not isinstance(e, JOURNAL_ERRORS):
                             solo = j          # nothing changed: one operation each
@@ -459,7 +464,8 @@ class StreamSession:
         field, before anything changes. A shape seen before (the fields and their types)
         is not checked again: the call it made is made again."""
         try:
-            key = (*m.items(), *map(type, m.values()))
+            # the names, the values and their types, flat (n fields: 3n entries)
+            key = (*m, *m.values(), *map(type, m.values()))
             got = self._shapes.get(key)
         except TypeError:                        # a list or a map among the values
             key, got = None, None
@@ -607,13 +613,13 @@ def _unacknowledged(c: _Chunk, why: str) -> None:
     c.body = _body(docs, c.binary)
 
 
-def _batchable(call: Any) -> bool:
-    """Whether a message's call is an intent a run may hold (no deadline, no max_spend:
-    what the compiled batch loop expresses)."""
+def _batchable(call: Any) -> Intent | None:
+    """A message call's intent if a run may hold it (no deadline, no max_spend: what the
+    compiled batch loop expresses), else None."""
     if type(call) is not tuple or call[0] != "acquire":
-        return False
+        return None
     x = call[2][0]
-    return x.deadline is None and x.max_spend is None
+    return x if x.deadline is None and x.max_spend is None else None
 
 
 def _valid_id(mid: Any) -> bool:
