@@ -421,7 +421,13 @@ class StreamSession:
                     mid = None
                     raise _bad(["id"], f"must be an integer or a string of 1 to "
                                f"{MAX_ID_LEN} characters")
-            return mid, self._prepare(m)
+            try:                # a shape seen before: its call (see _prepare)
+                # the names, the values and their types, flat (n fields: 3n entries)
+                key: tuple | None = (*m, *m.values(), *map(type, m.values()))
+                got = self._shapes.get(key)
+            except TypeError:                    # a list or a map among the values
+                key, got = None, None
+            return mid, got if got is not None else self._prepare(m, key)
         except _Refused as e:
             return mid, e
         except BursarError as e:       # bad input the checks found: nothing changed
@@ -458,19 +464,14 @@ class StreamSession:
         except ServiceUnavailable as e:
             return _error_doc(mid, _Refused(503, str(e))), None
 
-    def _prepare(self, m: dict[str, Any]) -> tuple[str, Callable[..., Any], tuple]:
+    def _prepare(self, m: dict[str, Any], key: tuple | None
+                 ) -> tuple[str, Callable[..., Any], tuple]:
         """Check one message (its id taken off); return its op and the broker call that
         decides it (the function and its arguments). Raises :class:`_Refused` naming the
-        field, before anything changes. A shape seen before (the fields and their types)
-        is not checked again: the call it made is made again."""
-        try:
-            # the names, the values and their types, flat (n fields: 3n entries)
-            key = (*m, *m.values(), *map(type, m.values()))
-            got = self._shapes.get(key)
-        except TypeError:                        # a list or a map among the values
-            key, got = None, None
-        if got is not None:
-            return got
+        field, before anything changes. The call of an intent or a consumption is
+        remembered under its shape ``key`` (the fields and their types; None: not
+        hashable), which :meth:`_read` looks up first: a shape seen before is not
+        checked again, the call it made is made again."""
         got = self._check(m)
         if key is not None and got[0] in ("acquire", "consume"):
             if len(self._shapes) >= _SHAPES:
