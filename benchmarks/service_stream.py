@@ -134,7 +134,7 @@ def generator(a: dict) -> dict:
 #: (--stream-window 4096, --stream-frame 1000)
 WIDE = ("--stream-window", "16384", "--stream-frame", "2000")
 #: the server on the cffi binding of the C core: acquire has no compiled common case there,
-#: and the stream decides runs of intents through the batch loop
+#: and a run's decisions and leases are built in Python
 CFFI = {"BURSARCORE_BACKEND": "cffi"}
 ROWS = [
     # (mode, op, binary, frame, window, server flags[, server environment])
@@ -241,33 +241,34 @@ the cffi binding of the C core.
 
 
 WHERE = """
-Reading it. One connection is served by one event-loop thread, which decides each message
-with one broker operation (`Broker.acquire`, as an HTTP intent is), a slice of 128 under
-the broker lock at once, and encodes the slice's answers at once; the answers wait for
-the commit as bytes. So the rate is bound by the work per message on that thread — the
-broker's `acquire` and its journal append are the largest part, then building each
-answer's decision and lease, reading the frame, the socket writes and the journal's own
-bookkeeping when the committer takes a batch — and by the pipeline: a connection's rate
-is at most its window per round trip (Little's law: window / rate is the latency, as the
-p50 shows), so with a commit and a frame's decoding on each side of the round trip a
-window of a few frames is what keeps the server busy; a wider window (`--stream-window`,
-the rows with 8,000 in flight) holds more answers back for as long and carries more
-while the server has idle time to fill between a frame's answers and the next frame,
-which it has when nothing else shares the two cores with the load generator and the
-committer thread. The fsync costs nothing per
-decision once the pipeline is full (hundreds to thousands of answers share each commit).
-One message at a time (window 1) costs one commit per decision, as a single HTTP intent
-does. JSON costs more than MessagePack per message (text to read and to write). The
-"client" rows are bound by the agent's own process: building and
-checking an `Intent` per message and decoding each answer into a `Decision` and its
-`Lease`. On the cffi binding (`BURSARCORE_BACKEND=cffi`) `acquire` has no compiled common
-case, and the stream decides each run of consecutive intents in one pass of the compiled
-batch loop, building each answer's decision and lease in Python as the single path does;
-with the Cython build each intent is one compiled `acquire`, decision and lease included,
-which costs less per message than that Python building alone. The load generator runs
-on the same two cores as the server and its committer thread, and other work shared the
-machine during the run: rows compare within the run, and a row's rate moves by tens of
-percent between runs.
+Reading it. One connection is served by one event-loop thread, which decides a slice of
+128 messages under the broker lock at once and encodes the slice's answers at once; the
+answers wait for the commit as bytes. Consecutive intents without a deadline or a
+max_spend (every intent here) are decided as runs: one pass of the compiled batch loop
+per run, its journal records appended as columns, and each answer's decision and lease
+built in compiled code with the Cython binding (in Python, as the single path builds
+them, on the cffi binding); any other message is one broker operation, as over HTTP. So
+the rate is bound by the work per message on that thread — the run itself (its inputs
+and columns, the loop, its journal rows, the decisions and leases) is the largest part,
+then building each answer's document from its decision and encoding it, reading and
+checking each message (a shape the connection sent before is not checked again) and
+decoding the frame — and by the
+pipeline: a connection's rate is at most its window per round trip (Little's law:
+window / rate is the latency, as the p50 shows), so with a commit and a frame's decoding
+on each side of the round trip a window of a few frames is what keeps the server busy; a
+wider window (`--stream-window`, the rows with 8,000 in flight) holds more answers back
+for as long and carries more while the server has idle time to fill between a frame's
+answers and the next frame, which it has when nothing else shares the two cores with the
+load generator and the committer thread. The fsync costs nothing per decision once the
+pipeline is full (hundreds to thousands of answers share each commit). One message at a
+time (window 1) costs one commit per decision, as a single HTTP intent does. JSON costs
+more than MessagePack per message (text to read and to write). The "client" rows are
+bound by the agent's own process: building and checking an `Intent` per message and
+decoding each answer into a `Decision` and its `Lease`. The cffi row
+(`BURSARCORE_BACKEND=cffi`) differs from the Cython one by the decisions and leases built
+in Python. The load generator runs on the same two cores as the server and its committer
+thread, and other work shared the machine during the run: rows compare within the run,
+and a row's rate moves by tens of percent between runs.
 """
 
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bursarcore import Envelope, Intent, ManualClock, Pool
+from bursarcore.admission.envelope import intent_inputs
 from bursarcore.broker import Broker
 from bursarcore.journal import MemoryJournal
 from bursarcore.service.stream import RUN, StreamSession, _array, _decode_array
@@ -235,6 +236,25 @@ def test_a_runs_grants_are_built_by_the_compiled_path():
         assert outcomes == ([("granted", None)] * 6 if msgs is grants else
                             [("granted", None)] * 2 + [("refused", "ceiling"), ("granted", None)])
     assert counted.built == 12 and counted.declined == 1
+
+
+def test_compiled_inputs_are_intent_inputs():
+    """``FastAcquire.inputs`` (a run's intents, read in compiled code) reads a plain intent
+    as ``intent_inputs`` does, and leaves every other to it."""
+    b = InProcessService(copy.deepcopy(CONFIG), start=T0).broker
+    fast = getattr(b, "_fast", None)
+    if fast is None:
+        pytest.skip("FastAcquire is the Cython binding's")
+    plain = [Intent(c, units={"gpu": u}, duration=du, service_class=k, ttl=ttl)
+             for c in CAMPAIGNS for u in (1, (2, 5)) for du in (0.5, 300, 3000.0)
+             for k in CLASSES[2:] for ttl in (None, 1.0, 30)]
+    for x in plain:
+        assert fast.inputs(x) == intent_inputs(b, x), x
+    others = [Intent("alpha", units={"gpu": 1}, duration=5.0, deadline=T0 + 10),
+              Intent("alpha", units={"gpu": 1}, duration=5.0, max_spend=1.0),
+              Intent("nobody", units={"gpu": 1}, duration=5.0),
+              Intent("alpha", units={"fs": 1}, duration=5.0), "an intent"]
+    assert [fast.inputs(x) for x in others] == [None] * len(others)
 
 
 # ------------------------------------------------------------------ the broker's own call

@@ -243,6 +243,8 @@ class BatchMixin(BrokerBase):
         # an intent's inputs read only what deciding leaves alone (the registry, the
         # classes, the default TTL), and are all read before any is decided: an intent
         # object sent again (the stream's shapes) is read once, and is one row of `table`
+        # (read in compiled code, as acquire reads it, where the Cython binding can)
+        read = self._fast.inputs if self._fast is not None else None
         seen: dict[int, int] = {}
         uniq: list[tuple[Any, ...]] = []
         at = []                          # each intent's row
@@ -250,7 +252,8 @@ class BatchMixin(BrokerBase):
             r = seen.get(id(x))
             if r is None:
                 r = seen[id(x)] = len(uniq)
-                uniq.append(intent_inputs(self, x))
+                got = read(x) if read is not None else None
+                uniq.append(got if got is not None else intent_inputs(self, x))
             at.append(r)
         # what a run is of (held dimension, TTL), None for an intent no run may hold
         like = [(x[1], x[8]) if x[6] is None and x[7] is None else None for x in uniq]
