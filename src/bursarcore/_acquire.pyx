@@ -14,7 +14,8 @@ journal, clock, queued events...) both paths read and write. The decisions, even
 state are checked against the general path by ``tests/backends/test_acquire_paths_agree.py``.
 It calls the engine's kernels (declared in ``_engine.pxd`` and compiled in here, so they
 inline) on ``_engine``'s view of the state, and builds its result objects with
-``_results``.
+``_results``. For a run of intents through the batch loop (``Broker._acquire_many``) it
+reads the intents (``inputs``) and builds the decisions on grants (``grants``) as here.
 """
 
 import numpy as np
@@ -135,9 +136,7 @@ cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
     return INT64_MIN if dl == -1 else dl
 
 
-cdef struct _In:
-    # an intent's inputs (``intent_inputs``): campaign, dimension and class rows, units,
-    # duration (ns), max_spend (micro-credits, -1: none), deadline (ns) and ttl (ns)
+cdef struct _In:   # an intent's inputs (intent_inputs; ns, micro-credits, -1: no max_spend)
     Py_ssize_t c, d, k
     int64_t nmin, nmax, dur, spend, dl, ttl
     bint has_dl, has_spend
@@ -392,9 +391,7 @@ cdef class FastAcquire:
         cdef PyObject* pk
         cdef PyObject* pv
         cdef Py_ssize_t i, pos = 0
-        a.has_dl = False
-        a.has_spend = False
-        a.dl = 0
+        a.has_dl, a.has_spend, a.dl = False, False, 0
         for i in range(IN_N):
             f[i] = bc_slot(intent, self.ioff[i])
             if f[i] == NULL:
@@ -489,8 +486,7 @@ cdef class FastAcquire:
         # -- the intent, as Broker._acquire reads it (anything unusual: the general path)
         if not self._read(intent, &a):
             return None
-        c, d, k, nmin, nmax, dur, spend, ttl = a.c, a.d, a.k, a.nmin, a.nmax, a.dur, a.spend, \
-            a.ttl
+        c, d, k, nmin, nmax, dur, spend, ttl = a.c, a.d, a.k, a.nmin, a.nmax, a.dur, a.spend, a.ttl
         has_dl, dl = a.has_dl, a.dl
         # -- the clock, as Broker._now reads it
         x = self._get(CU_CLOCK).now()
@@ -778,27 +774,22 @@ cdef class FastAcquire:
         not a grant (the broker builds those decisions itself)."""
         cdef Py_ssize_t i
         cdef int64_t lid, iid, c
-        cdef object iid_obj, seq_obj
-        cdef _Ctx cx
-        cdef Eng* e
+        cdef object iid_obj
         cdef list names = self.names
         if j0 < 0 or j > out_l.shape[0] or j > out_n.shape[0] or j > ci.shape[0]:
             raise IndexError(f"items {j0}..{j} out of range")
         for i in range(j0, j):
             if out_l[i] < 0:
                 return j0
-        cx = self._cx()
-        e = &cx.e
+        cdef _Ctx cx = self._cx()
+        cdef Eng* e = &cx.e
         for i in range(j0, j):
-            lid = out_l[i]
-            c = ci[i]
+            lid, c, iid = out_l[i], ci[i], iid0 + i
             if k_row(e, lid) < 0 or c < 0 or c >= PyList_GET_SIZE(names):
                 raise IndexError(f"lease {lid} / campaign {c} out of range")
-            iid = iid0 + i
             iid_obj = iid
-            seq_obj = seq0 + (i - j0) if seq0 >= 0 else -1
             PyList_Append(decs, self.res.decision(
-                "granted", iid_obj, names[c], out_n[i],
-                self.res.lease(e, lid, lid, iid, iid_obj), "warm", None, None,
-                _div(e.lr[lid & ROW_MASK].cost, 1000000), seq_obj))
+                "granted", iid_obj, names[c], out_n[i], self.res.lease(e, lid, lid, iid, iid_obj),
+                "warm", None, None, _div(e.lr[lid & ROW_MASK].cost, 1000000),
+                seq0 + (i - j0) if seq0 >= 0 else -1))
         return j
