@@ -251,22 +251,22 @@ them, on the cffi binding); any other message is one broker operation, as over H
 the rate is bound by the work per message on that thread — the run itself (its inputs
 and columns, the loop, its journal rows, the decisions and leases) is the largest part,
 then building each answer's document from its decision and encoding it, reading and
-checking each message (a shape the connection sent before is not checked again) and
-decoding the frame — and by the
-pipeline: a connection's rate is at most its window per round trip (Little's law:
-window / rate is the latency, as the p50 shows), so with a commit and a frame's decoding
-on each side of the round trip a window of a few frames is what keeps the server busy; a
-wider window (`--stream-window`, the rows with 8,000 in flight) holds more answers back
-for as long and carries more while the server has idle time to fill between a frame's
-answers and the next frame, which it has when nothing else shares the two cores with the
-load generator and the committer thread. The fsync costs nothing per decision once the
-pipeline is full (hundreds to thousands of answers share each commit). One message at a
-time (window 1) costs one commit per decision, as a single HTTP intent does. JSON costs
-more than MessagePack per message (text to read and to write). The "client" rows are
-bound by the agent's own process: building and checking an `Intent` per message and
-decoding each answer into a `Decision` and its `Lease`. The cffi row
-(`BURSARCORE_BACKEND=cffi`) differs from the Cython one by the decisions and leases built
-in Python. The load generator runs on the same two cores as the server and its committer
+checking each message (a shape the connection sent before is not checked again),
+decoding the frame and writing the answers to the socket — and by the pipeline: a
+connection's rate is at most its window per round trip (Little's law: window / rate is
+the latency, as the p50 shows), so with a commit and a frame's decoding on each side of
+the round trip a window of a few frames is what keeps the server busy; a wider window
+(`--stream-window`, the rows with 8,000 in flight) holds more answers back for as long
+and carries more while the server has idle time to fill between a frame's answers and the
+next frame, which it has when nothing else shares the two cores with the load generator
+and the committer thread. The fsync costs nothing per decision once the pipeline is full
+(hundreds to thousands of answers share each commit). One message at a time (window 1)
+costs one commit per decision, as a single HTTP intent does. JSON costs more than
+MessagePack per message (text to read and to write). The "client" rows are bound by the
+agent's own process: building and checking an `Intent` per message and decoding each
+answer into a `Decision` and its `Lease`. The cffi row (`BURSARCORE_BACKEND=cffi`)
+differs from the Cython one by the intents read and the decisions and leases built in
+Python. The load generator runs on the same two cores as the server and its committer
 thread, and other work shared the machine during the run: rows compare within the run,
 and a row's rate moves by tens of percent between runs.
 """
