@@ -287,9 +287,10 @@ class BatchMixin(BrokerBase):
                      t: int) -> list[Decision]:
         """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
         max_spend; ``cols``: each intent's campaign row, dimension, class row, min and max
-        units and duration) through the compiled loop at t; a slow item (reclaim or pending) through
-        the single path, as an acquire. Each segment the loop decides gets its decisions
-        before the next item runs, so every lease is read as it stood after its grant."""
+        units and duration) through the compiled loop at t; a slow item (reclaim or
+        pending) through the single path, as an acquire. Each segment the loop decides gets
+        its decisions before the next item runs, so every lease is read as it stood after
+        its grant."""
         st, cur = self.st, self._cur
         m = len(cols)
         ci = np.ascontiguousarray(cols[:, 0])
