@@ -133,8 +133,11 @@ def generator(a: dict) -> dict:
 #: the server's window and frame flags of the rows that need more than the defaults
 #: (--stream-window 4096, --stream-frame 1000)
 WIDE = ("--stream-window", "16384", "--stream-frame", "2000")
+#: the server on the cffi binding of the C core: acquire has no compiled common case there,
+#: and a run's decisions and leases are built in Python
+CFFI = {"BURSARCORE_BACKEND": "cffi"}
 ROWS = [
-    # (mode, op, binary, frame, window, server flags)
+    # (mode, op, binary, frame, window, server flags[, server environment])
     ("raw", "intents", False, 1, 1, ()),
     ("raw", "intents", False, 1, 256, ()),
     ("raw", "intents", False, 100, 2000, ()),
@@ -144,6 +147,7 @@ ROWS = [
     ("raw", "intents", True, 1000, 4000, ()),
     ("raw", "intents", True, 1000, 8000, WIDE),
     ("raw", "intents", True, 2000, 8000, WIDE),
+    ("raw", "intents", True, 1000, 4000, (), CFFI),
     ("raw", "consume", True, 1000, 4000, ()),
     ("client", "intents", False, 100, 2000, ()),
     ("client", "intents", True, 100, 2000, ()),
@@ -156,12 +160,14 @@ def run(args: argparse.Namespace, workdir: Path) -> list[dict]:
     from bursarcore.service.testing import ServerProcess
 
     out = []
-    for k, (mode, op, binary, frame, window, flags) in enumerate(ROWS):
-        if args.only and args.only not in f"{mode} {op} {'binary' if binary else 'json'}":
+    for k, (mode, op, binary, frame, window, flags, *more) in enumerate(ROWS):
+        env = more[0] if more else {}
+        name = f"{mode} {op} {'binary' if binary else 'json'}{' cffi' if env else ''}"
+        if args.only and args.only not in name:
             continue
         srv = ServerProcess(workdir / f"row{k}", CONFIG, rate=0.0,
                             synchronous=args.synchronous, tick=0.5,
-                            extra_args=list(flags)).start()
+                            extra_args=list(flags), env=env).start()
         try:
             h0 = httpx.get(f"{srv.url}/v1/health").json()
             a = {"url": srv.url, "token": srv.tokens["operator"], "frame": frame,
@@ -177,7 +183,9 @@ def run(args: argparse.Namespace, workdir: Path) -> list[dict]:
         finally:
             srv.stop(timeout=60)
         r.update(mode=mode, op=op, form="MessagePack" if binary else "JSON", frame=frame,
-                 window=window, flags=" ".join(flags), rate=r["messages"] / r["seconds"],
+                 window=window, flags=" ".join([*(f"{k}={v}" for k, v in env.items()),
+                                                *flags]),
+                 rate=r["messages"] / r["seconds"],
                  commits=h1["commits"] - h0["commits"])
         out.append(r)
         print(f"  {mode:6s} {op:8s} {r['form']:11s} frame {frame:5d} window {window:5d} "
@@ -222,7 +230,8 @@ frames and counts the answers (the server's rate); "client" goes through
 `BursarClient.stream()`, building each message from an `Intent` and decoding each answer
 into a `Decision` in the same process (an agent's rate). "server flags" are the rows'
 `--stream-window` and `--stream-frame` when they are not the defaults (4096, 1000): a
-client's window is held to the server's.
+client's window is held to the server's; `BURSARCORE_BACKEND=cffi` runs the server on
+the cffi binding of the C core.
 
 {table}
 
@@ -232,25 +241,32 @@ client's window is held to the server's.
 
 
 WHERE = """
-Reading it. One connection is served by one event-loop thread, which decides each message
-with one broker operation (`Broker.acquire`, as an HTTP intent is), a slice of 128 under
-the broker lock at once, and encodes the slice's answers at once; the answers wait for
-the commit as bytes. So the rate is bound by the work per message on that thread — the
-broker's `acquire` and its journal append are the largest part, then building each
-answer's decision and lease, reading the frame, the socket writes and the journal's own
-bookkeeping when the committer takes a batch — and by the pipeline: a connection's rate
-is at most its window per round trip (Little's law: window / rate is the latency, as the
-p50 shows), so with a commit and a frame's decoding on each side of the round trip a
-window of a few frames is what keeps the server busy; a wider window (`--stream-window`,
-the rows with 8,000 in flight) holds more answers back for as long and carries more
-only while the server has idle time to fill, which with the load generator, the
-committer thread and other work on two cores it seldom has. The fsync costs nothing per
-decision once the pipeline is full (hundreds to thousands of answers share each commit).
-One message at a time (window 1) costs one commit per decision, as a single HTTP intent
-does. JSON costs more than MessagePack per message (text to read and to write). The
-"client" rows are bound by the agent's own process: building and
-checking an `Intent` per message and decoding each answer into a `Decision` and its
-`Lease`. The load generator runs on the same two cores as the server and its committer
+Reading it. One connection is served by one event-loop thread, which decides a slice of
+128 messages under the broker lock at once and encodes the slice's answers at once; the
+answers wait for the commit as bytes. Consecutive intents without a deadline or a
+max_spend (every intent here) are decided as runs: one pass of the compiled batch loop
+per run, its journal records appended as columns, and each answer's decision and lease
+built in compiled code with the Cython binding (in Python, as the single path builds
+them, on the cffi binding); any other message is one broker operation, as over HTTP. So
+the rate is bound by the work per message on that thread — the run itself (its inputs
+and columns, the loop, its journal rows, the decisions and leases) is the largest part,
+then building each answer's document from its decision and encoding it, reading and
+checking each message (a shape the connection sent before is not checked again),
+decoding the frame and writing the answers to the socket — and by the pipeline: a
+connection's rate is at most its window per round trip (Little's law: window / rate is
+the latency, as the p50 shows), so with a commit and a frame's decoding on each side of
+the round trip a window of a few frames is what keeps the server busy; a wider window
+(`--stream-window`, the rows with 8,000 in flight) holds more answers back for as long
+and carries more while the server has idle time to fill between a frame's answers and the
+next frame, which it has when nothing else shares the two cores with the load generator
+and the committer thread. The fsync costs nothing per decision once the pipeline is full
+(hundreds to thousands of answers share each commit). One message at a time (window 1)
+costs one commit per decision, as a single HTTP intent does. JSON costs more than
+MessagePack per message (text to read and to write). The "client" rows are bound by the
+agent's own process: building and checking an `Intent` per message and decoding each
+answer into a `Decision` and its `Lease`. The cffi row (`BURSARCORE_BACKEND=cffi`)
+differs from the Cython one by the intents read and the decisions and leases built in
+Python. The load generator runs on the same two cores as the server and its committer
 thread, and other work shared the machine during the run: rows compare within the run,
 and a row's rate moves by tens of percent between runs.
 """

@@ -14,7 +14,8 @@ journal, clock, queued events...) both paths read and write. The decisions, even
 state are checked against the general path by ``tests/backends/test_acquire_paths_agree.py``.
 It calls the engine's kernels (declared in ``_engine.pxd`` and compiled in here, so they
 inline) on ``_engine``'s view of the state, and builds its result objects with
-``_results``.
+``_results``. For a run of intents through the batch loop (``Broker._acquire_many``) it
+reads the intents (``inputs``) and builds the decisions on grants (``grants``) as here.
 """
 
 import numpy as np
@@ -133,6 +134,12 @@ cdef inline int64_t _dl_field(bint has_dl, int64_t dl):
     if not has_dl:
         return -1
     return INT64_MIN if dl == -1 else dl
+
+
+cdef struct _In:   # an intent's inputs (intent_inputs; ns, micro-credits, -1: no max_spend)
+    Py_ssize_t c, d, k
+    int64_t nmin, nmax, dur, spend, dl, ttl
+    bint has_dl, has_spend
 
 
 cdef class FastAcquire:
@@ -374,13 +381,93 @@ cdef class FastAcquire:
                 return True
         return False
 
-    cpdef object acquire(self, object intent):
-        cdef object v, key, x, jn, cname, um, sc, iid_obj, lid_obj, name, retry
+    cdef bint _read(self, object intent, _In* a) except -1:
+        """The inputs of an :class:`Intent` (its type checked by the caller) as
+        ``Broker._acquire`` reads them (``intent_inputs``): False when anything is unusual,
+        which the general path reads (and reports)."""
+        cdef object v, key, x, cname, um, sc
         cdef PyObject* f[IN_N]
         cdef PyObject* p
         cdef PyObject* pk
         cdef PyObject* pv
-        cdef Py_ssize_t c, d, k, i, pos = 0
+        cdef Py_ssize_t i, pos = 0
+        a.has_dl, a.has_spend, a.dl = False, False, 0
+        for i in range(IN_N):
+            f[i] = bc_slot(intent, self.ioff[i])
+            if f[i] == NULL:
+                return False
+        cname = <object>f[IN_CAMPAIGN]
+        um = <object>f[IN_UNITS]
+        sc = <object>f[IN_CLASS]
+        # (exact str keys: a lookup cannot run Python code or fail)
+        if type(cname) is not str or not (sc is None or type(sc) is str):
+            return False
+        p = PyDict_GetItemWithError(self.cindex, cname)
+        if p == NULL:
+            return False
+        a.c = <Py_ssize_t><object>p
+        if type(um) is not dict or len(<dict>um) != 1:
+            return False
+        PyDict_Next(um, &pos, &pk, &pv)
+        key, v = <object>pk, <object>pv
+        if type(key) is not str:
+            return False
+        p = PyDict_GetItemWithError(self.dim_index, key)
+        if p == NULL:
+            return False
+        a.d = <Py_ssize_t><object>p
+        if sc is None:
+            a.k = self._default_class(a.c)
+            if a.k < 0:
+                return False
+        else:
+            p = PyDict_GetItemWithError(self.cls_index, sc)
+            if p == NULL:
+                return False
+            a.k = <Py_ssize_t><object>p
+        if type(v) is int:
+            if not _count(v, &a.nmin):
+                return False
+            a.nmax = a.nmin
+        elif (type(v) is tuple or type(v) is list) and len(v) == 2:
+            if not (_count(v[0], &a.nmin) and _count(v[1], &a.nmax)):
+                return False
+        else:
+            return False
+        if not _sec_ns(<object>f[IN_DURATION], &a.dur):
+            return False
+        x = <object>f[IN_MAX_SPEND]
+        if x is None:
+            a.spend = -1
+        elif type(x) is float and isfinite(<double>x) and fabs(<double>x) < _MAX_FIXED_S:
+            a.spend = <int64_t>rint(<double>x * 1e6)
+            a.has_spend = True
+        else:
+            return False
+        x = <object>f[IN_DEADLINE]
+        if x is not None:
+            if not _sec_ns(x, &a.dl):
+                return False
+            a.has_dl = True
+        x = <object>f[IN_TTL]
+        if not _sec_ns(self._get(CU_TTL) if x is None else x, &a.ttl):
+            return False
+        return True
+
+    cpdef object inputs(self, object intent):
+        """``intent_inputs(broker, intent)`` for a plain :class:`Intent` without a deadline or
+        a max_spend, read as :meth:`acquire` reads it; None for any other intent (the
+        broker reads it itself, and reports what is wrong with it)."""
+        cdef _In a
+        if type(intent) is not self.Intent or not self._read(intent, &a) or a.has_dl \
+                or a.has_spend:
+            return None
+        return (a.c, a.d, a.k, a.nmin, a.nmax, a.dur, None, None, a.ttl)
+
+    cpdef object acquire(self, object intent):
+        cdef object x, jn, iid_obj, lid_obj, name, retry
+        cdef _In a
+        cdef Py_ssize_t c, d, k
         cdef int64_t nmin, nmax, dur, spend, dl = 0, ttl, t, told, iid, lid
         cdef bint has_dl = False, moved, due
         cdef Py_ssize_t freed
@@ -397,65 +484,10 @@ cdef class FastAcquire:
         if self._get(CU_T_FORCE) is not None:
             return None
         # -- the intent, as Broker._acquire reads it (anything unusual: the general path)
-        for i in range(IN_N):
-            f[i] = bc_slot(intent, self.ioff[i])
-            if f[i] == NULL:
-                return None
-        cname = <object>f[IN_CAMPAIGN]
-        um = <object>f[IN_UNITS]
-        sc = <object>f[IN_CLASS]
-        # (exact str keys: a lookup cannot run Python code or fail)
-        if type(cname) is not str or not (sc is None or type(sc) is str):
+        if not self._read(intent, &a):
             return None
-        p = PyDict_GetItemWithError(self.cindex, cname)
-        if p == NULL:
-            return None
-        c = <Py_ssize_t><object>p
-        if type(um) is not dict or len(<dict>um) != 1:
-            return None
-        PyDict_Next(um, &pos, &pk, &pv)
-        key, v = <object>pk, <object>pv
-        if type(key) is not str:
-            return None
-        p = PyDict_GetItemWithError(self.dim_index, key)
-        if p == NULL:
-            return None
-        d = <Py_ssize_t><object>p
-        if sc is None:
-            k = self._default_class(c)
-            if k < 0:
-                return None
-        else:
-            p = PyDict_GetItemWithError(self.cls_index, sc)
-            if p == NULL:
-                return None
-            k = <Py_ssize_t><object>p
-        if type(v) is int:
-            if not _count(v, &nmin):
-                return None
-            nmax = nmin
-        elif (type(v) is tuple or type(v) is list) and len(v) == 2:
-            if not (_count(v[0], &nmin) and _count(v[1], &nmax)):
-                return None
-        else:
-            return None
-        if not _sec_ns(<object>f[IN_DURATION], &dur):
-            return None
-        x = <object>f[IN_MAX_SPEND]
-        if x is None:
-            spend = -1
-        elif type(x) is float and isfinite(<double>x) and fabs(<double>x) < _MAX_FIXED_S:
-            spend = <int64_t>rint(<double>x * 1e6)
-        else:
-            return None
-        x = <object>f[IN_DEADLINE]
-        if x is not None:
-            if not _sec_ns(x, &dl):
-                return None
-            has_dl = True
-        x = <object>f[IN_TTL]
-        if not _sec_ns(self._get(CU_TTL) if x is None else x, &ttl):
-            return None
+        c, d, k, nmin, nmax, dur, spend, ttl = a.c, a.d, a.k, a.nmin, a.nmax, a.dur, a.spend, a.ttl
+        has_dl, dl = a.has_dl, a.dl
         # -- the clock, as Broker._now reads it
         x = self._get(CU_CLOCK).now()
         if type(x) is not float:
@@ -730,3 +762,34 @@ cdef class FastAcquire:
         if take:
             self.nrun = 0
         return self.res.events(ev)
+
+    cpdef Py_ssize_t grants(self, list decs, int64_t iid0, Py_ssize_t j0, Py_ssize_t j,
+                            const int64_t[::1] ci, const int64_t[::1] out_n,
+                            const int64_t[::1] out_l, int64_t seq0) except -1:
+        """The decisions on items j0..j of a run of the batch loop (``Broker._acquire_run``)
+        when every one of them is a warm grant: appended to ``decs``, each the
+        :class:`Decision` and :class:`Lease` that ``acquire`` returns for that grant (item i
+        is intent ``iid0 + i``; its journal seq ``seq0 + i - j0``, or -1 without a
+        journal). Returns j; or j0, with nothing appended, when an item of the segment is
+        not a grant (the broker builds those decisions itself)."""
+        cdef Py_ssize_t i
+        cdef int64_t lid, iid, c
+        cdef object iid_obj
+        cdef list names = self.names
+        if j0 < 0 or j > out_l.shape[0] or j > out_n.shape[0] or j > ci.shape[0]:
+            raise IndexError(f"items {j0}..{j} out of range")
+        for i in range(j0, j):
+            if out_l[i] < 0:
+                return j0
+        cdef _Ctx cx = self._cx()
+        cdef Eng* e = &cx.e
+        for i in range(j0, j):
+            lid, c, iid = out_l[i], ci[i], iid0 + i
+            if k_row(e, lid) < 0 or c < 0 or c >= PyList_GET_SIZE(names):
+                raise IndexError(f"lease {lid} / campaign {c} out of range")
+            iid_obj = iid
+            PyList_Append(decs, self.res.decision(
+                "granted", iid_obj, names[c], out_n[i], self.res.lease(e, lid, lid, iid, iid_obj),
+                "warm", None, None, _div(e.lr[lid & ROW_MASK].cost, 1000000),
+                seq0 + (i - j0) if seq0 >= 0 else -1))
+        return j

@@ -193,13 +193,25 @@ class AcquireMixin(BrokerBase):
             lid = int(buf[2])
             if not self.st.firm[lid & ROW_MASK]:
                 self._opp_active[d].add(lid)
-            return Decision(GRANTED_OUT, iid, name, units=int(buf[0]), lease=self.lease(lid),
-                            path="warm", cost=int(buf[3]) / CREDIT)
+            return self._warm_decision(iid, c, int(buf[0]), lid, int(buf[3]))
         if r == REFUSED:
             reason = int(buf[1])
-            return Decision(REFUSED_OUT, iid, name, reason=REASONS[reason],
-                            retry_after=self._retry_after(c, d, nmin, dur, reason))
+            return self._refusal(iid, c, reason,
+                                 self._retry_after(c, d, nmin, dur, reason))
         return self._slow(iid, c, d, k, nmin, nmax, dur, spend, deadline, ttl, t, request)
+
+    def _warm_decision(self, iid: int, c: int, n: int, lid: int, cost: int,
+                       seq: int = -1) -> Decision:
+        """The decision on a warm grant of n units as lease ``lid`` escrowing ``cost``
+        (micro-credits), the lease as it stands now."""
+        return Decision(GRANTED_OUT, iid, self._names[c], units=n, lease=self.lease(lid),
+                        path="warm", cost=cost / CREDIT, seq=seq)
+
+    def _refusal(self, iid: int, c: int, reason: int, retry_after: float | None,
+                 seq: int = -1) -> Decision:
+        """The decision on a refusal for ``reason`` (a code of ``REASONS``)."""
+        return Decision(REFUSED_OUT, iid, self._names[c], reason=REASONS[reason],
+                        retry_after=retry_after, seq=seq)
 
     def _slow(self, iid: int, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, spend: int,
               deadline: int | None, ttl: int, t: int, request: Intent | None) -> Decision:
@@ -231,13 +243,18 @@ class AcquireMixin(BrokerBase):
         return Decision(PENDING_OUT, iid, name, reason=REASONS[reason],
                         retry_after=self._retry_after(c, d, nmin, dur, reason))
 
-    def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int) -> float | None:
+    def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int,
+                     nxt: int | None = None) -> float | None:
+        """When a retry of a refused or pending intent may succeed: for ``tokens`` when
+        c's bucket on d holds what nmin units for dur need, for ``capacity`` at the next
+        expiry (``nxt``, ns or -1, when the caller read it; else read now)."""
         st = self.st
         if reason == TOKENS:
             wait = self._k.token_wait(st, c, d, nmin, dur)
             return wait / NS if wait >= 0 else None
         if reason == CAPACITY:
-            nxt = self._k.next_expiry(st)
+            if nxt is None:
+                nxt = self._k.next_expiry(st)
             return max(0, nxt - self._cur.t) / NS if nxt >= 0 else None
         return None
 

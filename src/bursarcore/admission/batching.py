@@ -3,14 +3,15 @@ same sequence of acquires, columns in and out."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .. import units
 from ..admission.batch import batch_units as _batch_units
-from ..admission.results import BatchResult
-from ..admission.state import REASONS
+from ..admission.envelope import Intent, intent_inputs
+from ..admission.results import BatchResult, Decision
+from ..admission.state import CAPACITY, LIMITS, REASONS, ROW_MASK, TOKENS
 from ..batchprep import finish, minmax
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards
@@ -18,11 +19,25 @@ from ..journal.base import Journal
 from .._brokerbase import (_DUR_RULE, _MAX_DURATION, _MIN_DURATION, _OUTCOME_CODE, NS,
                            BrokerBase, _op)
 
-__all__ = ["BatchMixin"]
+__all__ = ["BatchMixin", "RUN_MIN"]
+
+#: the shortest run of like intents ``_acquire_many`` hands to the compiled
+#: loop (a shorter one takes the single path: the loop's setup would cost more)
+RUN_MIN = 4
+# columns of the loop's per-item record (journal/fill.py): tokens and held after the item
+_T_AFTER, _H_AFTER = 4 + len(LIMITS), 6 + len(LIMITS)
 
 
 class BatchMixin(BrokerBase):
     """The broker's batch admission."""
+
+    if TYPE_CHECKING:      # acquire's decision builders (admission.acquire)
+        def _warm_decision(self, iid: int, c: int, n: int, lid: int, cost: int,
+                           seq: int = -1) -> Decision: ...
+        def _refusal(self, iid: int, c: int, reason: int, retry_after: float | None,
+                     seq: int = -1) -> Decision: ...
+        def _retry_after(self, c: int, d: int, nmin: int, dur: int, reason: int,
+                         nxt: int | None = None) -> float | None: ...
 
     # ------------------------------------------------------------------ batch
     @_op
@@ -181,12 +196,192 @@ class BatchMixin(BrokerBase):
     def _journal_batch(self, j0: int, j: int, ci: np.ndarray, ks: np.ndarray, d: int,
                        nmin: np.ndarray, nmax: np.ndarray, dur: np.ndarray, t: int, iid0: int,
                        ttl: int, out_n: np.ndarray, out_r: np.ndarray, out_l: np.ndarray,
-                       rec: np.ndarray) -> None:
+                       rec: np.ndarray, batch: bool = True) -> int:
         """Items j0..j of the compiled loop as ``acquire`` records, written in one pass
-        from the loop's outputs straight into the journal's storage (journal/fill.py)."""
+        from the loop's outputs straight into the journal's storage (journal/fill.py);
+        flagged as a batch's items unless ``batch`` is False (the records of single
+        acquires). Returns the seq of the first."""
         from ..journal.fill import fill_acquire
         jn: Journal = self.journal  # type: ignore[assignment]  # called only with a journal
         rows = jn.reserve(j - j0)
-        fill_acquire(rows, jn.next_seq, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
+        seq0 = jn.next_seq
+        fill_acquire(rows, seq0, j0, t, d, ttl, iid0, ci, ks, nmin, nmax, dur, out_n,
                      out_r, out_l, rec, self.st.cls[:, 0], self._cur.deficit_last, self.st.cost)
+        if not batch:
+            rows["batch"] = 0
         jn.append_reserved(rows)
+        return seq0
+
+    # ------------------------------------------------------------------ many acquires
+    @_op
+    def _acquire_many(self, intents: Sequence[Intent]) -> list[Decision]:
+        """Decide intents in order at one instant, each exactly as :meth:`acquire` decides
+        it at that instant: the same :class:`Decision`, the same journal records and the
+        same state as that sequence of acquires with the clock read once.
+
+        A run of consecutive intents of one held dimension and TTL without a deadline or
+        a ``max_spend`` (what :meth:`admit_batch` expresses) goes through the compiled
+        batch loop, and each decision is built from what the loop returns and the lease
+        it created, as :meth:`acquire` builds it; reclaims, pending items and every other
+        intent take the single path. Every intent is checked before any is decided.
+
+        Parameters
+        ----------
+        intents : sequence of Intent
+            The requests, in the order they are decided.
+
+        Returns
+        -------
+        list of Decision
+            One per intent, in order.
+
+        Raises
+        ------
+        UnknownCampaign, InvalidArgument, TimeWentBackwards
+            As :meth:`acquire`, for the first intent that breaks a rule; nothing changed.
+        """
+        # an intent's inputs read only what deciding leaves alone (the registry, the
+        # classes, the default TTL), and are all read before any is decided: an intent
+        # object sent again (the stream's shapes) is read once, and is one row of `table`
+        # (read in compiled code, as acquire reads it, where the Cython binding can)
+        read = self._fast.inputs if self._fast is not None else None
+        seen: dict[int, int] = {}
+        uniq: list[tuple[Any, ...]] = []
+        at = []                          # each intent's row
+        for x in intents:
+            r = seen.get(id(x))
+            if r is None:
+                r = seen[id(x)] = len(uniq)
+                got = read(x) if read is not None else None
+                uniq.append(got if got is not None else intent_inputs(self, x))
+            at.append(r)
+        # what a run is of (held dimension, TTL), None for an intent no run may hold
+        like = [(x[1], x[8]) if x[6] is None and x[7] is None else None for x in uniq]
+        kinds = [like[r] for r in at]
+        table = np.array([x[:6] for x in uniq], dtype=np.int64)
+        rows = np.array(at, dtype=np.intp)
+        t = self._now()
+        n = len(at)
+        out: list[Decision] = []
+        i = 0
+        while i < n:
+            kind = kinds[i]
+            j = i + 1
+            if kind is not None:
+                while j < n and kinds[j] == kind:
+                    j += 1
+            if j - i >= RUN_MIN:
+                self._advance(t)
+                out.extend(self._acquire_run(table[rows[i:j]], intents[i:j], *kind, t))
+            else:
+                for q in range(i, j):
+                    c, d, k, nmin, nmax, dur, spend, deadline, ttl = uniq[at[q]]
+                    self._advance(t)          # each acquire runs what is due first
+                    out.append(self._acquire_ns(c, d, k, nmin, nmax, dur,
+                                                -1 if spend is None else spend, deadline,
+                                                ttl, t, intents[q]))
+            i = j
+        return out
+
+    def _acquire_run(self, cols: np.ndarray, intents: Sequence[Intent], d: int, ttl: int,
+                     t: int) -> list[Decision]:
+        """A run of :meth:`_acquire_many` (one dimension and TTL, no deadline or
+        max_spend; ``cols``: each intent's campaign row, dimension, class row, min and max
+        units and duration) through the compiled loop at t; a slow item (reclaim or
+        pending) through the single path, as an acquire. Each segment the loop decides gets
+        its decisions before the next item runs, so every lease is read as it stood after
+        its grant."""
+        st, cur = self.st, self._cur
+        m = len(cols)
+        ci = np.ascontiguousarray(cols[:, 0])
+        ks = np.ascontiguousarray(cols[:, 2])
+        nmin = np.ascontiguousarray(cols[:, 3])
+        nmax = np.ascontiguousarray(cols[:, 4])
+        dur = np.ascontiguousarray(cols[:, 5])
+        out_n = np.empty(m, dtype=np.int64)
+        out_r = np.empty(m, dtype=np.int64)
+        out_l = np.empty(m, dtype=np.int64)
+        rec = np.empty((m, _H_AFTER + 1), dtype=np.int64)
+        dims = self._constant(d, m)
+        iid0 = cur.next_intent
+        cur.next_intent += m
+        self._reserve(m, int(nmax.sum()))
+        decs: list[Decision] = []
+        j = 0
+        while j < m:
+            j0 = j
+            nxt = self._k.next_expiry(st)       # as it stands before the segment
+            j = self._k.admit_batch(st, ci, ks, dims, nmin, nmax, dur, t, iid0, out_n, out_r,
+                                    out_l, j, rec)
+            if j > j0:
+                self._track_opportunistic(d, out_l[j0:j])
+                seq0 = -1
+                if cur.journal is not None:
+                    seq0 = self._journal_batch(j0, j, ci, ks, d, nmin, nmax, dur, t, iid0, ttl,
+                                               out_n, out_r, out_l, rec, batch=False)
+                self._segment_decisions(decs, j0, j, ci, d, nmin, dur, iid0, out_n, out_r,
+                                        out_l, rec, nxt, seq0)
+            if j >= m:
+                break
+            c, _, k, a, b, du = (int(x) for x in cols[j])
+            decs.append(self._acquire_ns(c, d, k, a, b, du, -1, None, ttl, t, intents[j],
+                                         iid=iid0 + j))
+            j += 1
+            self._advance(t)                  # what the slow item made due at t, if anything
+        return decs
+
+    def _segment_decisions(self, decs: list[Decision], j0: int, j: int, ci: np.ndarray,
+                           d: int, nmin: np.ndarray, dur: np.ndarray, iid0: int,
+                           out_n: np.ndarray, out_r: np.ndarray, out_l: np.ndarray,
+                           rec: np.ndarray, nxt: int, seq0: int) -> None:
+        """The decisions on items j0..j of the compiled loop, built by acquire's own
+        builders (those of its compiled common case, ``FastAcquire.grants``, for a segment
+        of grants only, with the Cython binding). A refusal's ``retry_after`` reads the
+        state as it stood at the refusal (a refusal changes neither): the bucket from the
+        item's record when a later grant moved it, the next expiry from the one before the
+        segment and the leases granted since."""
+        fast = self._fast
+        if fast is not None and fast.grants(decs, iid0, j0, j, ci, out_n, out_l, seq0) == j:
+            return                       # every item a grant: built in compiled code
+        st = self.st
+        cost, t_end = st.cost, st.t_end
+        n_l, n_n, n_r, n_c = (out_l[j0:j].tolist(), out_n[j0:j].tolist(),
+                              out_r[j0:j].tolist(), ci[j0:j].tolist())
+        last = -1                        # the segment's last grant
+        if TOKENS in n_r or CAPACITY in n_r:
+            last = max((q for q, lid in enumerate(n_l) if lid >= 0), default=-1)
+        first = -1                       # the earliest expiry of the grants so far
+        for q in range(j - j0):
+            i = j0 + q
+            lid = n_l[q]
+            seq = seq0 + q if seq0 >= 0 else -1
+            if lid >= 0:
+                decs.append(self._warm_decision(iid0 + i, n_c[q], n_n[q], lid,
+                                                int(cost[lid & ROW_MASK]), seq))
+                if last > q:
+                    e = int(t_end[lid & ROW_MASK])
+                    first = e if first < 0 else min(first, e)
+                continue
+            c, reason = n_c[q], n_r[q]
+            a, du = int(nmin[i]), int(dur[i])
+            if last > q and reason == TOKENS:
+                ra = self._tokens_then(c, d, a, du, int(rec[i, _T_AFTER]), int(rec[i, _H_AFTER]))
+            elif last > q and reason == CAPACITY:
+                at = first if nxt < 0 else nxt if first < 0 else min(nxt, first)
+                ra = self._retry_after(c, d, a, du, reason, at)
+            else:
+                ra = self._retry_after(c, d, a, du, reason)
+            decs.append(self._refusal(iid0 + i, c, reason, ra, seq))
+
+    def _tokens_then(self, c: int, d: int, nmin: int, dur: int, tokens: int,
+                     held: int) -> float | None:
+        """The ``tokens`` retry_after of a refusal with c's bucket on d as it stood then
+        (``tokens``, ``held``): the engine's own wait, read with those two put back for
+        the call."""
+        st = self.st
+        now = int(st.T[c, d]), int(st.H[c, d])
+        st.T[c, d], st.H[c, d] = tokens, held
+        try:
+            return self._retry_after(c, d, nmin, dur, TOKENS)
+        finally:
+            st.T[c, d], st.H[c, d] = now

@@ -399,6 +399,11 @@ def decision_out(d: Decision) -> dict[str, Any]:
     # lease_out and fin, written out: this runs once per decision answered
     l = d.lease
     r = d.retry_after
+    if l is not None:
+        p = l.placement
+        # one node (the common case) without a comprehension's frame
+        place = [{"node": p[0][0], "units": p[0][1]}] if len(p) == 1 else \
+            [{"node": n, "units": u} for n, u in p]
     return {"outcome": d.outcome, "intent_id": d.intent_id, "campaign": d.campaign,
             "units": d.units,
             "lease": None if l is None else {
@@ -406,8 +411,7 @@ def decision_out(d: Decision) -> dict[str, Any]:
                 "state": l.state, "firm": l.firm, "service_class": l.service_class,
                 "granted_at": l.granted_at, "start": l.start, "expiry": l.expiry,
                 "cost": l.cost, "revoke_at": l.revoke_at, "intent": l.intent,
-                "placement": [{"node": n, "units": u} for n, u in l.placement],
-                "slots": list(l.slots)},
+                "placement": place, "slots": list(l.slots)},
             "path": d.path, "reason": d.reason,
             "retry_after": None if r is None or not math.isfinite(r) else float(r),
             "cost": d.cost, "wait": d.wait, "seq": d.seq}

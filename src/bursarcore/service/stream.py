@@ -51,7 +51,8 @@ from ..admission import Intent
 from ..errors import BursarError, InvalidArgument, UnknownCampaign, UnknownLease
 from . import models as M
 from .auth import Principal, TokenStore
-from .core import BrokerService, OperationFailed, ServiceUnavailable, json_safe
+from .core import (JOURNAL_ERRORS, BrokerService, OperationFailed, ServiceUnavailable,
+                   json_safe)
 from .ratelimit import RateLimiter
 
 try:  # the binary form needs msgpack (a dependency of the 'service' extra)
@@ -73,6 +74,8 @@ OPS = ("acquire", "renew", "release", "consume")
 SLICE = 128
 #: the longest string id a message may carry
 MAX_ID_LEN = 64
+#: the fewest consecutive like intents decided as one run (``Broker._acquire_many``)
+RUN = 4
 #: message shapes a connection remembers (see StreamSession._prepare)
 _SHAPES = 1024
 _MAX_LEASE = 1 << 62
@@ -331,68 +334,144 @@ class StreamSession:
     def _decide(self, items: list[Any], binary: bool) -> None:
         """Decide a slice of messages, in order, under the broker lock once: each is one
         broker operation with :meth:`BrokerService.apply`'s failure policy, and the
-        slice's answers wait together for the commit that covers the last of them."""
+        slice's answers wait together for the commit that covers the last of them.
+
+        Every message is read and checked first (a check reads no state a decision
+        changes). Where the broker has runs (``_Context.acquire_many``), a run of
+        :data:`RUN` or more consecutive intents without a deadline or a max_spend is
+        decided by one ``Broker._acquire_many`` (the same decisions, records and state as
+        one acquire each, at one instant); any other message, and every intent of a run
+        the broker refused before deciding any, is its own operation."""
         svc = self.ctx.service
         journal = svc.journal
-        expected = svc.expected_errors
+        many = self.ctx.acquire_many
         docs: list[dict[str, Any]] = []
         seq = -1
         with svc.lock:
-            for m in items:
-                # the id is read off the message: the rest is its shape (see _prepare)
-                mid = m.pop("id", None) if type(m) is dict else None
-                try:
-                    if svc.failed is not None:
-                        raise ServiceUnavailable("the journal cannot be written; not "
-                                                 "accepting operations")
-                    if type(m) is not dict:
-                        raise _bad(["message"], "must be a map of named fields")
-                    if type(mid) is not int or not -(1 << 63) <= mid < (1 << 63):
-                        if not _valid_id(mid):
-                            mid = None
-                            raise _bad(["id"], f"must be an integer or a string of 1 to "
-                                       f"{MAX_ID_LEN} characters")
-                    kind, fn, args = self._prepare(m)
-                    before = journal.next_seq
-                    try:
-                        result = fn(*args)
-                    except expected as e:       # bad input: nothing changed
-                        raise _refusal_of(e) from None
-                    except Exception as e:  # noqa: BLE001 - classified as apply() does
-                        try:
-                            svc._unexpected(e, before, getattr(fn, "__name__", repr(fn)))
-                        except OperationFailed as f:
-                            raise _Refused(500, str(f)) from None
-                    seq = journal.next_seq - 1
-                    if kind == "consume":
-                        docs.append({"id": mid, "type": "consumption",
-                                     "consumption": M.consumption_out(result)})
-                    else:
-                        docs.append({"id": mid, "type": "decision",
-                                     "decision": M.decision_out(result)})
-                except _Refused as e:
-                    docs.append(_error_doc(mid, e))
-                except BursarError as e:       # bad input the checks found: nothing changed
-                    docs.append(_error_doc(mid, _refusal_of(e)))
-                except ServiceUnavailable as e:
-                    docs.append(_error_doc(mid, _Refused(503, str(e))))
+            calls = [self._read(m) for m in items]
+            n = len(calls)
+            i = 0
+            solo = 0                          # messages before this one go one at a time
+            while i < n:
+                mid, call = calls[i]
+                if svc.failed is not None:
+                    docs.append(_error_doc(mid, _Refused(503, "the journal cannot be "
+                                                         "written; not accepting operations")))
                     self.failed = True
                     break
+                j = i
+                xs = []                       # the intents of a run from i
+                if many is not None and i >= solo:
+                    while j < n:
+                        x = _batchable(calls[j][1])
+                        if x is None:
+                            break
+                        xs.append(x)
+                        j += 1
+                if j - i >= RUN:
+                    before = journal.next_seq
+                    try:
+                        decs = many(xs)          # type: ignore[misc]
+                    except Exception as e:  # noqa: BLE001 - classified as apply() does
+                        if journal.next_seq == before and not isinstance(e, JOURNAL_ERRORS):
+                            solo = j          # nothing changed: one operation each
+                        else:
+                            self._fail_run(e, before, calls[i:j], docs)
+                            break
+                    else:
+                        seq = journal.next_seq - 1
+                        for c, dec in zip(calls[i:j], decs):
+                            docs.append({"id": c[0], "type": "decision",
+                                         "decision": M.decision_out(dec)})
+                        i = j
+                        continue
+                doc, done = self._one(mid, call)
+                docs.append(doc)
+                if done is None:              # the service stopped
+                    self.failed = True
+                    break
+                if done:
+                    seq = journal.next_seq - 1
+                i += 1
         if docs:
             self._push(docs, seq, binary)
 
-    def _prepare(self, m: dict[str, Any]) -> tuple[str, Callable[..., Any], tuple]:
+    def _fail_run(self, e: Exception, before: int, calls: list, docs: list) -> None:
+        """A run that failed once it had journaled (or in the journal): the service fails
+        stop, and every intent of the run answers 503 (not acknowledged, as with a
+        crash)."""
+        try:
+            self.ctx.service._unexpected(e, before, "acquire_many")
+        except (ServiceUnavailable, OperationFailed) as f:
+            why = str(f)
+        for c in calls:
+            docs.append(_error_doc(c[0], _Refused(503, why)))
+        self.failed = True
+
+    def _read(self, m: Any) -> tuple[Any, tuple[str, Callable[..., Any], tuple] | _Refused]:
+        """A message's id and its broker call (see :meth:`_prepare`), or the error it
+        answers; changes nothing."""
+        # the id is read off the message: the rest is its shape (see _prepare)
+        mid = m.pop("id", None) if type(m) is dict else None
+        try:
+            if type(m) is not dict:
+                raise _bad(["message"], "must be a map of named fields")
+            if type(mid) is not int or not -(1 << 63) <= mid < (1 << 63):
+                if not _valid_id(mid):
+                    mid = None
+                    raise _bad(["id"], f"must be an integer or a string of 1 to "
+                               f"{MAX_ID_LEN} characters")
+            try:                # a shape seen before: its call (see _prepare)
+                # the names, the values and their types, flat (n fields: 3n entries)
+                key: tuple | None = (*m, *m.values(), *map(type, m.values()))
+                got = self._shapes.get(key)
+            except TypeError:                    # a list or a map among the values
+                key, got = None, None
+            return mid, got if got is not None else self._prepare(m, key)
+        except _Refused as e:
+            return mid, e
+        except BursarError as e:       # bad input the checks found: nothing changed
+            return mid, _refusal_of(e)
+
+    def _one(self, mid: Any, call: tuple[str, Callable[..., Any], tuple] | _Refused
+             ) -> tuple[dict[str, Any], bool | None]:
+        """One message's answer: its broker operation with :meth:`BrokerService.apply`'s
+        failure policy, or the error it answers; and whether the operation ran (None: the
+        service stopped, the answer is a 503)."""
+        svc = self.ctx.service
+        try:
+            if isinstance(call, _Refused):
+                raise call
+            kind, fn, args = call
+            before = svc.journal.next_seq
+            try:
+                result = fn(*args)
+            except svc.expected_errors as e:       # bad input: nothing changed
+                raise _refusal_of(e) from None
+            except Exception as e:  # noqa: BLE001 - classified as apply() does
+                try:
+                    svc._unexpected(e, before, getattr(fn, "__name__", repr(fn)))
+                except OperationFailed as f:
+                    raise _Refused(500, str(f)) from None
+            if kind == "consume":
+                return {"id": mid, "type": "consumption",
+                        "consumption": M.consumption_out(result)}, True
+            return {"id": mid, "type": "decision", "decision": M.decision_out(result)}, True
+        except _Refused as e:
+            return _error_doc(mid, e), False
+        except BursarError as e:       # bad input the checks found: nothing changed
+            return _error_doc(mid, _refusal_of(e)), False
+        except ServiceUnavailable as e:
+            return _error_doc(mid, _Refused(503, str(e))), None
+
+    def _prepare(self, m: dict[str, Any], key: tuple | None
+                 ) -> tuple[str, Callable[..., Any], tuple]:
         """Check one message (its id taken off); return its op and the broker call that
         decides it (the function and its arguments). Raises :class:`_Refused` naming the
-        field, before anything changes. A shape seen before (the fields and their types)
-        is not checked again: the call it made is made again."""
-        try:
-            key = (*m.items(), *map(type, m.values()))
-            got = self._shapes.get(key)
-        except TypeError:                        # a list or a map among the values
-            key, got = None, None
-        if got is not None:
-            return got
+        field, before anything changes. The call of an intent or a consumption is
+        remembered under its shape ``key`` (the fields and their types; None: not
+        hashable), which :meth:`_read` looks up first: a shape seen before is not
+        checked again, the call it made is made again."""
         got = self._check(m)
         if key is not None and got[0] in ("acquire", "consume"):
             if len(self._shapes) >= _SHAPES:
@@ -535,6 +614,15 @@ def _unacknowledged(c: _Chunk, why: str) -> None:
     c.body = _body(docs, c.binary)
 
 
+def _batchable(call: Any) -> Intent | None:
+    """A message call's intent if a run may hold it (no deadline, no max_spend: what the
+    compiled batch loop expresses), else None."""
+    if type(call) is not tuple or call[0] != "acquire":
+        return None
+    x = call[2][0]
+    return x if x.deadline is None and x.max_spend is None else None
+
+
 def _valid_id(mid: Any) -> bool:
     if isinstance(mid, bool):
         return False
@@ -570,6 +658,10 @@ class _Context:
         self.window, self.frame, self.max_frame_bytes = window, frame, max_frame_bytes
         self.intent_of, self.own_lease = intent_of, own_lease
         self.sent = on_sent
+        # many intents decided as one operation, where the broker has it (not the
+        # reference broker: there each intent is its own acquire)
+        self.acquire_many: Callable[[list[Intent]], list[Any]] | None = \
+            getattr(self.broker, "_acquire_many", None)
         self.sessions: set[StreamSession] = set()
 
     def charge(self, p: Principal, n: int) -> float:
