@@ -14,15 +14,11 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
 from bursarcore.service.testing import ServerProcess  # noqa: E402
+from service_classes import CLASSES  # noqa: E402
 
 CONFIG = {
     "pool": {"gpu": 64, "flow": {"fs": 10.0}},
-    "classes": [
-        {"name": "interactive", "rank": 1, "multiplier": 2.0},
-        {"name": "agent-burst", "rank": 2, "multiplier": 3.0},
-        {"name": "opportunistic", "rank": 3, "multiplier": 0.25, "congestion_priced": False,
-         "preemptible": True, "grace": 1.0, "free_when_broke": True},
-    ],
+    "classes": copy.deepcopy(CLASSES),
     "campaigns": {
         "alpha": {"credits": 10000, "service_class": "agent-burst",
                   "guaranteed": {"gpu": 8, "fs": 1}, "sustained": {"gpu": 16, "fs": 2},

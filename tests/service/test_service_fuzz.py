@@ -10,6 +10,7 @@ requests each."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -23,15 +24,11 @@ from bursarcore import Broker, ManualClock
 from bursarcore import units as U
 from bursarcore.service.core import json_safe
 from bursarcore.service.testing import InProcessService
+from service_classes import CLASSES
 
 CONFIG = {
     "pool": {"gpu": 32, "flow": {"fs": 10.0}},
-    "classes": [
-        {"name": "interactive", "rank": 1, "multiplier": 2.0},
-        {"name": "agent-burst", "rank": 2, "multiplier": 3.0},
-        {"name": "opportunistic", "rank": 3, "multiplier": 0.25, "congestion_priced": False,
-         "preemptible": True, "grace": 1.0, "free_when_broke": True},
-    ],
+    "classes": copy.deepcopy(CLASSES),
     "campaigns": {
         "a": {"credits": 500, "service_class": "agent-burst", "guaranteed": {"gpu": 4},
               "sustained": {"gpu": 8, "fs": 2}, "ceiling": {"gpu": 16, "fs": 4},

@@ -26,18 +26,14 @@ from bursarcore.broker import Broker
 from bursarcore.journal import MemoryJournal
 from bursarcore.service.stream import RUN, StreamSession, _array, _decode_array
 from bursarcore.service.testing import InProcessService
+from service_classes import CLASSES
 
 pytest.importorskip("msgpack")
 
 T0 = 1.7e9
 CONFIG = {
     "pool": {"gpu": 24, "flow": {"fs": 10.0}},
-    "classes": [
-        {"name": "interactive", "rank": 1, "multiplier": 2.0},
-        {"name": "agent-burst", "rank": 2, "multiplier": 3.0},
-        {"name": "opportunistic", "rank": 3, "multiplier": 0.25, "congestion_priced": False,
-         "preemptible": True, "grace": 1.0, "free_when_broke": True},
-    ],
+    "classes": copy.deepcopy(CLASSES),
     "ttl": 60.0,
     "campaigns": {
         "alpha": {"credits": 400, "service_class": "agent-burst",

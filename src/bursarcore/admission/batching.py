@@ -270,9 +270,10 @@ class BatchMixin(BrokerBase):
             if kind is not None:
                 while j < n and kinds[j] == kind:
                     j += 1
-            if j - i >= RUN_MIN:
+            if j - i >= RUN_MIN and kind is not None:
                 self._advance(t)
-                out.extend(self._acquire_run(table[rows[i:j]], intents[i:j], *kind, t))
+                out.extend(self._acquire_run(table[rows[i:j]], intents[i:j], kind[0], kind[1],
+                                             t))
             else:
                 for q in range(i, j):
                     c, d, k, nmin, nmax, dur, spend, deadline, ttl = uniq[at[q]]

@@ -423,8 +423,9 @@ class StreamSession:
                                f"{MAX_ID_LEN} characters")
             try:                # a shape seen before: its call (see _prepare)
                 # the names, the values and their types, flat (n fields: 3n entries)
-                key: tuple | None = (*m, *m.values(), *map(type, m.values()))
-                got = self._shapes.get(key)
+                shape = (*m, *m.values(), *map(type, m.values()))
+                got = self._shapes.get(shape)
+                key: tuple | None = shape
             except TypeError:                    # a list or a map among the values
                 key, got = None, None
             return mid, got if got is not None else self._prepare(m, key)
