@@ -485,3 +485,21 @@ def test_bad_max_resubmits_names_the_field():
     with pytest.raises(InvalidArgument) as e:
         Wrapper(["x"], max_resubmits=-1)
     assert e.value.field == "max_resubmits"
+
+
+def test_a_requeue_ended_by_its_own_sigterm_counts_as_accepted(tmp_path):
+    # Slurm signals every process of the task it requeues, the scontrol that asked included
+    from bursarcore.runtime.wrapper import load_events
+
+    cmds = Commands(scontrol=(-signal.SIGTERM, ""))
+    w, logs, q = _resubmit_rig(tmp_path, cmds)
+    assert w.run() == 99
+    assert [c[0][0] for c in cmds.calls] == ["scontrol"]      # no resubmission
+    assert [e["event"] for e in load_events(str(q))] == ["requeue"]
+    assert any("ended by SIGTERM" in m and "requeued 77_5" in m for m in logs)
+
+
+def test_the_wrappers_commands_survive_a_sigterm_sent_to_them():
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('reported')"
+    rc, out = Wrapper._default_run([sys.executable, "-c", code])
+    assert (rc, out) == (0, "reported")

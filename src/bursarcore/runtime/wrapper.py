@@ -158,6 +158,11 @@ def load_events(queue: str) -> list[dict[str, object]]:
     return out
 
 
+def _ignore_term() -> None:
+    """In a command's child process, before exec: SIGTERM ignored (kept across exec)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class Wrapper:
     """Run ``argv`` (the worker) until it exits 0 or 99, relaunching it after crashes.
 
@@ -232,8 +237,12 @@ class Wrapper:
 
     @staticmethod
     def _default_run(argv: list[str], input: str | None = None) -> tuple[int, str]:
+        # The commands run with SIGTERM ignored: an accepted `scontrol requeue` of this very
+        # task makes Slurm signal every process of the job, the scontrol among them, which
+        # would otherwise die of it before reporting its success (the timeout still kills).
         try:
-            cp = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60)
+            cp = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60,
+                                preexec_fn=_ignore_term)
         except (OSError, subprocess.TimeoutExpired) as exc:
             print(f"bursar-wrapper: {shlex.join(argv)}: {exc}", file=sys.stderr, flush=True)
             return 127, str(exc)
@@ -341,6 +350,12 @@ class Wrapper:
             return REQUEUE_EXIT
         argv = ["scontrol", "requeue", self.task]
         rc, out = self._run_command(argv, None)
+        if rc == -signal.SIGTERM:
+            # ended by the SIGTERM Slurm sends a job it requeues: the requeue was accepted
+            self._log(f"{why}: {shlex.join(argv)} was ended by SIGTERM, which Slurm sends to "
+                      f"the task it requeues: requeued {self.task}; exiting 99")
+            self._event("requeue", why=why)
+            return REQUEUE_EXIT
         if rc == 0:
             self._log(f"{why}: requeued {self.task} ({shlex.join(argv)}); exiting 99")
             self._event("requeue", why=why)
