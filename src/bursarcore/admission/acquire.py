@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import units
 from .envelope import Intent, intent_inputs
 from .pending import PendingQueue, _Pending
 from .results import GRANTED_OUT, PENDING_OUT, REFUSED_OUT, Decision
