@@ -159,7 +159,6 @@ cdef extern from "engine.h" nogil:
     int64_t k_unmet(const Eng* e, int64_t c, int64_t d)
     int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
     int64_t k_held(const Eng* e, int64_t c, int64_t d)
-    int k_depth(const Eng* e, int64_t v)
     int64_t k_child_room(const Eng* e, int64_t p, int64_t d)
     int64_t k_child_load_room(const Eng* e, int64_t p, int64_t d)
     void k_link(Eng* e, int64_t c, int64_t p, int64_t t)

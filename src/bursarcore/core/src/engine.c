@@ -332,12 +332,12 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
                        const int64_t *b, const int64_t *bucket, int64_t credits, int64_t now,
                        int64_t *index)
 {
-    int64_t d;
+    int64_t d, path[BC_TREE_DEPTH];
     if (x == NULL || g == NULL)
         return BC_EINVAL;
     if (parent >= x->C)
         return BC_EINDEX;
-    if (parent >= 0 && k_depth(&x->e, parent) >= BC_TREE_DEPTH)
+    if (parent >= 0 && k_path_of(&x->e, parent, path) == BC_TREE_DEPTH)   /* no level left below */
         return BC_ERANGE;
     if (parent >= 0 && x->e.lex == NULL) {     /* the first node of a tree */
         x->e.lex = engine_zalloc((size_t)x->e.L * (BC_TREE_DEPTH - 1), sizeof(int64_t));

@@ -273,7 +273,7 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
     if (tree > 0) {
         e->Hsub[i] += delta;
         k_measure_up(e, e->cd[i].up, d, delta,
-                     bc_child_measure(g, h + delta) - bc_child_measure(g, h), e->cd[i].tlast);
+                     bc_rise_through(g, h, delta), e->cd[i].tlast);
     }
     if (firm) {
         hf = e->cd[i].Hf;

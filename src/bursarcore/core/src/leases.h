@@ -366,7 +366,7 @@ static inline int k_renew(bc_eng *e, int64_t lid, int64_t ext, int64_t t, int64_
         delta[j] = (bc_i128)ex[j] * (new_end - t) - (bc_i128)old * ((bc_i128)end - t);
         if (delta[j] > e->cd[i].T)
             return BC_REASON_TOKENS;
-        x = bc_child_measure(e->cd[i].g, K) - bc_child_measure(e->cd[i].g, K - x);
+        x = bc_rise_through(e->cd[i].g, K - x, x);
     }
     pm = k_price(e, d, k);
     if (pm > BC_I64_MAX || pm < BC_I64_MIN)

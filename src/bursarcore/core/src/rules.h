@@ -63,10 +63,21 @@ static inline int64_t bc_commitment(int64_t g, int64_t Hf, int64_t Rch)
 
 /* §14.2 what a child whose guarantee is g and whose load is K adds to its parent's load
  * (what the parent's ceiling and bucket bind): its guarantee, reserved, or its load beyond
- * it. A rise of the child's load by n raises the parent's by max(0, n − max(0, g − K)). */
+ * it. */
 static inline int64_t bc_child_measure(int64_t g, int64_t K)
 {
     return bc_max64(g, K);
+}
+
+/* §14.2 a level absorbing a rise: the change x of a child's load K (g its guarantee) moves
+ * its parent's load by this much. For a rise (x >= 0) it is max(0, x − bc_unmet(g, K)): the
+ * child absorbs what it can in the part of its guarantee its load leaves unused, and passes
+ * the rest on (so a rise of n at a node is max(0, n − E_v) at an ancestor v, E_v the sum of
+ * bc_unmet over the path below v); a fall (x < 0) the same way back. Every walk that moves
+ * or prices a load up a path takes its steps here. */
+static inline int64_t bc_rise_through(int64_t g, int64_t K, int64_t x)
+{
+    return bc_child_measure(g, K + x) - bc_child_measure(g, K);
 }
 
 /* §4.1 the unmet-guarantee reserve: a firm lease may take capacity cap less the firm

@@ -99,7 +99,7 @@ BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t 
             g = e->cd[i].g;
             e->cd[i].Xch += dm;
             e->cd[i].H = h + dm;
-            dm = bc_child_measure(g, h + dm) - bc_child_measure(g, h);
+            dm = bc_rise_through(g, h, dm);
         }
         up = e->cd[i].up;
     }
@@ -176,15 +176,6 @@ static inline int64_t k_held(const bc_eng *e, int64_t c, int64_t d)
     return e->cd[i].up != 0 ? e->Hsub[i] : e->cd[i].H;
 }
 
-/* The number of levels of node v's path (1 for a top-level node). */
-static inline int k_depth(const bc_eng *e, int64_t v)
-{
-    int j = 0;
-    for (; v >= 0; v = k_parent_of(e, v))
-        j++;
-    return j;
-}
-
 /* §14.2, §4.3 the least credits left over node c's path (BC_MAXV: no budget anywhere on
  * it): the budget that binds a cost escrowed in every one. */
 BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c)
@@ -242,7 +233,7 @@ BC_WALK void k_grant_up(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur,
     int j = 0;
     for (v = 0; v < BC_TREE_DEPTH - 1; v++)
         lex[v] = 0;
-    x = bc_max64(0, n - bc_unmet(e->cd[i].g, e->cd[i].H));
+    x = bc_rise_through(e->cd[i].g, e->cd[i].H, n);
     for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v), j++) {
         k_settle(e, v, d, t);
         i = v * D + d;
@@ -252,7 +243,7 @@ BC_WALK void k_grant_up(bc_eng *e, int64_t c, int64_t d, int64_t n, int64_t dur,
         lex[j] = ex;
         if (charge != 0)
             k_escrow(e, v, charge);
-        x = bc_max64(0, x - bc_unmet(e->cd[i].g, e->cd[i].H));
+        x = bc_rise_through(e->cd[i].g, e->cd[i].H, x);
     }
 }
 
@@ -290,7 +281,7 @@ BC_WALK int64_t k_never_tree(const bc_eng *e, int64_t c, int64_t d, int64_t nmin
         i = lv[j] * e->D + d;
         idle = e->gch[i];
         at[j] = bc_cap_maxv((bc_i128)idle + x);
-        x = bc_max64(0, x - bc_unmet(e->cd[i].g, idle));
+        x = bc_rise_through(e->cd[i].g, idle, x);
     }
     for (rule = 0; rule < BC_LIMITS; rule++) {
         if (rule == BC_LIMIT_CAPACITY) {
@@ -346,7 +337,7 @@ BC_WALK bc_i128 k_token_wait_tree(bc_eng *e, int64_t c, int64_t d, int64_t n, in
         if (w < 0)
             return -1;
         wait = w > wait ? w : wait;
-        x = bc_max64(0, x - bc_unmet(e->cd[i].g, e->cd[i].H));
+        x = bc_rise_through(e->cd[i].g, e->cd[i].H, x);
     }
     return wait > 0 ? wait : -1;
 }
