@@ -9,12 +9,12 @@ rule's room and the loads' room, SPEC §14.1).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .._abi import TREE_DEPTH
 from ..errors import InvalidArgument
 
-__all__ = ["TREE_DEPTH", "parent_name", "check_name", "check_guarantees"]
+__all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees"]
 
 
 def parent_name(name: str) -> str | None:
@@ -42,33 +42,44 @@ def check_name(name: str, registered: dict[str, int]) -> int | None:
     return registered[parent]
 
 
+def refuse_guarantee(label: str, g: int, *, parent: str | None, total: int, bound: int,
+                     room: Callable[[], int], load_room: Callable[[], int] | None) -> None:
+    """SPEC §3, §14.1, the rule itself: a new node's guarantee g on one dimension, ``total``
+    the guarantees of its would-be siblings with it (Σ top-level g, or Σ of ``parent``'s
+    children's g) and ``bound`` what they nest in (the pool's capacity, or the parent's g);
+    ``room()`` the reserve rule's room now (Σ_top R stays ≤ capacity) and ``load_room()``
+    the loads' room on the parent's path (None at the top level). InvalidArgument naming
+    ``label`` at the first rule broken; the figures are the caller's (the compiled broker
+    reads its core's, the reference recomputes them from their definitions)."""
+    if total > bound:
+        if parent is None:
+            why = f"sum of guarantees {total} would exceed the pool capacity {bound}"
+        else:
+            why = (f"the children of {parent!r} would be guaranteed {total} in all, more "
+                   f"than its own guarantee {bound}")
+        raise InvalidArgument(label, why, g)
+    if g > room():
+        raise InvalidArgument(label, "firm holdings above guarantees leave no room for it "
+                              "now; retry when they end", g)
+    if load_room is not None and g > load_room():
+        raise InvalidArgument(label, "it would raise a load on its parent's path above that "
+                              "node's sustained rate: holdings above guarantees leave no "
+                              "room for it now; retry when they end", g)
+
+
 def check_guarantees(st: Any, k: Any, dims: Sequence[str], names: Sequence[str],
                      parent: int | None, g: Sequence[int]) -> None:
-    """SPEC §3, §14.1: a new node's guarantees g (one per held dimension) are not overbooked
-    — Σ of the top-level guarantees ≤ capacity, or Σ of the parent's children's ≤ the
-    parent's — and fit now: beside the commitments above guarantees (the reserve rule's
-    room, ``k.child_room``) and, under a parent, without lifting a load on its path above
-    that node's sustained rate (``k.child_load_room``). ``st`` is the compiled broker's
-    EngineState, ``k`` its kernels. InvalidArgument naming ``guaranteed[d]``; changes
-    nothing."""
+    """:func:`refuse_guarantee` for a new node of the compiled broker, on every held
+    dimension, from the figures its core keeps: ``st`` its EngineState, ``k`` its
+    kernels. Changes nothing."""
+    p = -1 if parent is None else parent
     for i, d in enumerate(dims):
         if parent is None:
-            total_g = int(st.gsum[i]) + g[i]
-            if total_g > int(st.cap[i]):
-                raise InvalidArgument(f"guaranteed[{d}]", f"sum of guarantees {total_g} would "
-                                      f"exceed the pool capacity {int(st.cap[i])}", g[i])
+            total, bound = int(st.gsum[i]) + g[i], int(st.cap[i])
         else:
-            total_g = int(st.gch[parent, i]) + g[i]
-            if total_g > int(st.g[parent, i]):
-                raise InvalidArgument(f"guaranteed[{d}]", f"the children of "
-                                      f"{names[parent]!r} would be guaranteed {total_g} in "
-                                      f"all, more than its own guarantee "
-                                      f"{int(st.g[parent, i])}", g[i])
-        if g[i] > k.child_room(st, -1 if parent is None else parent, i):
-            raise InvalidArgument(f"guaranteed[{d}]", "firm holdings above guarantees leave "
-                                  "no room for it now; retry when they end", g[i])
-        if parent is not None and g[i] > k.child_load_room(st, parent, i):
-            raise InvalidArgument(f"guaranteed[{d}]", "it would raise a load on its parent's "
-                                  "path above that node's sustained rate: holdings above "
-                                  "guarantees leave no room for it now; retry when they end",
-                                  g[i])
+            total, bound = int(st.gch[parent, i]) + g[i], int(st.g[parent, i])
+        refuse_guarantee(f"guaranteed[{d}]", g[i], parent=None if parent is None
+                         else names[parent], total=total, bound=bound,
+                         room=lambda: k.child_room(st, p, i),
+                         load_room=None if parent is None
+                         else (lambda: k.child_load_room(st, p, i)))

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..admission.paths import check_name, parent_name
-from ..errors import InvalidArgument
+from ..admission.paths import check_name, parent_name, refuse_guarantee
 from .leases import Campaign
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
@@ -155,24 +154,18 @@ def check_guarantee(camps: Sequence[Campaign], cap: int, parent: int | None, d: 
     capacity; Σ of a node's children's g ≤ its own g), if g fits beside the firm holdings
     above guarantees now (:func:`room_for_child`: Σ_top R stays ≤ capacity) and, under a
     parent, if g lifts no load on the parent's path above that node's sustained rate
-    (:func:`load_room_for_child`). InvalidArgument naming ``label`` otherwise; nothing is
+    (:func:`load_room_for_child`): the rule of ``refuse_guarantee``, over figures computed
+    here from their definitions. InvalidArgument naming ``label`` otherwise; nothing is
     changed either way."""
+    def room() -> int:
+        return room_for_child(camps, cap, parent, d)
+
     if parent is None:
         total = sum(c.hold[d].g for c in camps if c.parent is None) + g
-        if total > cap:
-            raise InvalidArgument(label, f"sum of guarantees {total} would exceed the pool "
-                                  f"capacity {cap}", g)
-    else:
-        p = camps[parent]
-        total = sum(camps[ch].hold[d].g for ch in p.children) + g
-        if total > p.hold[d].g:
-            raise InvalidArgument(label, f"the children of {p.name!r} would be guaranteed "
-                                  f"{total} in all, more than its own guarantee "
-                                  f"{p.hold[d].g}", g)
-    if g > room_for_child(camps, cap, parent, d):
-        raise InvalidArgument(label, "firm holdings above guarantees leave no room for it "
-                              "now; retry when they end", g)
-    if parent is not None and g > load_room_for_child(camps, parent, d):
-        raise InvalidArgument(label, "it would raise a load on its parent's path above that "
-                              "node's sustained rate: holdings above guarantees leave no "
-                              "room for it now; retry when they end", g)
+        refuse_guarantee(label, g, parent=None, total=total, bound=cap, room=room,
+                         load_room=None)
+        return
+    p, under = camps[parent], parent
+    total = sum(camps[ch].hold[d].g for ch in p.children) + g
+    refuse_guarantee(label, g, parent=p.name, total=total, bound=p.hold[d].g, room=room,
+                     load_room=lambda: load_room_for_child(camps, under, d))
