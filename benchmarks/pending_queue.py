@@ -1,6 +1,7 @@
 """Acquire latency against a standing pending queue, both backends.
 
-python benchmarks/pending_queue.py [calls]     (numbers go to benchmarks/RESULTS.md by hand)
+python benchmarks/pending_queue.py [calls] [backend ...]   (default: 2000 calls, compiled;
+                                                           numbers go to RESULTS.md by hand)
 
 The queue: ``CAMPAIGNS`` campaigns each hold their ceiling (100 GPUs) and wait on more:
 ``KEYS_PER_CAMPAIGN`` distinct keys each (durations 1 + k * 0.001 s, min = max = 100),
@@ -11,6 +12,10 @@ call (so every call serves the queue first, and its own leases expire as it goes
 call is timed alone; the line gives the median and the 99th percentile, and their ratio to
 the same backend's empty queue. The per-campaign cap on pending intents (``max_pending``,
 1024 by default) is not reached: each campaign keeps at most 1,000.
+
+The ``tree`` lines put the same 100 waiting campaigns under 10 top-level nodes (10 children
+each, SPEC §14), the acquiring campaign outside their trees: nothing it does can raise the
+waiting nodes' limits, so their keys should cost it as little as the flat ones.
 """
 
 from __future__ import annotations
@@ -29,12 +34,18 @@ KEYS_PER_CAMPAIGN = 100
 INF = math.inf
 
 
-def build(backend: str, depth: int) -> Broker:
+def build(backend: str, depth: int, tree: bool = False) -> Broker:
     b = Broker(Pool(gpu=100_000, slots_per_node=1000), clock=ManualClock(0.0),
                backend=backend, ttl=86_400.0)
     env = Envelope(credits=INF, sustained={"gpu": 100}, ceiling={"gpu": 100}, burst={"gpu": INF})
+    top = Envelope(credits=INF, sustained={"gpu": 1000}, ceiling={"gpu": 1000},
+                   burst={"gpu": INF})
     for i in range(CAMPAIGNS):
         name = f"q{i}"
+        if tree:
+            if i % 10 == 0:
+                b.register(f"p{i // 10}", top)
+            name = f"p{i // 10}/q{i}"
         b.register(name, env)
         assert b.acquire(Intent(name, {"gpu": 100}, duration=1e5)).granted
         for k in range(KEYS_PER_CAMPAIGN if depth else 0):
@@ -67,14 +78,17 @@ def measure(b: Broker, calls: int) -> tuple[float, float]:
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     print(f"load average {os.getloadavg()[0]:.2f}; {calls} calls per line")
-    for backend in sorted(BACKENDS):
+    for backend in sys.argv[2:] or ["compiled"]:
+        if backend not in BACKENDS:
+            raise SystemExit(f"backend {backend!r}: this build has {list(BACKENDS)}")
         base = None
-        for depth in (0, 1, 10):
-            b = build(backend, depth)
+        for depth, tree in ((0, False), (1, False), (10, False), (1, True), (10, True)):
+            b = build(backend, depth, tree)
             med, p99 = measure(b, calls)
             if base is None:
                 base = (med, p99)
-            print(f"{backend:9s} pending {depth * CAMPAIGNS * KEYS_PER_CAMPAIGN:7d} "
+            print(f"{backend:9s} {'tree' if tree else 'flat'} "
+                  f"pending {depth * CAMPAIGNS * KEYS_PER_CAMPAIGN:7d} "
                   f"keys {CAMPAIGNS * KEYS_PER_CAMPAIGN if depth else 0:6d}: "
                   f"median {med * 1e6:9.2f} us ({med / base[0]:7.2f}x)  "
                   f"p99 {p99 * 1e6:9.2f} us ({p99 / base[1]:7.2f}x)", flush=True)

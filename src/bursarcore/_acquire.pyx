@@ -701,8 +701,9 @@ cdef class FastAcquire:
         cdef object opp, rv, last
         cdef _ExpiredRun run = None
         cdef Py_ssize_t total = 0
-        # the campaigns with queue keys to wake when a lease of theirs ends (the queue's
-        # wown), and the set of those that had one (its ended: PendingQueue.lease_ended)
+        # the campaigns with queue keys to wake when a lease of theirs (of their tree) ends
+        # (the queue's wown), and the set of those that had one (its ended:
+        # PendingQueue.lease_ended)
         cdef dict wown = self.q.wown
         cdef set ended = self.q.ended if len(wown) else None
         while True:
@@ -732,8 +733,12 @@ cdef class FastAcquire:
                 rv = self.revoking[d]
                 if PySet_GET_SIZE(rv):
                     PySet_Discard(rv, lid)
-                if ended is not None and e.lr[r].camp in wown:
-                    PySet_Add(ended, e.lr[r].camp)
+                if ended is not None:
+                    c = e.lr[r].camp
+                    while e.cd[c * e.D].up > 0:         # a node of a tree: its top-level
+                        c = e.cd[c * e.D].up - 1        # node's watch (PendingQueue._owner)
+                    if c in wown:
+                        PySet_Add(ended, c)
                 q = run.rec + run.n * RUN_W
                 q[0] = e.lr[r].t_end
                 q[1] = e.lr[r].camp

@@ -74,6 +74,13 @@ def _wants_reference(backend: str | None) -> bool:
     return backend == "reference"
 
 
+
+def _sum_in_order(x: np.ndarray) -> float:
+    """Σ x added left to right, as SPEC §6 sums (numpy's ``sum`` adds in pairs and rounds
+    differently once there are more than eight terms)."""
+    return float(np.cumsum(x)[-1]) if len(x) else 0.0
+
+
 class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, NodesMixin,
              metaclass=abc.ABCMeta):
     """An agent resource broker over one pool.
@@ -496,9 +503,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         """Deficits at t. Decisions (queue order, victims) ``commit`` them as the deficits
         their journal records carry (``deficit`` of acquire records)."""
         usage = self._fair_share(t)
-        tot_share = self._share.sum()
+        tot_share = _sum_in_order(self._share)
         share = self._share / tot_share if tot_share > 0 else self._share
-        tot = usage.sum()
+        tot = _sum_in_order(usage)
         deficit = share - (usage / tot if tot > 0 else 0.0)
         if commit:
             self._cur.deficit_last = deficit

@@ -7,7 +7,9 @@ ends, a token wake time, a dimension's free / reachable / firm-room units, a fal
 congestion multiplier). A missed wake-up shows as an intent that the pass intent by intent
 (``PendingQueue.by_key = False``, the specification) grants and the keyed pass does not: the
 random runs below compare the two on decisions, events, ``pending()`` (reasons included)
-and journals, with many distinct keys and the cap, on every backend.
+and journals, with many distinct keys and the cap, on every backend; and again with nodes
+of a tree of envelopes (SPEC §14) among the campaigns, whose keys watch the lease ends of
+their whole tree.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ CLASSES = [None, None, "deadline", "interactive", "agent-burst", "opportunistic"
 DURS = [1.0, 2.0, 3.0, 5.0, 7.5, 11.0, 13.0, 20.0, 30.0, 45.0, 60.0, 90.0]
 
 
-def _broker(backend, by_key, cap, journal=True):
+def _broker(backend, by_key, cap, journal=True, tree=False):
     b = Broker(Pool(gpu=16, cpu=6, warm_headroom={"gpu": 2}), clock=ManualClock(0.0),
                backend=backend, ttl=60.0, max_pending=cap,
                journal=MemoryJournal(chunk=16) if journal else None)
@@ -51,15 +53,37 @@ def _broker(backend, by_key, cap, journal=True):
                              burst={"gpu": INF, "cpu": INF}))
     b.register("o", Envelope(credits=INF, service_class="opportunistic",
                              sustained={"gpu": 16, "cpu": 6}, ceiling={"gpu": 16, "cpu": 6}))
+    if tree:
+        # every level binds: t's bucket and ceiling, t/x's, a shared budget in t/y
+        b.register("t", Envelope(credits=INF, guaranteed={"gpu": 4, "cpu": 1},
+                                 sustained={"gpu": 5, "cpu": 2}, ceiling={"gpu": 9, "cpu": 4},
+                                 burst={"gpu": 30, "cpu": INF}))
+        b.register("t/x", Envelope(credits=INF, guaranteed={"gpu": 2, "cpu": 1},
+                                   sustained={"gpu": 3, "cpu": 2}, ceiling={"gpu": 8, "cpu": 3},
+                                   burst={"gpu": 20, "cpu": INF}))
+        b.register("t/y", Envelope(credits=5.0, guaranteed={"gpu": 1},
+                                   sustained={"gpu": 2, "cpu": 1}, ceiling={"gpu": 6, "cpu": 2},
+                                   burst={"gpu": INF, "cpu": INF}))
+        b.register("t/x/z", Envelope(credits=INF, guaranteed={"gpu": 1},
+                                     sustained={"gpu": 2, "cpu": 1},
+                                     ceiling={"gpu": 6, "cpu": 2}, burst={"gpu": 8, "cpu": 4}))
     return b
 
 
-_acquire = st.tuples(st.just("acquire"), st.sampled_from("aabbcggo"),
+FLAT_NAMES = list("aabbcggo")
+TREE_NAMES = ["a", "b", "g", "o", "t", "t/x", "t/x", "t/y", "t/x/z", "t/x/z"]
+
+
+def _acquires(names):
+    return st.tuples(st.just("acquire"), st.sampled_from(names),
                      st.sampled_from(["gpu", "gpu", "gpu", "cpu"]),
                      st.integers(1, 6), st.integers(0, 3), st.sampled_from(DURS),
                      st.sampled_from([None, None, None, 0.5, 3.0]),
                      st.sampled_from(CLASSES), st.sampled_from([None, None, 4.0, 40.0]),
                      st.integers(1, 4))
+
+
+_acquire = _acquires(FLAT_NAMES)
 _other = st.one_of(
     st.tuples(st.just("clock"), st.sampled_from([0.0, 0.001, 0.3, 0.999, 1.0, 2.5, 7.0, 30.0,
                                                  61.0])),
@@ -70,6 +94,9 @@ _other = st.one_of(
     st.tuples(st.just("poll"),),
 )
 OPS = st.lists(st.one_of(_acquire, _acquire, _other), min_size=10, max_size=90)
+_tree_acquire = _acquires(TREE_NAMES)
+TREE_OPS = st.lists(st.one_of(_tree_acquire, _tree_acquire, _other), min_size=10,
+                    max_size=90)
 
 
 def _observed(b):
@@ -121,11 +148,12 @@ def _run(b, ops):
     yield _observed(b), b.poll()
 
 
-def _compare(backend, ops, cap):
+def _compare(backend, ops, cap, tree=False):
     """The compiled broker's keyed pass, its pass intent by intent and the reference
     broker agree on everything observable, journals byte for byte."""
-    keyed, plain = _broker(backend, True, cap), _broker(backend, False, cap)
-    spec = _broker("reference", True, cap)
+    keyed = _broker(backend, True, cap, tree=tree)
+    plain = _broker(backend, False, cap, tree=tree)
+    spec = _broker("reference", True, cap, tree=tree)
     for i, (x, y, z) in enumerate(zip(_run(keyed, ops), _run(plain, ops), _run(spec, ops))):
         assert x == y == z, f"step {i}: {ops[i] if i < len(ops) else 'end'}"
     a, b = keyed.journal.rows(), plain.journal.rows()
@@ -143,13 +171,20 @@ def test_keyed_pass_equals_pass_by_intent(backend, ops, cap):
     _compare(backend, ops, cap)
 
 
-def _long_ops(seed, n):
+@pytest.mark.parametrize("backend", COMPILED)
+@given(ops=TREE_OPS, cap=st.sampled_from([None, 3]))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+def test_keyed_pass_equals_pass_by_intent_in_a_tree(backend, ops, cap):
+    _compare(backend, ops, cap, tree=True)
+
+
+def _long_ops(seed, n, names=FLAT_NAMES):
     r = random.Random(seed)
     out = []
     for _ in range(n):
         x = r.random()
         if x < 0.6:
-            out.append(("acquire", r.choice("aabbcggo"), r.choice(["gpu", "gpu", "cpu"]),
+            out.append(("acquire", r.choice(names), r.choice(["gpu", "gpu", "cpu"]),
                         r.randint(1, 6), r.randint(0, 3), r.choice(DURS),
                         r.choice([None, None, 0.5, 3.0]), r.choice(CLASSES),
                         r.choice([None, None, 4.0, 40.0]), r.choice([1, 1, 2, 6])))
@@ -172,6 +207,13 @@ def test_keyed_pass_equals_pass_by_intent_long_runs(backend, seed):
     """Long runs: deep queues of many distinct keys, every kind of watch filed and fired."""
     b = _compare(backend, _long_ops(seed, 900), [None, 40][seed % 2])
     assert b._queue.wseq > 200                     # keys were filed, many times over
+
+
+@pytest.mark.parametrize("backend", COMPILED)
+@pytest.mark.parametrize("seed", range(4))
+def test_keyed_pass_equals_pass_by_intent_long_runs_in_a_tree(backend, seed):
+    b = _compare(backend, _long_ops(seed, 900, TREE_NAMES), [None, 40][seed % 2], tree=True)
+    assert b._queue.wseq > 200
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -390,3 +432,49 @@ def test_a_renewal_that_refunds_tokens_wakes_its_campaign(backend):
         assert evs == [("granted", k.intent_id)]
         got.append(evs)
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("backend", COMPILED)
+def test_a_tree_nodes_keys_wake_on_its_trees_lease_ends_only(backend):
+    """SPEC §14.2: a node's limits rise only when a lease of its tree ends (an ancestor's
+    load falls, a bucket or budget is refunded), with time, or with the pool's figures. Keys
+    of nodes waiting on their parent's ceiling are not decided by passes that another
+    campaign's acquires and expiries run; a lease end of a sibling in their tree wakes them
+    (and is the room they were waiting for), one in another tree does not."""
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend, ttl=86_400.0,
+               max_pending=None)
+    top = Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8}, burst={"gpu": INF})
+    leaf = Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8}, burst={"gpu": INF})
+    for p in ("p", "q"):
+        b.register(p, top)
+        b.register(f"{p}/x", leaf)
+        b.register(f"{p}/y", leaf)
+    b.register("m", Envelope(credits=INF, sustained={"gpu": 8}, ceiling={"gpu": 8},
+                             burst={"gpu": INF}))
+    held = {p: b.acquire(Intent(f"{p}/x", {"gpu": 8}, duration=1e4)) for p in ("p", "q")}
+    assert all(d.granted for d in held.values())
+    for k in range(100):                       # p's and q's ceilings are full
+        for p in ("p", "q"):
+            d = b.acquire(Intent(f"{p}/y", {"gpu": 1}, duration=1 + k * 0.001))
+            assert (d.outcome, d.reason) == ("pending", "ceiling"), d
+    calls = []
+    kern = b._k
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(kern, name)
+
+        @staticmethod
+        def decide(*args):
+            calls.append(args[1])
+            return kern.decide(*args)
+
+    b._k = Counting()
+    for _ in range(200):
+        b.clock.advance(0.01)
+        assert b.acquire(Intent("m", {"gpu": 1}, duration=0.005)).granted   # expire as we go
+    c = {n: b.campaign_index(n) for n in ("p/y", "q/y", "m")}
+    assert [x for x in calls if x != c["m"]] == []
+    b.release(held["p"].lease.id)             # p's ceiling has room again: p/y's keys only
+    assert c["p/y"] in calls and c["q/y"] not in calls
+    assert len(b.pending("p/y")) == 92 and len(b.pending("q/y")) == 100

@@ -213,6 +213,10 @@ class PendingQueue:
     # rise only through
     #   * the key's own campaign: a lease of it ending (holding down, tokens and credits
     #     refunded, an unmet guarantee back) or renewed (tokens refunded): ``_lease_ended``;
+    #     for a node of a tree of envelopes (SPEC §14.2), a lease of any node of its tree
+    #     (its top-level ancestor's subtree), which can lower an ancestor's load, refund
+    #     an ancestor's bucket or budget, or give slack back on its path: its keys are
+    #     watched under that top-level node (``_owner``);
     #   * time: the bucket refilling (an exact wake time) — and the congestion window's
     #     bins rolling, which lowers the multiplier;
     #   * its dimension: free, reachable or firm room units up, the multiplier down
@@ -221,20 +225,30 @@ class PendingQueue:
     #     after each grant of a pass: a grant lowers pending demand and can free units by
     #     revoking more than it takes, so the price or the free units can move up).
 
+    def _owner(self, c: int) -> int:
+        """Whose lease ends a key of campaign c watches: c's own, or for a node of a tree
+        every node's of its tree, filed under its top-level node."""
+        st = self.b.st
+        return st.path(c)[-1] if st.in_tree(c) else c
+
     def lease_ended(self, c: int) -> None:
-        """A lease of campaign c ended or was renewed: its keys' own limits may rise."""
-        if c in self.wown:
-            self.ended.add(c)
+        """A lease of campaign c ended or was renewed: its keys' own limits may rise, and
+        those of every node of its tree."""
+        if self.wown:
+            c = self._owner(c)
+            if c in self.wown:
+                self.ended.add(c)
 
     def leases_ended(self, campaigns: list[int]) -> None:
         """:meth:`lease_ended` for each of ``campaigns``."""
         if self.wown:
-            self.ended.update(self.wown.keys() & set(campaigns))
+            for c in set(campaigns):
+                self.lease_ended(c)
 
     def wake_campaign(self, c: int) -> None:
         """Wake every key of campaign c (its watches go stale): c has become a node of a
-        tree of envelopes (its first child registered), whose keys are decided at every
-        pass."""
+        tree of envelopes (its first child registered), whose keys are filed again under
+        its tree's watches at the next pass."""
         for q in self.keys.values():
             if q.c == c:
                 self._wake(q)
@@ -247,8 +261,9 @@ class PendingQueue:
     def file(self, q: _PKey, lims: tuple[int, ...], t: int) -> None:
         """File key q, which a decision at t in the state as it stands found below its
         smallest nmin (``lims``: that decision's limits, in ``LIMITS`` order), under one
-        limit that fails it, with that limit's watch; a rule without a watch of its own,
-        and a node of a tree of envelopes, has its keys decided again at every pass."""
+        limit that fails it, with that limit's watch; a rule without a watch of its own has
+        its keys decided again at every pass. A node of a tree of envelopes watches the
+        lease ends of its whole tree (``_owner``), and its firm room is its path's slack."""
         st, k = self.b.st, self.b._k
         m = q.nmins[0]
         lc, lcap, ltok, lcred = (lims[LIM_CEILING], lims[LIM_CAPACITY], lims[LIM_TOKENS],
@@ -256,12 +271,7 @@ class PendingQueue:
         q.ver += 1
         c, d = q.c, q.d
         own = True
-        if st.in_tree(c):
-            # SPEC §14.2: an ancestor's ceiling, bucket or budget, or the slack of the path,
-            # moves with any lease of its subtree: decided again at every pass
-            self._wake(q)
-            own = False
-        elif lc < m:
+        if lc < m:
             pass                                  # b - H: only its own lease ends raise it
         elif ltok < m:                            # when the bucket holds them, if ever
             w = k.token_wait(st, c, d, m, q.dur)
@@ -276,8 +286,8 @@ class PendingQueue:
             elif k.dim_figures(st, d)[1] < m:     # what a reclaim can reach
                 self._wpush(self.wreach[d], m, q)
                 own = False
-            else:                                 # cap - F - U + unmet(c, d) >= m
-                self._wpush(self.wroom[d], m - k.unmet(st, c, d), q)
+            else:                                 # cap - F - U + slack of c's path >= m
+                self._wpush(self.wroom[d], m - k.path_slack(st, c, d), q)
         elif lcred < m:                           # credits at a congestion-priced price
             self._wpush(self.wprice[d], -k.congestion_mult(st, d), q)
         else:                                     # another rule: decided again each pass
@@ -285,6 +295,7 @@ class PendingQueue:
             own = False
         if own:
             self.wlive += 1
+            c = self._owner(c)
             lst = self.wown.get(c)
             if lst is None:
                 lst = self.wown[c] = []
