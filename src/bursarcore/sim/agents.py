@@ -14,7 +14,9 @@
 * :class:`Backfill` fills idle GPUs above a headroom with opportunistic leases and is
   preempted with the class's grace;
 * :class:`Probe` asks for exactly ``size`` GPUs now and then (sweep (a)'s standardized
-  time-to-capacity probe).
+  time-to-capacity probe);
+* :class:`Waker` is idle, then at ``start`` asks for its guarantee (or ``units``) and keeps
+  it: a lender that wakes up and wants back what it was promised.
 
 Agents act at times they choose (``sim.at``) and hear about their leases through hooks the
 ledger calls (``lease_active``, ``lease_ended``, ``lease_starting``, ``intent_granted``,
@@ -32,7 +34,7 @@ import numpy as np
 from .scenario import CampaignSpec
 from .tasks import TaskSet
 
-__all__ = ["Agent", "Storm", "Interactive", "Naive", "Adaptive", "Backfill", "Probe",
+__all__ = ["Agent", "Storm", "Interactive", "Naive", "Adaptive", "Backfill", "Probe", "Waker",
            "FlowStream", "make_agent", "AGENT_CLASSES"]
 
 EPS = 1e-6
@@ -256,6 +258,71 @@ class Probe(Agent):
             n = int(p["size"])
             self.acquire((n, n), p["hold"], ttl=p["ttl"])
         self.sim.at(t + p["every"], self._tick)
+
+
+# ----------------------------------------------------------------------------------------- waker
+class Waker(Agent):
+    """Idle until ``start``; then asks for ``units`` GPUs (0: its guarantee) in one firm
+    request of ``lease``-second leases, and keeps them — renewing each lease a second
+    before it expires, asking again for whatever it lost — until ``end`` (0: the run's end).
+    Its first request is the one whose wait the report shows."""
+
+    kind = "waker"
+
+    def start(self) -> None:
+        self.units = int(self.p["units"] or self.g)
+        self.first_request: int | None = None     # the ledger's index of its first request
+        self.renewals = self.renewals_refused = 0
+        self.sim.at(self.p["start"], self._ask)
+
+    @property
+    def _end(self) -> float:
+        return self.p["end"] or math.inf
+
+    def _ask(self, t: float) -> None:
+        if t >= self._end or self.pending_iid is not None:
+            return
+        n = self.units - self.held - self.starting_units
+        if n < 1:
+            return
+        self.acquire(n, self.p["lease"], within_guarantee=n + self.held +
+                     self.starting_units <= self.g)
+        if self.first_request is None:
+            self.first_request = len(self.sim.ledger.requests) - 1
+
+    def lease_active(self, lid: int, n: int, expiry: float | None, t: float) -> None:
+        super().lease_active(lid, n, expiry, t)
+        self._renew_at(lid, expiry)
+
+    def _renew_at(self, lid: int, expiry: float | None) -> None:
+        if expiry is not None and expiry - 1.0 < self._end:
+            self.sim.at(max(self.sim.now, expiry - 1.0), self._renew, lid)
+
+    def _renew(self, t: float, lid: int) -> None:
+        if lid not in self.leases:
+            return
+        if t >= self._end:
+            self.sim.release(lid)
+            return
+        self.renewals += 1
+        d = self.sim.renew(lid, self.p["lease"])
+        if d.granted:
+            self._renew_at(lid, self.leases[lid][1])
+        else:
+            self.renewals_refused += 1
+
+    def lease_ended(self, lid: int, n: int, t: float, how: str) -> None:
+        super().lease_ended(lid, n, t, how)
+        if how != "released":
+            self.sim.at(t, self._ask)         # lost (revoked, expired): ask again
+
+    def intent_refused(self, iid: int, reason: str | None, t: float) -> None:
+        super().intent_refused(iid, reason, t)
+        self.sim.at(t, self._ask)
+
+    def summary(self) -> dict:
+        return {"units": self.units, "renewals": self.renewals,
+                "renewals_refused": self.renewals_refused}
 
 
 # ---------------------------------------------------------------------------------- flow streams
@@ -742,7 +809,7 @@ class Adaptive(ScienceAgent):
 
 
 AGENT_CLASSES = {"storm": Storm, "interactive": Interactive, "naive": Naive,
-                 "adaptive": Adaptive, "backfill": Backfill, "probe": Probe}
+                 "adaptive": Adaptive, "backfill": Backfill, "probe": Probe, "waker": Waker}
 
 
 def make_agent(sim: Any, spec: CampaignSpec, index: int, rng: np.random.Generator) -> Agent:

@@ -38,7 +38,7 @@ def add_simulate(sub: argparse._SubParsersAction) -> None:
                     "this run's values), the decision journal and a summary.")
     p.add_argument("scenario", nargs="?", default="default",
                    help="a scenario TOML file, or a shipped one by name "
-                        "(default, large, overbooked, no-backfill; --list)")
+                        "(default, large, overbooked, no-backfill, tree; --list)")
     p.add_argument("--out", metavar="DIR", default="bursar-report",
                    help="output directory (default: ./bursar-report)")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
@@ -99,6 +99,11 @@ def _simulate(args: argparse.Namespace) -> int:
           f"({tm['broker_calls']:,} calls), {tm['agents_seconds']:.2f} s agents and loop")
     for c in res.claims:
         print(f"  ({c['claim']}) {c['verdict']:>16s}: {c['measured']}")
+    if res.summary.get("tree"):
+        from .report import tree_lines
+
+        for line in tree_lines(res.summary["tree"]):
+            print(f"  {line}")
     for k in ("report", "journal", "summary"):
         if k in paths:
             print(f"  {k:8s} {os.path.abspath(paths[k])}")

@@ -67,6 +67,8 @@ class Request:
     reason: str | None = None
     path: str | None = None
     within_guarantee: bool = False
+    answer: str | None = None      # the broker's first answer (granted / pending / refused)
+    answer_reason: str | None = None   # and its reason, before a pending intent was decided
 
     @property
     def latency_ns(self) -> int | None:
@@ -98,6 +100,7 @@ class Ledger:
         self._firm: list[bool] = []
         self.preemptions = np.zeros(ncamp, dtype=np.int64)
         self.refusals: dict[tuple[int, str], int] = {}
+        self.renewals_refused: dict[tuple[int, str], int] = {}
 
     # -- from the broker's answers ----------------------------------------------------------
     def on_decision(self, c: int, t: float, d: Decision, units: int,
@@ -106,6 +109,7 @@ class Ledger:
         ri = len(self.requests)
         self.requests.append(r)
         r.outcome, r.reason, r.path = d.outcome, d.reason, d.path
+        r.answer, r.answer_reason = d.outcome, d.reason
         if d.outcome == "granted":
             lease = d.lease
             assert lease is not None          # a grant carries its lease
@@ -147,6 +151,9 @@ class Ledger:
             self.sim.agent_of(c).lease_ended(lid, 0, t, "released")
 
     def on_renew(self, lid: int, d: Decision) -> None:
+        if not d.granted and lid in self.leases:
+            key = (self.leases[lid][0], d.reason or "?")
+            self.renewals_refused[key] = self.renewals_refused.get(key, 0) + 1
         if d.granted and lid in self.leases and d.lease is not None:
             rec = self.leases[lid]
             rec[3] = d.lease.expiry
@@ -325,11 +332,15 @@ class Simulation:
         ss = np.random.SeedSequence([sc.seed & ((1 << 63) - 1), 0xB5A2])
         children = ss.spawn(len(sc.campaigns) + len(sc.populations) + 1)
         self.rng = np.random.default_rng(children[-1])
+        for node in sc.nodes:                # a tree's interior nodes (SPEC §14), parents first
+            self._register(node.name, node.envelope)
+            self.agents.append(_Null())
         for spec, child in zip(sc.campaigns, children):
             c = self._register(spec.name, spec.envelope)
             agent = make_agent(self, spec, c, np.random.default_rng(child))
             self.agents.append(agent)
             self.named_agents.append(agent)
+        self.first_population = len(self.names)   # campaign indices from here: populations
         for pspec, child in zip(sc.populations, children[len(sc.campaigns):]):
             first = len(self.names)
             for k in range(pspec.count):
@@ -466,7 +477,7 @@ class Simulation:
     def launch(self, lid: int, c: int, lease: Any = None) -> None:
         """Launch an active lease's (simulated) work on its placement, through the binding
         (``lease``: the broker's snapshot of it, when the caller has one)."""
-        if not self.facility["launch"] or (c >= len(self.named_agents)
+        if not self.facility["launch"] or (c >= self.first_population
                                            and not self.facility["launch_populations"]):
             return
         if lid in self._ending:

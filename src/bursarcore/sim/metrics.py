@@ -18,7 +18,8 @@ import numpy as np
 from .. import __version__
 from ..units import NS, to_ns
 
-__all__ = ["SimResult", "collect", "step_at", "step_integral", "CLAIMS"]
+__all__ = ["SimResult", "collect", "step_at", "step_integral", "CLAIMS", "tree_summary",
+           "guarantee_violations"]
 
 
 def step_at(t_knots: np.ndarray, values: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -260,9 +261,142 @@ def collect(sim: Any) -> SimResult:
     }
     timing = {"wall_seconds": sim.timing.wall, "engine_seconds": sim.timing.engine,
               "agents_seconds": sim.timing.agents, "broker_calls": sim.timing.calls}
+    if sc.is_tree:
+        summary["tree"], series["tree_held"] = tree_summary(sim, grid, held_fn, cc)
     claims = _claims(sim, summary, per, named)
     return SimResult(scenario=sc, summary=summary, series=series, claims=claims,
                      timing=timing, journal=sim.journal)
+
+
+# -- a tree of envelopes (SPEC §14) -----------------------------------------------------------
+
+_SQUEEZE = ("capacity", "ceiling", "tokens")
+
+
+def guarantee_violations(requests: list, names: list[str], grace: float, T: float,
+                         under: str | None = None) -> tuple[int, list[dict]]:
+    """The within-guarantee requests (of ``under``'s subtree, or all) and those the broker
+    did not serve as SPEC §14.3 promises: answered other than ``granted`` (pending or
+    refused; a budget that cannot pay, reason ``credits``, excepted), or not active within
+    the grace (a request made less than a grace before the run's end is not judged on its
+    latency). Returns (how many were within the guarantee, the violations)."""
+    grace_ns = to_ns(grace, "broker.grace")
+    n, bad = 0, []
+    for r in requests:
+        if not r.within_guarantee:
+            continue
+        name = names[r.campaign]
+        if under is not None and name != under and not name.startswith(under + "/"):
+            continue
+        n += 1
+        why = None
+        if r.answer not in (None, "granted") and r.answer_reason != "credits":
+            why = f"{r.answer} ({r.answer_reason})"
+        elif r.answer == "granted" and r.t + grace <= T and (r.latency_ns is None
+                                                             or r.latency_ns > grace_ns):
+            why = ("not active within the grace" if r.latency_ns is None else
+                   f"active after {r.latency:g} s")
+        if why is not None:
+            bad.append({"campaign": name, "t": r.t, "units": r.units, "why": why})
+    return n, bad
+
+
+def tree_summary(sim: Any, grid: np.ndarray, held_fn: Any, cc: np.ndarray) -> tuple[dict, dict]:
+    """What a tree of envelopes did: per node (every level) the units its subtree held over
+    time beside its guarantee, sustained rate and ceiling; the storms' denials by reason;
+    the wakers' waits; per project the within-guarantee requests and any the broker did not
+    serve as promised; and the checks (``checks``: each True when it held in this run)."""
+    sc, T, grace = sim.sc, sim.duration, sim.sc.broker["grace"]
+    dim = sim.dim
+    led = sim.ledger
+    names = sim.names
+    envs = {n.name: n.envelope for n in sc.nodes}
+    envs.update({c.name: c.envelope for c in sc.campaigns})
+    every = max(sc.sample_every, float(np.ceil(T / 12 / sc.sample_every)) * sc.sample_every)
+    checkpoints = [float(x) for x in np.arange(0.0, T + every / 2, every)]
+    if checkpoints[-1] < T:
+        checkpoints.append(T)
+    cp = np.asarray(checkpoints)
+    nodes: dict[str, dict] = {}
+    series: dict[str, np.ndarray] = {}
+    ceilings_held = True
+    for name in names[:sim.first_population]:
+        idx = [i for i, x in enumerate(names) if x == name or x.startswith(name + "/")]
+        t, v = held_fn(np.isin(cc, idx))
+        env = envs[name]
+        g, s_, b = env.g(dim), env.s(dim), env.b(dim)
+        vmax = int(v.max()) if v.size else 0
+        ok = vmax <= b
+        ceilings_held &= ok
+        series[name] = step_at(t, v, grid)
+        nodes[name] = {"level": name.count("/"), "parent": name.rpartition("/")[0] or None,
+                       "children": sum(1 for x in envs if x.rpartition("/")[0] == name),
+                       "guaranteed": g, "sustained": s_, "ceiling": b,
+                       "mean_held": step_integral(t, v, 0.0, T) / T, "max_held": vmax,
+                       "held_at": [int(x) for x in step_at(t, v, cp)],
+                       "within_ceiling": ok}
+    # the storms: their answers by reason (what denied them), firm and opportunistic
+    storms = [a for a in sim.named_agents if a.kind == "storm"]
+    by_class: dict[str, dict] = {}
+    for a in storms:
+        d = by_class.setdefault(a.cls, {"agents": [], "asked": 0, "granted": 0, "denied": {},
+                                        "renewals_refused": {}})
+        d["agents"].append(a.name)
+        for r in led.requests:
+            if r.campaign != a.index or r.answer is None:
+                continue
+            d["asked"] += 1
+            if r.answer == "granted":
+                d["granted"] += 1
+            else:
+                k = r.answer_reason or "?"
+                d["denied"][k] = d["denied"].get(k, 0) + 1
+        for (c, reason), n in led.renewals_refused.items():
+            if c == a.index:
+                d["renewals_refused"][reason] = d["renewals_refused"].get(reason, 0) + n
+    for d in by_class.values():
+        d["denied"] = dict(sorted(d["denied"].items()))
+    # the wakers: how long their first request waited
+    wakers = {}
+    grace_ns = to_ns(grace, "broker.grace")
+    for a in sim.named_agents:
+        if a.kind != "waker" or a.first_request is None:
+            continue
+        r = led.requests[a.first_request]
+        wakers[a.name] = {"asked_at": r.t, "units": r.units, "guaranteed": a.g,
+                          "answer": r.answer, "reason": r.answer_reason, "path": r.path,
+                          "wait": r.latency,
+                          "within_grace": r.latency_ns is not None
+                          and r.latency_ns <= grace_ns}
+    # isolation: per project, the within-guarantee requests the broker did not serve
+    storm_names = {a.name for a in storms}
+    projects = {}
+    for name in names[:sim.first_population]:
+        if "/" in name or not nodes[name]["children"]:
+            continue
+        n, bad = guarantee_violations(led.requests, names, grace, T, under=name)
+        mine = [r for r in led.requests if r.within_guarantee
+                and names[r.campaign].startswith(name + "/")]
+        projects[name] = {
+            "storm_inside": any(x.startswith(name + "/") for x in storm_names),
+            "within_guarantee": n, "granted_warm": sum(r.path == "warm" for r in mine),
+            "granted_reclaim": sum(r.path == "reclaim" for r in mine),
+            "latency_max": max((r.latency for r in mine if r.latency is not None),
+                               default=None),
+            "violations": len(bad), "first_violations": bad[:5]}
+    others = [p for p in projects.values() if not p["storm_inside"]]
+    checks = {
+        # the projects without a storm: every request within a guarantee served as promised
+        "isolation": bool(others) and all(p["within_guarantee"] > 0 and p["violations"] == 0
+                                          for p in others),
+        # every waker's first request active within the grace
+        "wakers_within_grace": bool(wakers) and all(w["within_grace"]
+                                                    for w in wakers.values()),
+        # no node's subtree ever held more than the node's ceiling
+        "ceilings": ceilings_held,
+    }
+    return ({"checkpoints": checkpoints, "nodes": nodes, "storm": by_class,
+             "wakers": wakers, "projects": projects, "checks": checks}, series)
 
 
 def predicted_hold(s: float, b: float, B: float, span: float) -> float | None:

@@ -50,10 +50,10 @@ def _png(fig: Any) -> str:
 
 
 def _shade_storm(ax: Any, res: SimResult) -> None:
-    for d in res.summary["campaigns"].values():
-        if d["agent"] == "storm" and d["window_in_run"]:
-            w0, w1 = d["window"]
-            ax.axvspan(w0 / 60, w1 / 60, color="#d62728", alpha=0.06, lw=0)
+    windows = {tuple(d["window"]) for d in res.summary["campaigns"].values()
+               if d["agent"] == "storm" and d["window_in_run"]}   # storms of one window: once
+    for w0, w1 in sorted(windows):
+        ax.axvspan(w0 / 60, w1 / 60, color="#d62728", alpha=0.06, lw=0)
 
 
 def figures(res: SimResult) -> dict[str, str]:
@@ -128,6 +128,29 @@ def figures(res: SimResult) -> dict[str, str]:
         else:
             ax3.axis("off")
         out["storm"] = _png(fig)
+
+    # 2b. a tree of envelopes: each project's subtree and its children's, against g and b
+    tree = summ.get("tree")
+    if tree and s.get("tree_held"):
+        tops = [n for n, d in tree["nodes"].items() if d["level"] == 0 and d["children"]]
+        if tops:
+            fig, axs = plt.subplots(1, len(tops), figsize=(5.5 * len(tops), 3.4), squeeze=False)
+            for ax, top in zip(axs[0], tops):
+                members = [top] + [n for n, d in tree["nodes"].items() if d["parent"] == top]
+                for k, n in enumerate(members):
+                    d = tree["nodes"][n]
+                    line, = ax.step(tm, s["tree_held"][n], where="post",
+                                    lw=2.0 if k == 0 else 1.0,
+                                    label=f"{n} (g {d['guaranteed']:g}, b {d['ceiling']:g})")
+                    ax.axhline(d["guaranteed"], color=line.get_color(), ls="--", lw=0.8)
+                ax.axhline(tree["nodes"][top]["ceiling"], color="k", ls=":", lw=1)
+                _shade_storm(ax, res)
+                ax.set_title(f"{top}: held by each subtree (dashed: guarantees, dotted: ceiling)",
+                             fontsize=9)
+                ax.set_xlabel("simulated minutes")
+                ax.set_ylabel("GPUs held")
+                ax.legend(fontsize=7, loc="lower right")
+            out["tree"] = _png(fig)
 
     # 3. grant latency per class
     lat = s["latency"]
@@ -423,6 +446,9 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
         "storm": "The storm against its envelope: it asks for its ceiling every second; prepaid "
                  "leases let it burst only as far as its tokens pay, then hold it at its "
                  "sustained rate. Right: its inference, throttled at source.",
+        "tree": "A tree of envelopes: what each project's subtree and each of its campaigns' "
+                "held over time, beside their guarantees (dashed) and the project's ceiling "
+                "(dotted).",
         "latency": "Grant latency (request → lease active) per service class.",
         "utilisation": "Utilisation over time.",
         "credits": "Credits spent and science produced per agent.",
@@ -455,6 +481,8 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
                      f"<td class='num'>{_f(d['latency_p50'])} / {_f(d['latency_p95'])}</td>"
                      f"<td>{e(ref)}</td><td class='num'>{d['preempted']}</td></tr>")
     parts.append("</table>")
+    if summ.get("tree"):
+        parts.append(_tree_html(summ["tree"]))
     fac = summ.get("facility")
     if fac:
         ended = ", ".join(f"{k} {v}" for k, v in fac["pilots_ended"].items()) or "none"
@@ -486,6 +514,70 @@ def render_html(res: SimResult, figs: dict[str, str] | None = None) -> str:
                      f"<code>summary.json</code>.</p>")
     parts.append("<p class='sub'>Made by <code>bursar simulate</code>. Self-contained: no "
                  "network, no external files.</p></body></html>")
+    return "".join(parts)
+
+
+TREE_CHECKS = {
+    "isolation": "every request within a guarantee in a project without a storm was granted "
+                 "warm or on the reclaim path within the grace, never refused nor left pending "
+                 "for capacity, ceiling or tokens",
+    "wakers_within_grace": "every waker's first request (its guarantee) was active within "
+                           "the grace",
+    "ceilings": "no node's subtree ever held more than the node's ceiling",
+}
+
+
+def tree_lines(tree: dict) -> list[str]:
+    """The tree's checks and figures as plain lines (the command line prints them)."""
+    out = [f"tree check {k}: {'holds' if ok else 'BROKEN'} ({TREE_CHECKS.get(k, k)})"
+           for k, ok in tree["checks"].items()]
+    for cls, d in tree["storm"].items():
+        den = ", ".join(f"{r} {n:,}" for r, n in d["denied"].items()) or "none"
+        out.append(f"storm ({cls}, {len(d['agents'])} agents): {d['asked']:,} asks, "
+                   f"{d['granted']:,} granted; denied: {den}")
+    for n, w in tree["wakers"].items():
+        wait = "never active" if w["wait"] is None else f"{w['wait']:g} s"
+        out.append(f"waker {n}: asked {w['units']} GPUs at {w['asked_at']:g} s, "
+                   f"{w['answer']} {w['path'] or w['reason'] or ''}, wait {wait}")
+    for n, p in tree["projects"].items():
+        out.append(f"project {n}{' (storm inside)' if p['storm_inside'] else ''}: "
+                   f"{p['within_guarantee']:,} requests within a guarantee, "
+                   f"{p['granted_warm']:,} warm, {p['granted_reclaim']:,} reclaim, "
+                   f"{p['violations']} not served as promised")
+    return out
+
+
+def _tree_html(tree: dict) -> str:
+    e = html.escape
+    parts = ["<h2>Tree of envelopes (SPEC §14)</h2><p class='sub'>Every level's ceiling, "
+             "bucket and budget bind its subtree; guarantees nest and stay reserved at every "
+             "level, idle or not (siblings do not borrow each other's idle guarantees).</p>"
+             "<table><tr><th>check</th><th>this run</th></tr>"]
+    for k, ok in tree["checks"].items():
+        parts.append(f"<tr><td>{e(TREE_CHECKS.get(k, k))}</td><td class='{'ok' if ok else 'bad'}'>"
+                     f"{'holds' if ok else 'broken'}</td></tr>")
+    parts.append("</table>")
+    cps = tree["checkpoints"]
+    parts.append("<h3>Held by each subtree over time (GPUs)</h3><table><tr><th>node</th>"
+                 "<th class='num'>g</th><th class='num'>s</th><th class='num'>b</th>"
+                 "<th class='num'>mean</th><th class='num'>max</th>"
+                 + "".join(f"<th class='num'>{t / 60:g} min</th>" for t in cps) + "</tr>")
+    for n, d in tree["nodes"].items():
+        pad = "&nbsp;" * 4 * d["level"]
+        parts.append(f"<tr><td>{pad}{e(n)}</td><td class='num'>{d['guaranteed']:g}</td>"
+                     f"<td class='num'>{d['sustained']:g}</td><td class='num'>{d['ceiling']:g}"
+                     f"</td><td class='num'>{d['mean_held']:.1f}</td>"
+                     f"<td class='num'>{d['max_held']}</td>"
+                     + "".join(f"<td class='num'>{h}</td>" for h in d["held_at"]) + "</tr>")
+    parts.append("</table><h3>The storm, its denials by reason, the wakers, the projects"
+                 "</h3><ul>")
+    for line in tree_lines(tree)[len(tree["checks"]):]:
+        parts.append(f"<li>{e(line)}</li>")
+    parts.append("</ul>")
+    for n, p in tree["projects"].items():
+        for v in p["first_violations"]:
+            parts.append(f"<p class='bad'>{e(n)}: {e(v['campaign'])} asked {v['units']} at "
+                         f"{v['t']:.1f} s: {e(v['why'])}</p>")
     return "".join(parts)
 
 

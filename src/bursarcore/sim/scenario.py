@@ -13,7 +13,10 @@ The format (see ``sim/scenarios/default.toml`` and docs/simulator.md)::
     [pool]      gpu = 512, warm_headroom = 0, [pool.flow] fs = 28.0, inference = 5000.0
     [broker]    enforcement, grace, ttl, half_life, journal, backend, [broker.price]
     [tasksets.NAME]   the task distribution shared by the science agents that name it
+    [[nodes]]         name, class, credits, [nodes.envelope]: interior nodes of a tree of
+                      envelopes (SPEC §14), no agent; names are paths (``astro/survey``)
     [[campaigns]]     name, agent, class, credits, [campaigns.envelope], [campaigns.behaviour]
+                      (a campaign named ``astro/survey/agent-0`` is a leaf under a node)
     [[populations]]   count campaigns of the vectorised population agent (large runs)
     [facility]  how pilots of the local binding provide the pool's first dimension (SPEC §12):
                 slots_per_node, nodes_per_pilot, walltime, start_delay, tick, launch,
@@ -35,7 +38,7 @@ from ..admission.classes import DEFAULT_CLASSES
 from ..admission.envelope import Envelope, Pool
 from ..errors import InvalidArgument
 
-__all__ = ["Scenario", "CampaignSpec", "PopulationSpec", "TaskSetSpec", "ScenarioError",
+__all__ = ["Scenario", "CampaignSpec", "NodeSpec", "PopulationSpec", "TaskSetSpec", "ScenarioError",
            "load_scenario", "parse_scenario", "scenario_path", "builtin_scenarios",
            "AGENTS", "AGENT_DEFAULTS", "FACILITY_DEFAULTS", "MAX_SIM_SECONDS", "MAX_SEED"]
 
@@ -79,10 +82,14 @@ AGENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "backfill": {"headroom": 160, "every": 10.0, "lease": 300.0},
     # a standardized probe: asks exactly `size` GPUs every `every` s, holds them `hold` s
     "probe": {"size": 128, "every": 300.0, "start": 600.0, "hold": 30.0, "ttl": 1800.0},
+    # idle until `start`, then asks for `units` GPUs (0: its guarantee) in `lease`-second
+    # leases, firm, and keeps them (renewing) until `end` (0: the end of the run)
+    "waker": {"start": 1800.0, "units": 0, "lease": 600.0, "end": 0.0},
 }
 AGENTS = tuple(AGENT_DEFAULTS)
 _DEFAULT_CLASS = {"storm": "agent-burst", "interactive": "interactive", "naive": "agent-burst",
-                  "adaptive": "agent-burst", "backfill": "opportunistic", "probe": "deadline"}
+                  "adaptive": "agent-burst", "backfill": "opportunistic", "probe": "deadline",
+                  "waker": "agent-burst"}
 
 POPULATION_DEFAULTS: dict[str, Any] = {
     "arrival_rate": 1.0 / 600,   # jobs per second per campaign
@@ -141,6 +148,15 @@ class CampaignSpec:
 
 
 @dataclass
+class NodeSpec:
+    """An interior node of a tree of envelopes (SPEC §14): registered, never asks."""
+
+    name: str
+    service_class: str
+    envelope: Envelope
+
+
+@dataclass
 class PopulationSpec:
     name: str
     count: int
@@ -167,6 +183,12 @@ class Scenario:
     facility: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     source: str = "<string>"
+    nodes: list[NodeSpec] = field(default_factory=list)
+
+    @property
+    def is_tree(self) -> bool:
+        """Some name is a path: the campaigns form a tree of envelopes (SPEC §14)."""
+        return bool(self.nodes) or any("/" in c.name for c in self.campaigns)
 
     def campaign(self, name: str) -> CampaignSpec:
         for c in self.campaigns:
@@ -309,7 +331,10 @@ def _envelope(ctx: _Ctx, doc: Any, path: str, credits: float, cls: str,
 
 # -- the loader ----------------------------------------------------------------------------
 
-_TOP = ("scenario", "pool", "broker", "tasksets", "campaigns", "populations", "facility")
+_TOP = ("scenario", "pool", "broker", "tasksets", "nodes", "campaigns", "populations",
+        "facility")
+MAX_TREE_DEPTH = 8
+"""Levels of a tree of envelopes (SPEC §14.1)."""
 _BROKER = ("enforcement", "grace", "ttl", "half_life", "journal", "backend", "price",
            "warm_headroom")
 
@@ -410,13 +435,37 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
                 raise ctx.err(f"{p}.{k}", "must be > 0", params[k])
         tasksets[tname] = TaskSetSpec(tname, params)
 
+    # interior nodes of a tree (SPEC §14): registered before every campaign, parents first
+    seen: set[str] = set()
+    total_g: dict[str, float] = {}
+    tree_g: dict[str, Envelope] = {}          # every registered name -> its envelope
+    ndocs = doc.get("nodes", [])
+    if not isinstance(ndocs, list):
+        raise ctx.err("nodes", "must be an array of tables ([[nodes]])", ndocs)
+    nodes: list[NodeSpec] = []
+    for i, nd in enumerate(ndocs):
+        p = f"nodes[{i}]"
+        nd = _table(ctx, nd, p, ("name", "class", "credits", "share", "envelope"))
+        if "name" not in nd:
+            raise ctx.err(f"{p}.name", "is required (a path: project or project/campaign)")
+        nname = _str(ctx, nd["name"], f"{p}.name")
+        _tree_name(ctx, nname, f"{p}.name", seen, tree_g)
+        seen.add(nname)
+        cls = _str(ctx, nd.get("class", "agent-burst"), f"{p}.class", _CLASS_NAMES)
+        if "credits" not in nd:
+            raise ctx.err(f"{p}.credits", "is required (a number or \"unlimited\")")
+        credits = _num(ctx, nd["credits"], f"{p}.credits", allow_inf=True)
+        share = None if "share" not in nd else _num(ctx, nd["share"], f"{p}.share", lo=0.0,
+                                                    lo_open=True)
+        env = _envelope(ctx, nd.get("envelope"), f"{p}.envelope", credits, cls, share)
+        _tree_guarantees(ctx, nname, env, f"{p}.envelope", held, flow, total_g, tree_g)
+        nodes.append(NodeSpec(nname, cls, env))
+
     # campaigns
     cdocs = doc.get("campaigns", [])
     if not isinstance(cdocs, list):
         raise ctx.err("campaigns", "must be an array of tables ([[campaigns]])", cdocs)
     campaigns: list[CampaignSpec] = []
-    seen: set[str] = set()
-    total_g: dict[str, float] = {}
     for i, cd in enumerate(cdocs):
         p = f"campaigns[{i}]"
         cd = _table(ctx, cd, p, ("name", "agent", "class", "credits", "share", "envelope",
@@ -426,6 +475,8 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
         cname = _str(ctx, cd["name"], f"{p}.name")
         if cname in seen:
             raise ctx.err(f"{p}.name", "is already used by another campaign", cname)
+        if "/" in cname:
+            _tree_name(ctx, cname, f"{p}.name", seen, tree_g)
         seen.add(cname)
         if "agent" not in cd:
             raise ctx.err(f"{p}.agent", f"is required: one of {', '.join(AGENTS)}")
@@ -437,15 +488,7 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
         share = None if "share" not in cd else _num(ctx, cd["share"], f"{p}.share", lo=0.0,
                                                     lo_open=True)
         env = _envelope(ctx, cd.get("envelope"), f"{p}.envelope", credits, cls, share)
-        for d in env.dims():
-            if d not in held and d not in flow:
-                raise ctx.err(f"{p}.envelope", f"names dimension {d!r} the pool lacks", d)
-            g = env.g(d)
-            total_g[d] = total_g.get(d, 0.0) + g
-            cap = held[d] if d in held else flow[d]
-            if total_g[d] > cap:
-                raise ctx.err(f"{p}.envelope.guaranteed.{d}", f"guarantees would sum to "
-                              f"{total_g[d]:g}, above the pool's {cap:g} (never overbooked)", g)
+        _tree_guarantees(ctx, cname, env, f"{p}.envelope", held, flow, total_g, tree_g)
         beh = _params(ctx, cd.get("behaviour"), f"{p}.behaviour", AGENT_DEFAULTS[agent])
         bp = f"{p}.behaviour"
         if agent == "interactive":
@@ -463,6 +506,17 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
                               beh["taskset"])
             if not 0 <= beh.get("value_quantile", 0) < 1:
                 raise ctx.err(f"{bp}.value_quantile", "must be in [0, 1)", beh["value_quantile"])
+        if agent == "waker":
+            units = beh["units"] or env.g(first)
+            if units < 1:
+                raise ctx.err(f"{bp}.units", "must be >= 1 (0 asks for the guarantee, which "
+                              "is 0 here)", beh["units"])
+            if units > env.b(first):
+                raise ctx.err(f"{bp}.units", f"must be <= the campaign's ceiling "
+                              f"({env.b(first):g})", units)
+            if beh["end"] and beh["end"] < beh["start"]:
+                raise ctx.err(f"{bp}.end", f"must be >= start ({beh['start']:g}), or 0",
+                              beh["end"])
         if agent == "probe" and beh["size"] > env.b(first):
             raise ctx.err(f"{bp}.size", f"must be <= the campaign's ceiling ({env.b(first):g})",
                           beh["size"])
@@ -516,7 +570,50 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
                     sample_every=sample_every, pool=pool,
                     pool_spec={"held": held, "flow": flow, "warm_headroom": headroom},
                     broker=broker, tasksets=tasksets, campaigns=campaigns,
-                    populations=populations, facility=facility, raw=raw, source=source)
+                    populations=populations, facility=facility, raw=raw, source=source,
+                    nodes=nodes)
+
+
+def _tree_name(ctx: _Ctx, name: str, path: str, seen: set[str],
+               tree: dict[str, Envelope]) -> None:
+    """A path names a node under a registered one (SPEC §14.1): no empty segment, at most
+    :data:`MAX_TREE_DEPTH` levels, its parent declared before it (in ``[[nodes]]``)."""
+    parts = name.split("/")
+    if any(not x for x in parts):
+        raise ctx.err(path, "a path must not have an empty segment", name)
+    if len(parts) > MAX_TREE_DEPTH:
+        raise ctx.err(path, f"a path has at most {MAX_TREE_DEPTH} levels", name)
+    if name in seen:
+        raise ctx.err(path, "is already used by another node", name)
+    parent = name.rpartition("/")[0]
+    if parent and parent not in tree:
+        raise ctx.err(path, f"its parent {parent!r} must be declared first, in [[nodes]]",
+                      name)
+
+
+def _tree_guarantees(ctx: _Ctx, name: str, env: Envelope, path: str, held: dict,
+                     flow: dict, total_g: dict[str, float],
+                     tree: dict[str, Envelope]) -> None:
+    """Guarantees nest (SPEC §14.1): a node's children's guarantees sum to at most its own,
+    and the top-level nodes' to at most the pool's capacity (never overbooked)."""
+    parent = name.rpartition("/")[0]
+    for d in env.dims():
+        if d not in held and d not in flow:
+            raise ctx.err(path, f"names dimension {d!r} the pool lacks", d)
+        g = env.g(d)
+        if parent:
+            sib = sum(e.g(d) for n, e in tree.items() if n.rpartition("/")[0] == parent)
+            if sib + g > tree[parent].g(d):
+                raise ctx.err(f"{path}.guaranteed.{d}", f"the children of {parent!r} would be "
+                              f"guaranteed {sib + g:g}, above its own {tree[parent].g(d):g}",
+                              g)
+            continue
+        total_g[d] = total_g.get(d, 0.0) + g
+        cap = held[d] if d in held else flow[d]
+        if total_g[d] > cap:
+            raise ctx.err(f"{path}.guaranteed.{d}", f"guarantees would sum to "
+                          f"{total_g[d]:g}, above the pool's {cap:g} (never overbooked)", g)
+    tree[name] = env
 
 
 def _facility(ctx: _Ctx, doc: Any, capacity: int, duration: float) -> dict[str, Any]:
