@@ -32,6 +32,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from .. import units as U
 from ..admission.classes import DEFAULT_CLASSES
 from .models import NAME
+from .nodes import NodePath
 
 __all__ = ["ServeConfig", "ServerConfig", "MetricsConfig", "PoolConfig", "ClassConfig",
            "CongestionConfig", "EnvelopeConfig", "ConfigError", "read_config", "file_form",
@@ -218,7 +219,7 @@ class ServeConfig(_Closed):
     ttl: Annotated[float, Field(gt=0, le=U.MAX_TTL)] = 900.0
     half_life: Annotated[float, Field(gt=0, le=U.MAX_DURATION)] = 600.0
     enforcement: Literal["prepaid", "instant"] = "prepaid"
-    campaigns: dict[Name, EnvelopeConfig] = Field(default_factory=dict)
+    campaigns: dict[NodePath, EnvelopeConfig] = Field(default_factory=dict)
     server: ServerConfig = Field(default_factory=ServerConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
