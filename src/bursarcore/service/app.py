@@ -1,12 +1,16 @@
 """The HTTP API (FastAPI): ``create_app(service, tokens)``.
 
-Access rule, one for the whole API: a campaign token reads and acts on its own campaign
-only. Anything of another campaign — its supply, intents, leases, events, journal
-records — answers **404 with the same body as something that does not exist**, so a
-token learns nothing about other campaigns, not even whether they exist. Operator-only
-endpoints (the whole-broker state, registering campaigns, minting tokens, pool changes,
-the unfiltered journal) answer **403** to a campaign token: that reveals a role, not a
-resource. No or a wrong token answers 401.
+Access rule, one for the whole API (:meth:`Principal.may_act_for`): a campaign names a
+node of the tree of envelopes (``astro``, ``astro/survey``; :mod:`.nodes`), and a campaign
+token reads and acts on its node's subtree only — its node and every node below it, never
+a node above or beside it. Anything of another campaign — its supply, intents, leases,
+tokens, events, journal records — answers **404 with the same body as something that does
+not exist**, so a token learns nothing about other campaigns, not even whether they exist.
+Within its subtree a token may register nodes strictly below its own (``POST
+/v1/campaigns``), and mint, list and revoke tokens. Operator-only endpoints (the
+whole-broker state, registering a node outside one's subtree, pool changes, the unfiltered
+journal) answer **403** to a campaign token: that reveals a role, not a resource. No or a
+wrong token answers 401. A lease is reached only through its own node's URL.
 
 Status codes: an intent answers 201 (granted; ``Location`` of the lease), 202 (pending,
 ``Location`` of the ticket) or 200 (refused: a decision, not an error; ``Retry-After``
