@@ -425,3 +425,14 @@ def _id_of(svc, token: str) -> str:
     p = svc.store.authenticate(token)
     assert p is not None
     return p.token_id
+
+
+def test_the_documented_reserved_words_are_the_routes(svc):
+    """docs/service.md lists the reserved segment words; the routes are the source."""
+    import pathlib
+    import re
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    m = re.search(r"may be ((?:`[a-z]+`,?\s+(?:or\s+)?)+)so a URL", doc)
+    assert m is not None
+    assert set(re.findall(r"`([a-z]+)`", m.group(1))) == svc.app.state.reserved_segments
