@@ -751,6 +751,13 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
     reserved.update(route_words(app.routes))
     app.state.reserved_segments = frozenset(reserved)
+    # a node registered before (by the configuration or an older journal) whose path holds
+    # a route word: served, but a URL may read as another node and route
+    clash = [c for c in broker.campaigns if reserved_segment(c, app.state.reserved_segments)]
+    if clash:
+        log.warning("campaigns %s have a segment that is a route word %s: their URLs may "
+                    "be ambiguous; register such nodes under other names", clash,
+                    sorted(reserved))
     return app
 
 

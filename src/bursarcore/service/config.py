@@ -319,7 +319,8 @@ _RULES = {
     "string_type": "must be a string", "finite_number": "must be finite",
     "greater_than_equal": "must be >= {ge}", "less_than_equal": "must be <= {le}",
     "greater_than": "must be > {gt}", "less_than": "must be < {lt}",
-    "string_pattern_mismatch": "must be a name: letters, digits and ._:@+- (not first)",
+    "string_pattern_mismatch": "must be a name: letters, digits and ._:@+- (not first); a "
+                               "campaign is a path of at most 8 such names joined by '/'",
     "too_short": "must have at least {min_length} item(s)",
     "too_long": "must have at most {max_length} item(s)",
     "string_too_short": "must not be empty", "string_too_long": "too long",
