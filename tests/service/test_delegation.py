@@ -109,9 +109,18 @@ def test_every_campaign_route_takes_a_node_path(svc, sep):
                          headers=h).json()["campaign"] == node
         assert http.post(f"{url}/consume/batch", json={"items": [{"dim": "fs", "amount": 0.1}]},
                          headers=h).status_code == 200
+        # short leases of the node and of its parent expire: each node's events are its own
+        short = http.post(f"{url}/intents", json={"max": 1, "duration": 5},
+                          headers=h).json()["lease"]["id"]
+        theirs = http.post("/v1/campaigns/astro/intents", json={"max": 1, "duration": 5},
+                           headers=h).json()["lease"]["id"]
         svc.clock.advance(10)
-        ev = http.get(f"{url}/events", headers=h).json()
-        assert ev["events"] == [] or all(e["campaign"] == node for e in ev["events"])
+        assert http.get(f"{url}/leases/{short}", headers=h).json()["state"] == "expired"
+        ev = http.get(f"{url}/events", headers=h).json()["events"]
+        assert any(e["kind"] == "expired" and e["lease_id"] == short for e in ev)
+        assert all(e["campaign"] == node for e in ev)
+        ev = http.get("/v1/campaigns/astro/events", headers=h).json()["events"]
+        assert [e["lease_id"] for e in ev if e["kind"] == "expired"] == [theirs]
         recs = http.get(f"{url}/journal", params={"limit": 1000}, headers=h).json()["records"]
         assert recs and all(r["campaign"] == node for r in recs)
         assert {"acquire", "renew", "release", "consume"} <= {r["op"] for r in recs}
