@@ -1,10 +1,10 @@
 """The cross-campaign access matrix, over real HTTP on loopback.
 
-The rule: a campaign token reads and acts on its own campaign only; anything of another
-campaign answers 404 with exactly the body a missing thing gets (existence is never
-revealed); operator-only endpoints answer 403 to a campaign token; no or a wrong token
-answers 401; the operator may do everything. After every forbidden attempt the other
-campaign's state is unchanged.
+The rule: a campaign token reads and acts on its node's subtree only (its own campaign and
+every node below it); anything of another campaign answers 404 with exactly the body a
+missing thing gets (existence is never revealed); operator-only endpoints answer 403 to a
+campaign token; no or a wrong token answers 401; the operator may do everything. After
+every forbidden attempt the other campaign's state is unchanged.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 NOSUCH_ID = 987654321
+NOSUCH_TOKEN = "0123456789ab"
 
-# (method, path, json body): {c} campaign, {l} lease, {i} intent, {s} journal seq
+# (method, path, json body): {c} campaign, {l} lease, {i} intent, {s} journal seq,
+# {t} a token id of the campaign
 SCOPED = [
     ("GET", "/v1/campaigns/{c}/supply", None),
     ("POST", "/v1/campaigns/{c}/quote", {"sizes": [1, 2], "durations": [60]}),
@@ -33,9 +35,12 @@ SCOPED = [
     ("GET", "/v1/campaigns/{c}/events/stream?max_seconds=0.3", None),
     ("GET", "/v1/campaigns/{c}/journal", None),
     ("GET", "/v1/campaigns/{c}/journal/{s}", None),
+    ("POST", "/v1/campaigns/{c}/tokens", None),
+    ("GET", "/v1/campaigns/{c}/tokens", None),
+    ("DELETE", "/v1/campaigns/{c}/tokens/{t}", None),
 ]
 # endpoints that name an object inside the campaign
-BY_ID = [e for e in SCOPED if "{l}" in e[1] or "{i}" in e[1] or "{s}" in e[1]]
+BY_ID = [e for e in SCOPED if any(k in e[1] for k in ("{l}", "{i}", "{s}", "{t}"))]
 
 # the columnar batches name their campaigns in the body ({c}: the campaign)
 COLUMNAR = [
@@ -62,7 +67,6 @@ OPERATOR_ONLY = [
     ("GET", "/v1/journal/0", None),
     ("GET", "/v1/events", None),
     ("POST", "/v1/campaigns", {"name": "delta", "envelope": {"credits": 10}}),
-    ("POST", "/v1/campaigns/{c}/tokens", None),
     ("POST", "/v1/pool/gpu/nodes", {"nodes": [{"name": "extra-0", "slots": 4}]}),
     ("POST", "/v1/pool/gpu/nodes/remove", {"nodes": ["gpu-node0000"], "grace": 0}),
 ]
@@ -99,8 +103,11 @@ def world(server):
         r2 = http.post(f"/v1/campaigns/{c}/intents", json={"min": 30, "max": 30,
                                                          "duration": 3600}, headers=h)
         assert r2.status_code in (200, 202), r2.text
+        t = http.post(f"/v1/campaigns/{c}/tokens",
+                      headers={"Authorization": f"Bearer {tok['operator']}"})
+        assert t.status_code == 201, t.text
         ids[c] = {"l": lease["id"], "i": r2.json()["intent_id"], "s": r.json()["seq"],
-                  "pending": r2.status_code == 202}
+                  "t": t.json()["token_id"], "pending": r2.status_code == 202}
     yield http, tok, ids
     op = {"Authorization": f"Bearer {tok['operator']}"}
     for c in ("alpha", "beta"):   # leave the module's server as it was found
@@ -129,7 +136,7 @@ def test_other_campaign_is_indistinguishable_from_missing(world):
     for method, path, body in SCOPED:
         theirs = _call(http, tok["alpha"], method, path, body, c="beta", **ids["beta"])
         missing = _call(http, tok["alpha"], method, path, body, c="nosuch",
-                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID)
+                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID, t=NOSUCH_TOKEN)
         assert theirs.status_code == 404, (method, path, theirs.text)
         assert missing.status_code == 404, (method, path, missing.text)
         assert theirs.content == missing.content, (method, path)
@@ -142,7 +149,7 @@ def test_other_campaigns_objects_under_own_path_are_missing(world):
     for method, path, body in BY_ID:
         theirs = _call(http, tok["alpha"], method, path, body, c="alpha", **ids["beta"])
         missing = _call(http, tok["alpha"], method, path, body, c="alpha",
-                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID)
+                        l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID, t=NOSUCH_TOKEN)
         assert theirs.status_code == 404, (method, path, theirs.text)
         assert theirs.content == missing.content, (method, path)
     assert _snapshot(http, tok["beta"], "beta") == before
@@ -157,6 +164,8 @@ def test_own_campaign_and_operator_succeed(world):
             r = _call(http, tok[who], method, path, body, c=c, **ids[c])
             assert 200 <= r.status_code < 300, (who, method, path, r.status_code, r.text)
     for who, c in (("alpha", "alpha"), ("operator", "beta")):
+        r = _call(http, tok[who], "DELETE", "/v1/campaigns/{c}/tokens/{t}", None, c=c, **ids[c])
+        assert r.status_code == 200 and r.json()["revoked"] is True
         r = _call(http, tok[who], "DELETE", "/v1/campaigns/{c}/intents/{i}", None, c=c, **ids[c])
         assert r.status_code == 200 and r.json()["cancelled"] == ids[c]["pending"]
         r = _call(http, tok[who], "POST", "/v1/campaigns/{c}/leases/{l}/release", None,
@@ -314,3 +323,129 @@ def test_decision_stream_follows_the_access_rule(world, server):
         assert got[2]["decision"]["outcome"] == "released"
     finally:
         ws.close()
+
+
+# ---------------------------------------------------------------------------- subtrees
+# A tree beside the flat campaigns: a token of a node acts for its node and every node
+# below it, and for nothing else (not its parent, not a sibling, not a name that merely
+# shares a prefix).
+# each node's ceiling of GPUs (a parent's holds its children's holdings too)
+TREE_NODES = {"astro": 8, "astro/survey": 4, "astro/survey/a": 2, "astro/other": 2,
+              "astro2": 2, "bio": 2}
+
+
+def _node_env(ceiling: int) -> dict:
+    return {"credits": 1000, "service_class": "agent-burst", "sustained": {"gpu": 2, "fs": 1},
+            "ceiling": {"gpu": ceiling, "fs": 1}, "burst": {"gpu": 100000, "fs": 10}}
+
+
+# (principal, target) -> allowed: every endpoint answers as the operator's would, or 404
+SUBTREE = [("astro", "astro", True), ("astro", "astro/survey", True),
+           ("astro", "astro/survey/a", True), ("astro", "astro2", False),
+           ("astro", "bio", False),
+           ("astro/survey", "astro", False), ("astro/survey", "astro/other", False),
+           ("astro/survey", "astro/survey/a", True)]
+# the exact status of each scoped endpoint when allowed (the rest answer 200)
+ALLOWED_STATUS = {("POST", "/v1/campaigns/{c}/intents"): 201,
+                  ("POST", "/v1/campaigns/{c}/tokens"): 201}
+
+
+@pytest.fixture(scope="module")
+def tree_server(tmp_path_factory, base_config):
+    from bursarcore.service.testing import ServerProcess
+
+    cfg = dict(base_config)
+    cfg["campaigns"] = {**base_config["campaigns"], **{n: _node_env(k) for n, k in TREE_NODES.items()}}
+    srv = ServerProcess(tmp_path_factory.mktemp("tree-matrix"), cfg,
+                        extra_args=["--auth-fail-rate", "0"]).start()
+    yield srv
+    srv.stop()
+
+
+def _tree_world(server, http: httpx.Client, node: str) -> dict:
+    """A lease (1 unit), a pending intent (the node's ceiling: waits while the lease
+    holds), a journal record and a token of ``node``, made by the operator."""
+    op = {"Authorization": f"Bearer {server.tokens['operator']}"}
+    r = http.post(f"/v1/campaigns/{node}/intents", json={"max": 1, "duration": 3600},
+                  headers=op)
+    assert r.status_code == 201, r.text
+    r2 = http.post(f"/v1/campaigns/{node}/intents",
+                   json={"max": TREE_NODES[node], "duration": 3600}, headers=op)
+    assert r2.status_code == 202, r2.text
+    t = http.post(f"/v1/campaigns/{node}/tokens", headers=op)
+    assert t.status_code == 201, t.text
+    return {"l": r.json()["lease"]["id"], "i": r2.json()["intent_id"], "s": r.json()["seq"],
+            "t": t.json()["token_id"]}
+
+
+def _tree_clean(server, http: httpx.Client, node: str) -> None:
+    op = {"Authorization": f"Bearer {server.tokens['operator']}"}
+    # the pending intents first: a release would let them be granted
+    for p in http.get(f"/v1/campaigns/{node}/intents", headers=op).json()["pending"]:
+        http.delete(f"/v1/campaigns/{node}/intents/{p['intent_id']}", headers=op)
+    for l in http.get(f"/v1/campaigns/{node}/leases", headers=op).json()["leases"]:
+        http.post(f"/v1/campaigns/{node}/leases/{l['id']}/release", headers=op)
+
+
+@pytest.mark.parametrize("who,node,allowed", SUBTREE,
+                         ids=[f"{w}->{n}" for w, n, _ in SUBTREE])
+def test_subtree_tokens_on_every_endpoint(tree_server, who, node, allowed):
+    """Every campaign endpoint, a token of ``who`` against ``node``: inside its subtree the
+    exact status the operator gets; outside, the 404 a missing campaign gets, changing
+    nothing. Registering below ``node``: 201 inside the subtree, 403 outside."""
+    http = httpx.Client(base_url=tree_server.url, timeout=10)
+    tok = tree_server.tokens
+    try:
+        ids = _tree_world(tree_server, http, node)
+        before = (_snapshot(http, tok["operator"], node),
+                  _call(http, tok["operator"], "GET", "/v1/campaigns/{c}/tokens", None,
+                        c=node).json())
+        # release and the deletions last: they end what the others use
+        last = [e for e in SCOPED if e[0] == "DELETE" or e[1].endswith("/release")]
+        for method, path, body in [e for e in SCOPED if e not in last] + last:
+            r = _call(http, tok[who], method, path, body, c=node, **ids)
+            if allowed:
+                want = ALLOWED_STATUS.get((method, path), 200)
+                assert r.status_code == want, (who, node, method, path, r.text)
+            else:
+                missing = _call(http, tok[who], method, path, body, c=f"{who}/nosuch",
+                                l=NOSUCH_ID, i=NOSUCH_ID, s=NOSUCH_ID, t=NOSUCH_TOKEN)
+                assert r.status_code == 404, (who, node, method, path, r.text)
+                assert r.content == missing.content, (who, node, method, path)
+        if not allowed:
+            assert (_snapshot(http, tok["operator"], node),
+                    _call(http, tok["operator"], "GET", "/v1/campaigns/{c}/tokens", None,
+                          c=node).json()) == before
+        # registering a node below the target
+        child = f"{node}/by-{who.replace('/', '-')}"
+        r = _call(http, tok[who], "POST", "/v1/campaigns",
+                  {"name": child, "envelope": {"credits": 1}})
+        if allowed:
+            assert r.status_code == 201 and r.json()["campaign"] == child, r.text
+        else:
+            assert r.status_code == 403 and r.json() == {"detail": "operator token required"}
+        listed = _call(http, tok["operator"], "GET", "/v1/campaigns", None).json()["campaigns"]
+        assert (child in listed) is allowed
+        # the listing of campaigns shows the token's subtree
+        mine = _call(http, tok[who], "GET", "/v1/campaigns", None).json()["campaigns"]
+        assert (node in mine) is allowed
+        assert all(c == who or c.startswith(who + "/") for c in mine)
+    finally:
+        _tree_clean(tree_server, http, node)
+        http.close()
+
+
+def test_subtree_tokens_cannot_reach_the_operator_endpoints(tree_server):
+    http = httpx.Client(base_url=tree_server.url, timeout=10)
+    try:
+        for who in ("astro", "astro/survey"):
+            for method, path, body in OPERATOR_ONLY:
+                r = _call(http, tree_server.tokens[who], method, path, body)
+                assert r.status_code == 403, (who, method, path, r.text)
+            # a top-level node, its own node, or a prefix-sharing name: never
+            for name in ("delta", who, who + "2/x"):
+                r = _call(http, tree_server.tokens[who], "POST", "/v1/campaigns",
+                          {"name": name, "envelope": {"credits": 1}})
+                assert r.status_code == 403, (who, name, r.text)
+    finally:
+        http.close()

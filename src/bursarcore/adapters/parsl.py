@@ -304,6 +304,10 @@ class _Provider:
         else:
             self.api = client
             self._remote = True
+        # a lease or intent id is reached through its campaign's URL: the client is told
+        # the campaign on every such call (its own default is the token's node, which for
+        # a token of an ancestor node is not this campaign); the broker needs no campaign
+        self._by_id: dict[str, Any] = {"campaign": campaign} if self._remote else {}
         for name, v, lo in (("gpus_per_block", gpus_per_block, 1), ("init_blocks", init_blocks, 0),
                             ("min_blocks", min_blocks, 0), ("max_blocks", max_blocks, 0),
                             ("nodes_per_block", nodes_per_block, 1)):
@@ -583,10 +587,10 @@ class _Provider:
                 b.released = True
         try:
             if release and lease is not None:     # (release implies a lease)
-                self.api.release(lease.id)
+                self.api.release(lease.id, **self._by_id)
                 self.stats["released"] += 1
             if intent_id is not None:
-                self.api.cancel(intent_id)
+                self.api.cancel(intent_id, **self._by_id)
         except BursarError as e:
             log.warning("block %s: could not give back lease/intent: %s", b.job_id, e)
             if release:
@@ -711,7 +715,8 @@ class _Provider:
                 and lease.expiry - tnow <= self.renew_margin \
                 and time.monotonic() >= b.next_renew:
             try:
-                d = self.api.renew(lease.id, self.lease_duration, self.max_spend)
+                d = self.api.renew(lease.id, self.lease_duration, self.max_spend,
+                                   **self._by_id)
             except BursarError as e:
                 log.warning("block %s: renewal failed: %s", b.job_id, e)
                 b.next_renew = time.monotonic() + max(self.poll_period, 1.0)
@@ -735,7 +740,7 @@ class _Provider:
         state = "revoked" if enforce else None
         if state is None:
             try:
-                state = self.api.lease(b.lease.id).state
+                state = self.api.lease(b.lease.id, **self._by_id).state
             except UnknownLease:
                 state = _gone(b.lease, self._now() if tnow is None else tnow)
             except BursarError:

@@ -10,10 +10,10 @@ import numpy as np
 
 from ..admission import Envelope, Intent
 from ..broker import BatchResult, Consumption, Decision, Event, Lease, Quote, Supply
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, UnknownLease
 from . import _batch
 from ._base import (EventPage, ServiceTimeout, Ticket, Unavailable, _Base, _needs_table, _Req,
-                    _SSE, httpx)
+                    _SSE, child_name, httpx)
 from ._stream import AsyncDecisionStream, stream_url
 
 
@@ -267,10 +267,38 @@ class AsyncBursarClient(_Base):
         return await self._do(self._r_state())
 
     async def register(self, name: str, envelope: Envelope) -> tuple[int, str]:
+        """Register a campaign — a node of the tree of envelopes, ``name`` its path — and
+        return its index and its first token. The operator registers any node; a campaign
+        token registers only strictly below its own node (else :class:`Forbidden`)."""
         return await self._do(self._r_register(name, envelope))
 
-    async def mint_token(self, campaign: str) -> str:
+    async def register_child(self, child: str, envelope: Envelope, *,
+                       parent: str | None = None) -> tuple[int, str]:
+        """Register the node ``parent/child`` (``parent`` defaults to the token's own node:
+        delegation) and return its index and its first token, which acts for the new
+        node and the nodes below it."""
+        parent = parent if parent is not None else await self.campaign()
+        return await self._do(self._r_register(child_name(parent, child), envelope))
+
+    async def mint_token(self, campaign: str | None = None) -> str:
+        """A new token for ``campaign`` (default: the token's own node) — any node of the
+        token's subtree; it acts for that node and the nodes below it."""
         return await self._do(self._r_mint(campaign))
+
+    async def tokens(self, campaign: str | None = None) -> list[dict]:
+        """The tokens of ``campaign``'s subtree (default: the token's own node): dicts of
+        ``id``, ``campaign``, ``created`` (never secrets)."""
+        return await self._do(self._r_tokens(campaign))
+
+    async def revoke_token(self, token_id: str, campaign: str | None = None) -> bool:
+        """Revoke the token ``token_id`` of ``campaign``'s subtree (default: the token's
+        own node). False if no token of that subtree has that id."""
+        try:
+            return await self._do(self._r_revoke(token_id, campaign))
+        except UnknownLease as e:       # "token not found": nothing to revoke
+            if e.field != "token":
+                raise
+            return False
 
     async def add_nodes(self, dim: str, nodes: Sequence[tuple[str, int]]) -> list[int]:
         return await self._do(self._r_add_nodes(dim, nodes))

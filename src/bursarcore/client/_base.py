@@ -213,6 +213,24 @@ def _q(s: str) -> str:
     return urllib.parse.quote(str(s), safe="")
 
 
+def _node(campaign: str) -> str:
+    """A campaign's node path for a URL: each segment quoted, the '/' between them kept
+    (the service reads ``%2F`` as ``/`` as well)."""
+    return urllib.parse.quote(str(campaign), safe="/")
+
+
+def child_name(parent: str | None, child: str) -> str:
+    """The node path of ``child`` below ``parent``: ``"astro" + "survey"`` is
+    ``"astro/survey"``; ``child`` may itself be a path below ``parent``."""
+    if not isinstance(child, str) or not child or child.startswith("/") \
+            or child.endswith("/"):
+        raise InvalidArgument("child", "must be a node name or path below the parent "
+                              "(no leading or trailing '/')", child)
+    if not parent:
+        raise InvalidArgument("parent", "an operator token must name the parent node", parent)
+    return f"{parent}/{child}"
+
+
 class _Base:
     """Request building, response mapping and the retry policy shared by both clients."""
 
@@ -280,7 +298,8 @@ class _Base:
         return req.idempotent and r.status_code in (502, 503, 504)
 
     def _url(self, req: _Req, campaign: str | None) -> str:
-        path = req.path.replace("{campaign}", _q(campaign)) if campaign is not None else req.path
+        path = req.path.replace("{campaign}", _node(campaign)) if campaign is not None \
+            else req.path
         return self.base_url + path
 
     def _result(self, req: _Req, r: Any) -> Any:
@@ -421,7 +440,7 @@ class _Base:
     def _stream_args(self, campaign: str, cursor: int, left: float | None
                      ) -> tuple[str, dict, dict, Any]:
         secs = self._SSE_CHUNK if left is None else min(self._SSE_CHUNK, max(left, 1e-3))
-        url = f"{self.base_url}/v1/campaigns/{_q(campaign)}/events/stream"
+        url = f"{self.base_url}/v1/campaigns/{_node(campaign)}/events/stream"
         headers = {**self._headers, "Accept": "text/event-stream",
                    "Last-Event-ID": str(int(cursor))}
         # the server writes at least every 15 s (a keep-alive comment)
@@ -460,8 +479,20 @@ class _Base:
         return _Req("POST", "/v1/campaigns", lambda d: (d["index"], d["token"]),
                     json={"name": name, "envelope": _envelope_body(envelope)})
 
-    def _r_mint(self, campaign: str) -> _Req:
+    def _r_mint(self, campaign: str | None) -> _Req:
         return _Req("POST", "/v1/campaigns/{campaign}/tokens", lambda d: d["token"], campaign,
+                    needs_campaign=True)
+
+    def _r_tokens(self, campaign: str | None) -> _Req:
+        return _Req("GET", "/v1/campaigns/{campaign}/tokens", lambda d: list(d["tokens"]),
+                    campaign, idempotent=True, needs_campaign=True)
+
+    def _r_revoke(self, token_id: str, campaign: str | None) -> _Req:
+        if not isinstance(token_id, str) or not token_id:
+            raise InvalidArgument("token_id", "must be a token id (a non-empty string)",
+                                  token_id)
+        return _Req("DELETE", f"/v1/campaigns/{{campaign}}/tokens/{_q(token_id)}",
+                    lambda d: bool(d["revoked"]), campaign, idempotent=True,
                     needs_campaign=True)
 
     def _r_add_nodes(self, dim, nodes) -> _Req:

@@ -1,12 +1,16 @@
 """The HTTP API (FastAPI): ``create_app(service, tokens)``.
 
-Access rule, one for the whole API: a campaign token reads and acts on its own campaign
-only. Anything of another campaign — its supply, intents, leases, events, journal
-records — answers **404 with the same body as something that does not exist**, so a
-token learns nothing about other campaigns, not even whether they exist. Operator-only
-endpoints (the whole-broker state, registering campaigns, minting tokens, pool changes,
-the unfiltered journal) answer **403** to a campaign token: that reveals a role, not a
-resource. No or a wrong token answers 401.
+Access rule, one for the whole API (:meth:`Principal.may_act_for`): a campaign names a
+node of the tree of envelopes (``astro``, ``astro/survey``; :mod:`.nodes`), and a campaign
+token reads and acts on its node's subtree only — its node and every node below it, never
+a node above or beside it. Anything of another campaign — its supply, intents, leases,
+tokens, events, journal records — answers **404 with the same body as something that does
+not exist**, so a token learns nothing about other campaigns, not even whether they exist.
+Within its subtree a token may register nodes strictly below its own (``POST
+/v1/campaigns``), and mint, list and revoke tokens. Operator-only endpoints (the
+whole-broker state, registering a node outside one's subtree, pool changes, the unfiltered
+journal) answer **403** to a campaign token: that reveals a role, not a resource. No or a
+wrong token answers 401. A lease is reached only through its own node's URL.
 
 Status codes: an intent answers 201 (granted; ``Location`` of the lease), 202 (pending,
 ``Location`` of the ticket) or 200 (refused: a decision, not an error; ``Retry-After``
@@ -37,13 +41,14 @@ from ..errors import InvalidArgument, UnknownCampaign, UnknownLease
 from ..journal import records as J
 from . import batch, stream
 from . import models as M
-from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore
+from .auth import CAMPAIGN, OPERATOR, Principal, TokenStore, in_subtree
 from .core import (BrokerService, OperationFailed, ServiceUnavailable, envelope_from_json,
                    json_safe)
 from .asgi import BursarAPI, Limits
 from .fastpath import DirectIntents
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RouteTimer, ServiceMetrics
+from .nodes import MAX_PATH, reserved_segment, route_words
 from .ratelimit import RateLimiter, retry_after_header
 
 __all__ = ["create_app", "ServiceSettings"]
@@ -238,7 +243,11 @@ def create_app(service: BrokerService, tokens: TokenStore,
     IdAfter = Annotated[int, Query(ge=-1, le=1 << 62, description="an id (cursor): the "
                                    "page starts after it")]
     PageLimit = Annotated[int, Query(ge=1, le=M.MAX_PAGE, description="items per page")]
-    Camp = Annotated[str, Path(min_length=1, max_length=128, description="campaign name")]
+    Camp = Annotated[str, Path(min_length=1, max_length=MAX_PATH,
+                               description="a campaign: a node path (`astro/survey`)")]
+    TokenId = Annotated[str, Path(min_length=1, max_length=64)]
+    # the words a node segment may not be: the routes' own, read once they all exist
+    reserved: set[str] = set()
     LeaseId = Annotated[int, Path(ge=0, le=1 << 62)]
     Seq = Annotated[int, Path(ge=0, le=1 << 62)]
 
@@ -306,37 +315,73 @@ def create_app(service: BrokerService, tokens: TokenStore,
     @app.get("/v1/campaigns", response_model=M.CampaignList, responses=_COMMON,
              tags=["campaigns"])
     async def campaigns(p: Who) -> dict:
-        """Every campaign for an operator; a campaign token sees its own."""
+        """Every campaign for an operator; a campaign token sees its node's subtree (its
+        node and every node below it), in registration order."""
         if p.operator:
             return {"campaigns": broker.campaigns}
-        return {"campaigns": [p.campaign] if p.campaign in broker.envelopes else []}
+        return {"campaigns": [c for c in broker.campaigns if p.may_act_for(c)]}
+
+    def _new_token(campaign: str) -> tuple[str, str]:
+        token = tokens.mint(CAMPAIGN, campaign)
+        return token, tokens.authenticate(token).token_id  # type: ignore[union-attr]
 
     @app.post("/v1/campaigns", response_model=M.CampaignCreated, status_code=201,
-              responses=_OPERATOR, tags=["operator"])
-    async def register(body: M.CampaignIn, p: Op) -> dict:
-        """Register a campaign and mint its first token (shown once, stored hashed)."""
+              responses={**_COMMON, 403: {**_ERR, "description": "a campaign token "
+                                          "registers only below its own node"}},
+              tags=["campaigns"])
+    async def register(body: M.CampaignIn, p: Who) -> dict:
+        """Register a campaign — a node of the tree of envelopes — and mint its first token
+        (shown once, stored hashed). The operator registers any node; a campaign token
+        registers nodes strictly below its own (delegation); anywhere else it is 403."""
+        name = body.name
+        if not p.operator and (name == p.campaign or not p.may_act_for(name)):
+            raise HTTPException(403, "operator token required")
+        word = reserved_segment(name, frozenset(reserved))
+        if word is not None:
+            raise RequestValidationError([{
+                "loc": ("body", "name"), "type": "invalid_argument",
+                "msg": f"the segment {word!r} is a word of the API's routes; a node's "
+                       f"segments may not be any of {sorted(reserved)}"}])
         errors = body.envelope.dim_errors(broker.dims, list(broker.flow_dims))
         if errors:
             raise RequestValidationError(errors)
         env = envelope_from_json(body.envelope.model_dump(), "envelope")
-        if body.name in broker.envelopes:
+        if name in broker.envelopes:
             raise RequestValidationError([{"loc": ("body", "name"), "type": "invalid_argument",
                                            "msg": "is already registered"}])
-        index = await service.call(broker.register, body.name, env)
-        token = tokens.mint(CAMPAIGN, body.name)
-        tid = tokens.authenticate(token).token_id  # type: ignore[union-attr]
-        return {"campaign": body.name, "index": index, "token": token, "token_id": tid}
+        index = await service.call(broker.register, name, env)
+        token, tid = _new_token(name)
+        return {"campaign": name, "index": index, "token": token, "token_id": tid}
 
-    @app.post("/v1/campaigns/{campaign}/tokens", response_model=M.TokenOut, status_code=201,
-              responses={**_OPERATOR, 404: _SCOPED[404]}, tags=["operator"])
-    async def mint(campaign: Camp, p: Op) -> dict:
+    @app.post("/v1/campaigns/{campaign:path}/tokens", response_model=M.TokenOut,
+              status_code=201, responses=_SCOPED, tags=["tokens"])
+    async def mint(campaign: Camp, p: Who) -> dict:
+        """A new token for the campaign (shown once, stored hashed): it acts for the
+        campaign and every node below it. A campaign token mints for its own subtree."""
         scope(p, campaign)
-        token = tokens.mint(CAMPAIGN, campaign)
-        tid = tokens.authenticate(token).token_id  # type: ignore[union-attr]
+        token, tid = _new_token(campaign)
         return {"campaign": campaign, "token": token, "token_id": tid}
 
+    @app.get("/v1/campaigns/{campaign:path}/tokens", response_model=M.TokenList,
+             responses=_SCOPED, tags=["tokens"])
+    async def token_list(campaign: Camp, p: Who) -> dict:
+        """The tokens of the campaign and of every node below it (ids, never secrets)."""
+        scope(p, campaign)
+        return {"tokens": [{"id": t["id"], "campaign": t["campaign"], "created": t["created"]}
+                           for t in tokens.listing(subtree=campaign)]}
+
+    @app.delete("/v1/campaigns/{campaign:path}/tokens/{token_id}",
+                response_model=M.TokenRevoked, responses=_SCOPED, tags=["tokens"])
+    async def token_revoke(campaign: Camp, token_id: TokenId, p: Who) -> dict:
+        """Revoke a token of the campaign or of a node below it; it stops working now."""
+        scope(p, campaign)
+        owner = tokens.campaign_of(token_id)
+        if owner is None or not in_subtree(owner, campaign) or not tokens.revoke(token_id):
+            raise _not_found("token")
+        return {"token_id": token_id, "campaign": owner, "revoked": True}
+
     # ------------------------------------------------------------------ supply, quote
-    @app.get("/v1/campaigns/{campaign}/supply", response_model=M.SupplyOut, responses=_SCOPED,
+    @app.get("/v1/campaigns/{campaign:path}/supply", response_model=M.SupplyOut, responses=_SCOPED,
              tags=["supply"])
     async def supply(campaign: Camp, p: Who) -> dict:
         """Free and reclaimable units, congestion and prices, tokens, credits, waits per
@@ -344,7 +389,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         scope(p, campaign)
         return M.supply_out(await service.call(broker.supply, campaign))
 
-    @app.post("/v1/campaigns/{campaign}/quote", response_model=M.QuoteOut, responses=_SCOPED,
+    @app.post("/v1/campaigns/{campaign:path}/quote", response_model=M.QuoteOut, responses=_SCOPED,
               tags=["supply"])
     async def quote(campaign: Camp, body: M.QuoteIn, p: Who) -> dict:
         """Cost, path, wait and grantability for every (size, duration) pair."""
@@ -355,7 +400,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         return M.quote_out(q)
 
     # ------------------------------------------------------------------ intents
-    @app.post("/v1/campaigns/{campaign}/intents", response_model=M.DecisionOut,
+    @app.post("/v1/campaigns/{campaign:path}/intents", response_model=M.DecisionOut,
               responses={**_SCOPED,
                          200: {"description": "refused (a decision, not an error)",
                                "headers": _RETRY_HDR},
@@ -379,7 +424,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
             response.headers["Retry-After"] = retry_after_header(d.retry_after)
         return M.decision_out(d)
 
-    @app.post("/v1/campaigns/{campaign}/intents/batch", response_model=M.DecisionBatchOut,
+    @app.post("/v1/campaigns/{campaign:path}/intents/batch", response_model=M.DecisionBatchOut,
               responses=_SCOPED, tags=["intents"])
     async def acquire_batch(campaign: Camp, body: M.IntentBatchIn, p: Who) -> dict:
         """Many intents in one request, decided in order (each as a single intent would
@@ -404,7 +449,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
         return {"decisions": await service.call(run)}
 
-    @app.get("/v1/campaigns/{campaign}/intents", response_model=M.PendingList,
+    @app.get("/v1/campaigns/{campaign:path}/intents", response_model=M.PendingList,
              responses=_SCOPED, tags=["intents"])
     async def pending(campaign: Camp, p: Who, after: IdAfter = -1,
                       limit: PageLimit = DEFAULT_PAGE) -> dict:
@@ -415,7 +460,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
                                lambda x: x["intent_id"], after, limit)
         return {"pending": items, "next": nxt}
 
-    @app.get("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.TicketOut,
+    @app.get("/v1/campaigns/{campaign:path}/intents/{intent_id}", response_model=M.TicketOut,
              responses=_SCOPED, tags=["intents"])
     async def ticket(campaign: Camp, intent_id: LeaseId, p: Who) -> dict:
         """What became of an intent: pending, granted (with its lease), refused, cancelled."""
@@ -428,7 +473,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
             t["lease"] = M.lease_out(t["lease"])
         return t
 
-    @app.delete("/v1/campaigns/{campaign}/intents/{intent_id}", response_model=M.CancelOut,
+    @app.delete("/v1/campaigns/{campaign:path}/intents/{intent_id}", response_model=M.CancelOut,
                 responses=_SCOPED, tags=["intents"])
     async def cancel(campaign: Camp, intent_id: LeaseId, p: Who) -> dict:
         """Withdraw a pending intent (``cancelled: false`` if it is no longer pending)."""
@@ -447,7 +492,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         return {"intent_id": intent_id, "cancelled": bool(done)}
 
     # ------------------------------------------------------------------ leases
-    @app.get("/v1/campaigns/{campaign}/leases", response_model=M.LeaseList, responses=_SCOPED,
+    @app.get("/v1/campaigns/{campaign:path}/leases", response_model=M.LeaseList, responses=_SCOPED,
              tags=["leases"])
     async def leases(campaign: Camp, p: Who, after: IdAfter = -1,
                      limit: PageLimit = DEFAULT_PAGE) -> dict:
@@ -463,7 +508,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         page, nxt = _paginate(ls, lambda l: l.id, after, limit)
         return {"time": now, "leases": [M.lease_out(l) for l in page], "next": nxt}
 
-    @app.get("/v1/campaigns/{campaign}/leases/{lease_id}", response_model=M.LeaseOut,
+    @app.get("/v1/campaigns/{campaign:path}/leases/{lease_id}", response_model=M.LeaseOut,
              responses=_SCOPED, tags=["leases"])
     async def lease(campaign: Camp, lease_id: LeaseId, p: Who) -> dict:
         """One lease, live or ended."""
@@ -475,7 +520,8 @@ def create_app(service: BrokerService, tokens: TokenStore,
 
         return M.lease_out(await service.call(run))
 
-    @app.post("/v1/campaigns/{campaign}/leases/{lease_id}/renew", response_model=M.DecisionOut,
+    @app.post("/v1/campaigns/{campaign:path}/leases/{lease_id}/renew",
+              response_model=M.DecisionOut,
               responses={**_SCOPED, 200: {"description": "granted or refused",
                                           "headers": _RETRY_HDR}}, tags=["leases"])
     async def renew(campaign: Camp, lease_id: LeaseId, body: M.RenewIn, p: Who,
@@ -493,7 +539,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
             response.headers["Retry-After"] = retry_after_header(d.retry_after)
         return M.decision_out(d)
 
-    @app.post("/v1/campaigns/{campaign}/leases/{lease_id}/release",
+    @app.post("/v1/campaigns/{campaign:path}/leases/{lease_id}/release",
               response_model=M.DecisionOut, responses=_SCOPED, tags=["leases"])
     async def release(campaign: Camp, lease_id: LeaseId, p: Who) -> dict:
         """End a lease now; unused tokens and credits come back. Releasing a lease that has
@@ -521,7 +567,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
                                    intent_of=intent_of, observe=metrics.observe_request)
 
     # ------------------------------------------------------------------ flow dimensions
-    @app.post("/v1/campaigns/{campaign}/consume", response_model=M.ConsumptionOut,
+    @app.post("/v1/campaigns/{campaign:path}/consume", response_model=M.ConsumptionOut,
               responses={**_SCOPED, 200: {"description": "the amount allowed now",
                                           "headers": _RETRY_HDR}}, tags=["flow"])
     async def consume(campaign: Camp, body: M.ConsumeIn, p: Who, response: Response) -> dict:
@@ -532,7 +578,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
             response.headers["Retry-After"] = retry_after_header(c.retry_after)
         return M.consumption_out(c)
 
-    @app.post("/v1/campaigns/{campaign}/consume/batch", response_model=M.ConsumptionBatchOut,
+    @app.post("/v1/campaigns/{campaign:path}/consume/batch", response_model=M.ConsumptionBatchOut,
               responses=_SCOPED, tags=["flow"])
     async def consume_batch(campaign: Camp, body: M.ConsumeBatchIn, p: Who) -> dict:
         """Many consumptions, decided in order and acknowledged together."""
@@ -560,7 +606,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         nxt = evs[-1]["seq"] if len(evs) == limit else max(after, service.durable_seq)
         return {"events": evs, "next": nxt}
 
-    @app.get("/v1/campaigns/{campaign}/events", response_model=M.EventPage, responses=_SCOPED,
+    @app.get("/v1/campaigns/{campaign:path}/events", response_model=M.EventPage, responses=_SCOPED,
              tags=["events"])
     async def events(campaign: Camp, p: Who, after: After = -1,
                      timeout: Annotated[float, Query(ge=0, le=60)] = 0.0,
@@ -578,7 +624,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         """Every campaign's events (operator)."""
         return await _page(None, after, timeout, limit)
 
-    @app.get("/v1/campaigns/{campaign}/events/stream", responses={
+    @app.get("/v1/campaigns/{campaign:path}/events/stream", responses={
         **_SCOPED, 200: {"description": "server-sent events: `id` is the seq, `event` the "
                                         "kind, `data` the event as JSON",
                          "content": {"text/event-stream": {"schema": {
@@ -643,7 +689,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         nxt = recs[-1]["seq"] if len(recs) == limit else max(after, service.durable_seq)
         return {"records": recs, "next": nxt}
 
-    @app.get("/v1/campaigns/{campaign}/journal", response_model=M.RecordPage,
+    @app.get("/v1/campaigns/{campaign:path}/journal", response_model=M.RecordPage,
              responses=_SCOPED, tags=["journal"])
     async def journal(campaign: Camp, p: Who, after: After = -1, t0: Time = None,
                       t1: Time = None, op: OpName = None, outcome: Outcome = None,
@@ -652,7 +698,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
         scope(p, campaign)
         return _records(campaign, after, t0, t1, op, outcome, reason, limit)
 
-    @app.get("/v1/campaigns/{campaign}/journal/{seq}", response_model=M.ExplainOut,
+    @app.get("/v1/campaigns/{campaign:path}/journal/{seq}", response_model=M.ExplainOut,
              responses=_SCOPED, tags=["journal"])
     async def explain(campaign: Camp, seq: Seq, p: Who) -> dict:
         """One record of the campaign and why, in words."""
@@ -703,6 +749,15 @@ def create_app(service: BrokerService, tokens: TokenStore,
         ids = await service.call(broker.remove_nodes, dim, list(body.nodes), grace=body.grace)
         return {"revoked": ids}
 
+    reserved.update(route_words(app.routes))
+    app.state.reserved_segments = frozenset(reserved)
+    # a node registered before (by the configuration or an older journal) whose path holds
+    # a route word: served, but a URL may read as another node and route
+    clash = [c for c in broker.campaigns if reserved_segment(c, app.state.reserved_segments)]
+    if clash:
+        log.warning("campaigns %s have a segment that is a route word %s: their URLs may "
+                    "be ambiguous; register such nodes under other names", clash,
+                    sorted(reserved))
     return app
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-__all__ = ["Principal", "TokenStore", "hash_token", "OPERATOR", "CAMPAIGN", "MAX_TOKEN_LEN"]
+__all__ = ["Principal", "TokenStore", "hash_token", "in_subtree", "OPERATOR", "CAMPAIGN",
+           "MAX_TOKEN_LEN"]
 
 OPERATOR, CAMPAIGN = "operator", "campaign"
 PREFIX = "bsr_"
@@ -41,10 +42,17 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def in_subtree(name: str, node: str) -> bool:
+    """Whether ``name`` is ``node`` or a node below it in a tree of envelopes
+    (``astro/survey`` is in the subtree of ``astro``; ``astro2`` is not)."""
+    return name == node or (name.startswith(node) and name[len(node):len(node) + 1] == "/")
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: an operator (every campaign) or one campaign. ``token_id`` names the
-    token (not the secret) for rate limiting and audit."""
+    """Who is calling: an operator (every campaign) or one node's subtree (a campaign token
+    acts for its node and every node below it, never above or beside it). ``token_id``
+    names the token (not the secret) for rate limiting and audit."""
 
     token_id: str
     role: str
@@ -55,7 +63,10 @@ class Principal:
         return self.role == OPERATOR
 
     def may_act_for(self, campaign: str) -> bool:
-        return self.operator or self.campaign == campaign
+        """The access rule, written once: the operator acts for every campaign, a campaign
+        token for its node's subtree."""
+        return self.operator or (self.campaign is not None
+                                 and in_subtree(campaign, self.campaign))
 
 
 @dataclass
@@ -171,10 +182,21 @@ class TokenStore:
                 self.save()
         return n - len(self._entries)
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Token ids, roles and campaigns (never digests)."""
+    def listing(self, subtree: str | None = None) -> list[dict[str, Any]]:
+        """Token ids, roles and campaigns (never digests); with ``subtree`` only the
+        campaign tokens of that node and the nodes below it."""
         return [{"id": e.id, "role": e.role, "campaign": e.campaign, "created": e.created}
-                for e in self._entries]
+                for e in self._entries
+                if subtree is None or (e.campaign is not None
+                                       and in_subtree(e.campaign, subtree))]
+
+    def campaign_of(self, token_id: str) -> str | None:
+        """The campaign of the campaign token ``token_id`` (None: no such campaign token)."""
+        with self._lock:
+            for e in self._entries:
+                if e.id == token_id and e.role == CAMPAIGN:
+                    return e.campaign
+        return None
 
     def authenticate(self, token: str | None) -> Principal | None:
         if not token or len(token) > MAX_TOKEN_LEN:

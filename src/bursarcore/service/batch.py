@@ -31,6 +31,7 @@ from ..admission.state import REASONS
 from ..journal import records as J
 from .auth import Principal
 from .core import BrokerService
+from .nodes import MAX_PATH
 from .wire import JSON, MSGPACK, ColumnError, column, decode_body, encode_body, media_type_of
 
 __all__ = ["install", "INTENT_FIELDS", "CONSUME_FIELDS", "OUTCOMES", "MAX_NAMES"]
@@ -49,7 +50,7 @@ _ACQUIRE, _CONSUME = J.OP["acquire"], J.OP["consume"]
 # ---------------------------------------------------------------------------- schema
 # The JSON form, for the OpenAPI document (requests are read by wire.py and the checks
 # below, not by these models: no pydantic object per item).
-_Name = Annotated[str, Field(min_length=1, max_length=128)]
+_Name = Annotated[str, Field(min_length=1, max_length=MAX_PATH)]   # a node path
 _Names = Annotated[list[_Name], Field(min_length=1, max_length=MAX_NAMES)]
 _Codes = list[Annotated[int, Field(ge=0, lt=MAX_NAMES)]]
 _UnitsCol = list[Annotated[int, Field(ge=1, le=U.MAX_UNITS)]]
@@ -157,8 +158,8 @@ def _names(doc: dict, field: str) -> list[str]:
     if len(v) > MAX_NAMES:
         raise _bad(field, f"must have at most {MAX_NAMES} names")
     for i, x in enumerate(v):
-        if not isinstance(x, str) or not 1 <= len(x) <= 128:
-            raise _bad(field, "must be a name (1 to 128 characters)", i)
+        if not isinstance(x, str) or not 1 <= len(x) <= MAX_PATH:
+            raise _bad(field, f"must be a name (1 to {MAX_PATH} characters)", i)
     return v
 
 

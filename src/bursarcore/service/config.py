@@ -32,6 +32,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from .. import units as U
 from ..admission.classes import DEFAULT_CLASSES
 from .models import NAME
+from .nodes import NodePath
 
 __all__ = ["ServeConfig", "ServerConfig", "MetricsConfig", "PoolConfig", "ClassConfig",
            "CongestionConfig", "EnvelopeConfig", "ConfigError", "read_config", "file_form",
@@ -218,7 +219,7 @@ class ServeConfig(_Closed):
     ttl: Annotated[float, Field(gt=0, le=U.MAX_TTL)] = 900.0
     half_life: Annotated[float, Field(gt=0, le=U.MAX_DURATION)] = 600.0
     enforcement: Literal["prepaid", "instant"] = "prepaid"
-    campaigns: dict[Name, EnvelopeConfig] = Field(default_factory=dict)
+    campaigns: dict[NodePath, EnvelopeConfig] = Field(default_factory=dict)
     server: ServerConfig = Field(default_factory=ServerConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
@@ -318,7 +319,8 @@ _RULES = {
     "string_type": "must be a string", "finite_number": "must be finite",
     "greater_than_equal": "must be >= {ge}", "less_than_equal": "must be <= {le}",
     "greater_than": "must be > {gt}", "less_than": "must be < {lt}",
-    "string_pattern_mismatch": "must be a name: letters, digits and ._:@+- (not first)",
+    "string_pattern_mismatch": "must be a name: letters, digits and ._:@+- (not first); a "
+                               "campaign is a path of at most 8 such names joined by '/'",
     "too_short": "must have at least {min_length} item(s)",
     "too_long": "must have at most {max_length} item(s)",
     "string_too_short": "must not be empty", "string_too_long": "too long",

@@ -38,6 +38,7 @@ from starlette.types import Message, Receive, Scope, Send
 from . import models as M
 from .auth import TokenStore
 from .core import BrokerService
+from .nodes import MAX_PATH
 from .ratelimit import RateLimiter, retry_after_header
 
 __all__ = ["DirectIntents", "ROUTE"]
@@ -46,7 +47,7 @@ log = logging.getLogger("bursarcore.service")
 
 #: the route template this path answers (the metrics' label)
 ROUTE = "/v1/campaigns/{campaign}/intents"
-_PATH = re.compile(r"/v1/campaigns/([^/]+)/intents")
+_PATH = re.compile(r"/v1/campaigns/(.+)/intents")   # a node path: as the route's converter
 _JSON = b"application/json"
 _INTERNAL = b'{"detail": "internal error; this request failed"}'
 #: bodies remembered with the intent they make, at most, and the longest remembered
@@ -95,7 +96,7 @@ class DirectIntents:
         if m is None:
             return receive
         campaign = m.group(1)
-        if len(campaign) > 128:
+        if len(campaign) > MAX_PATH:
             return receive
         t0 = time.perf_counter()
         auth = ctype = length = None

@@ -256,7 +256,10 @@ class RouteTimer:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            r = scope.get("route")
+            # the template without converters (a node path is {campaign}, not the raw path)
+            route = getattr(r, "path_format", None) or getattr(r, "path", None) \
+                or "unmatched"
             method = scope.get("method", "")
             self.observe(method if method in _METHODS else "other", route, status,
                          time.perf_counter() - t0)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .. import units as U
 from ..admission.state import LEASE_STATES
 from ..broker import Consumption, Decision, Lease, Quote, Supply
+from .nodes import NodePath
 
 __all__ = [
     "IntentIn", "IntentBatchIn", "QuoteIn", "RenewIn", "ConsumeIn", "ConsumeBatchIn",
@@ -24,6 +25,7 @@ __all__ = [
     "ConsumptionBatchOut", "EventOut", "EventPage", "PendingOut", "TicketOut", "RecordPage",
     "RecordOut", "WhoAmI", "HealthOut", "ErrorOut", "CampaignCreated", "TokenOut", "CancelOut",
     "NodesAdded", "NodesRemoved", "LeaseList", "PendingList", "CampaignList",
+    "TokenInfo", "TokenList", "TokenRevoked", "NodePath",
     "lease_out", "decision_out", "supply_out", "quote_out", "consumption_out", "fin",
     "MAX_BATCH", "MAX_GRID", "MAX_TIME", "MAX_PAGE",
 ]
@@ -156,7 +158,9 @@ class EnvelopeIn(_In):
 
 
 class CampaignIn(_In):
-    name: Name
+    name: NodePath = Field(description="a node path: 1 to 8 names joined by '/' "
+                           "(`astro/survey`), at most 256 characters; the parent of a "
+                           "child node is registered first")
     envelope: EnvelopeIn
 
 
@@ -361,6 +365,22 @@ class TokenOut(_Out):
     campaign: str
     token: str
     token_id: str
+
+
+class TokenInfo(_Out):
+    id: str
+    campaign: str
+    created: float
+
+
+class TokenList(_Out):
+    tokens: list[TokenInfo]
+
+
+class TokenRevoked(_Out):
+    token_id: str
+    campaign: str
+    revoked: bool
 
 
 class CampaignList(_Out):
