@@ -243,6 +243,30 @@ def test_price_falling_within_a_pass_grants_later_keys(backend):
     assert got[0] == got[1]
 
 
+def _count_decisions(b):
+    """From now on, the campaign of every key or intent ``b``'s engine decides, in a list
+    (the compiled broker's kernels wrapped)."""
+    calls = []
+    kern = b._k
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(kern, name)
+
+        @staticmethod
+        def decide(*args):
+            calls.append(args[1])
+            return kern.decide(*args)
+
+        @staticmethod
+        def decide_keys(st, rows, t, out):
+            calls.extend(rows[:, 0].tolist())
+            return kern.decide_keys(st, rows, t, out)
+
+    b._k = Counting()
+    return calls
+
+
 @pytest.mark.parametrize("backend", COMPILED)
 def test_a_pass_decides_no_key_that_cannot_have_changed(backend):
     """Many distinct keys waiting on their ceiling, on tokens that do not refill, on
@@ -272,24 +296,7 @@ def test_a_pass_decides_no_key_that_cannot_have_changed(backend):
     for k in range(300):
         d = b.acquire(Intent("big", {"gpu": 61}, duration=1 + k * 0.001))
         assert d.outcome == "pending" and d.reason == "capacity", d
-    calls = []
-    kern = b._k
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(kern, name)
-
-        @staticmethod
-        def decide(*args):
-            calls.append(args[1])
-            return kern.decide(*args)
-
-        @staticmethod
-        def decide_keys(st, rows, t, out):
-            calls.extend(rows[:, 0].tolist())
-            return kern.decide_keys(st, rows, t, out)
-
-    b._k = Counting()
+    calls = _count_decisions(b)
     P = b._queue.passes
     for _ in range(200):
         b.clock.advance(0.01)
@@ -457,19 +464,7 @@ def test_a_tree_nodes_keys_wake_on_its_trees_lease_ends_only(backend):
         for p in ("p", "q"):
             d = b.acquire(Intent(f"{p}/y", {"gpu": 1}, duration=1 + k * 0.001))
             assert (d.outcome, d.reason) == ("pending", "ceiling"), d
-    calls = []
-    kern = b._k
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(kern, name)
-
-        @staticmethod
-        def decide(*args):
-            calls.append(args[1])
-            return kern.decide(*args)
-
-    b._k = Counting()
+    calls = _count_decisions(b)
     for _ in range(200):
         b.clock.advance(0.01)
         assert b.acquire(Intent("m", {"gpu": 1}, duration=0.005)).granted   # expire as we go

@@ -452,13 +452,7 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
         _tree_name(ctx, nname, f"{p}.name", seen, tree_g)
         seen.add(nname)
         cls = _str(ctx, nd.get("class", "agent-burst"), f"{p}.class", _CLASS_NAMES)
-        if "credits" not in nd:
-            raise ctx.err(f"{p}.credits", "is required (a number or \"unlimited\")")
-        credits = _num(ctx, nd["credits"], f"{p}.credits", allow_inf=True)
-        share = None if "share" not in nd else _num(ctx, nd["share"], f"{p}.share", lo=0.0,
-                                                    lo_open=True)
-        env = _envelope(ctx, nd.get("envelope"), f"{p}.envelope", credits, cls, share)
-        _tree_guarantees(ctx, nname, env, f"{p}.envelope", held, flow, total_g, tree_g)
+        env = _node_envelope(ctx, nd, p, nname, cls, held, flow, total_g, tree_g)
         nodes.append(NodeSpec(nname, cls, env))
 
     # campaigns
@@ -482,13 +476,7 @@ def parse_scenario(doc: Mapping[str, Any], source: str = "<string>") -> Scenario
             raise ctx.err(f"{p}.agent", f"is required: one of {', '.join(AGENTS)}")
         agent = _str(ctx, cd["agent"], f"{p}.agent", AGENTS)
         cls = _str(ctx, cd.get("class", _DEFAULT_CLASS[agent]), f"{p}.class", _CLASS_NAMES)
-        if "credits" not in cd:
-            raise ctx.err(f"{p}.credits", "is required (a number or \"unlimited\")")
-        credits = _num(ctx, cd["credits"], f"{p}.credits", allow_inf=True)
-        share = None if "share" not in cd else _num(ctx, cd["share"], f"{p}.share", lo=0.0,
-                                                    lo_open=True)
-        env = _envelope(ctx, cd.get("envelope"), f"{p}.envelope", credits, cls, share)
-        _tree_guarantees(ctx, cname, env, f"{p}.envelope", held, flow, total_g, tree_g)
+        env = _node_envelope(ctx, cd, p, cname, cls, held, flow, total_g, tree_g)
         beh = _params(ctx, cd.get("behaviour"), f"{p}.behaviour", AGENT_DEFAULTS[agent])
         bp = f"{p}.behaviour"
         if agent == "interactive":
@@ -589,6 +577,21 @@ def _tree_name(ctx: _Ctx, name: str, path: str, seen: set[str],
     if parent and parent not in tree:
         raise ctx.err(path, f"its parent {parent!r} must be declared first, in [[nodes]]",
                       name)
+
+
+def _node_envelope(ctx: _Ctx, doc: dict, p: str, name: str, cls: str, held: dict,
+                   flow: dict, total_g: dict[str, float],
+                   tree: dict[str, Envelope]) -> Envelope:
+    """The envelope of table ``p`` (a node or a campaign) of class ``cls``: its credits
+    (required), share and envelope, its guarantees nested in the tree."""
+    if "credits" not in doc:
+        raise ctx.err(f"{p}.credits", "is required (a number or \"unlimited\")")
+    credits = _num(ctx, doc["credits"], f"{p}.credits", allow_inf=True)
+    share = None if "share" not in doc else _num(ctx, doc["share"], f"{p}.share", lo=0.0,
+                                                 lo_open=True)
+    env = _envelope(ctx, doc.get("envelope"), f"{p}.envelope", credits, cls, share)
+    _tree_guarantees(ctx, name, env, f"{p}.envelope", held, flow, total_g, tree)
+    return env
 
 
 def _tree_guarantees(ctx: _Ctx, name: str, env: Envelope, path: str, held: dict,
