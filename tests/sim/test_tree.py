@@ -166,10 +166,9 @@ def test_flat_scenarios_are_not_trees():
         assert not sc.is_tree and sc.nodes == []
 
 
-@pytest.mark.xfail(strict=True, reason="a reclaim grant counts on units of another grant's "
-                   "victims; when one of its own victims expires before its deadline, the "
-                   "units it frees are granted warm to others and the reclaim grant is "
-                   "revoked with reason capacity at its activation")
+@pytest.mark.xfail(strict=True, reason="units under notice that arrive after a promised "
+                   "reclaim grant's activation are counted as covering it "
+                   "(tests/spec/test_reclaim_promises.py)")
 def test_guarantees_hold_with_backfill_filling_the_pool():
     """The same tree with opportunistic backfill keeping the pool full, so that guarantees
     are granted on the reclaim path: every one must still be active within the grace."""

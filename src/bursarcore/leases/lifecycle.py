@@ -194,7 +194,8 @@ class LifecycleMixin(BrokerBase):
         st = self.st
         need = n - max(0, self._k.free_now(st, d))
         at = t
-        surplus = max(0, int(st.rev[d]) - int(st.prom[d]))
+        # (kept units, §4.6, are free now: only the units under notice have a deadline)
+        surplus = max(0, int(st.rev[d]) + int(st.kept[d]) - int(st.prom[d]))
         if need > 0 and surplus > 0:
             at = max([at] + [int(st.revoke_at[l & ROW_MASK]) for l in self._revoking[d]])
             need -= surplus
@@ -306,6 +307,7 @@ class LifecycleMixin(BrokerBase):
             return Decision(REFUSED_OUT, int(st.intent[r]), name, reason="invalid",
                             lease=self.lease(lid))
         before = int(st.refunded[c])
+        self._reserve(0, 0)               # a preempted lease's kept units take a heap entry
         self._k.end_lease(st, lid, t, RELEASED)
         self._queue.lease_ended(c)
         self._purge_retired()

@@ -116,6 +116,9 @@ class BrokerCore:
         self._timers: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._timer_seq = 0
         self._activation: dict[int, int] = {}                 # starting lease -> its start
+        # SPEC §4.6: a preempted lease ended before its deadline -> (its dimension, its
+        # units kept until then, the deadline)
+        self._kept: dict[int, tuple[int, int, int]] = {}
         self._events: list[Any] = []
         self._subscribers: list[Callable[[Any], None]] = []
         self._next_intent = 0
@@ -331,6 +334,9 @@ class BrokerCore:
 
     def _run_timer(self, kind: int, ident: int, t: int) -> None:
         if kind == _REVOKE:
+            kept = self._kept.pop(ident, None)
+            if kept is not None:                      # SPEC §4.6: its deadline has come
+                self._dim[kept[0]].kept -= kept[1]
             rec = self._leases.get(ident)
             if rec is not None and rec.state == "revoking" and rec.revoke_at == t:
                 self._end(rec, t, "revoked")          # SPEC §4.6: revoked at its deadline
@@ -518,6 +524,7 @@ class BrokerCore:
         if reason == CAPACITY:
             ends = [x.end for x in self._leases.live()
                     if x.state in ("active", "revoking") and x.end is not None]
+            ends += [deadline for _, _, deadline in self._kept.values()]  # (SPEC §4.6)
             return max(0, min(ends) - self._t) / NS if ends else None
         return None
 
@@ -648,10 +655,11 @@ class BrokerCore:
         dim = self._dim[d]
         need = n - max(0, dim.free_now())
         at = t
-        if need > 0 and dim.revoking - dim.promised > 0:
+        surplus = dim.revoking + dim.kept - dim.promised   # (kept units are free now)
+        if need > 0 and surplus > 0:
             at = max([at] + [x.revoke_at or 0 for x in self._leases.live()
                              if x.dim == d and x.state == "revoking"])
-            need -= dim.revoking - dim.promised
+            need -= surplus
         victims: list[LeaseRecord] = []
         opp = [x for x in self._leases.live()
                if x.dim == d and x.state == "active" and not x.firm] if need > 0 else []
@@ -700,6 +708,10 @@ class BrokerCore:
             dim.occupied -= rec.units
             if rec.state == "revoking":
                 dim.revoking -= rec.units
+                if state != "revoked" and rec.revoke_at is not None and t < rec.revoke_at:
+                    # SPEC §4.6: its units stay with the grants that preempted it
+                    dim.kept += rec.units
+                    self._kept[rec.id] = (rec.dim, rec.units, rec.revoke_at)
             elif not rec.firm:
                 dim.opp_active -= rec.units
             dim.give_back(rec.slots)

@@ -174,20 +174,24 @@ class Dimension:
         self.occupied = 0       # units on placed leases (active, revoking)
         self.promised = 0       # units promised to starting (reclaim) leases
         self.revoking = 0       # units of revoking leases
+        # units of revoking leases that ended before their deadline (released, expired),
+        # kept for the reclaim grants that preempted them until that deadline (SPEC §4.6)
+        self.kept = 0
         self.opp_active = 0     # units of active opportunistic leases
         self.F = 0              # firm units held (SPEC §4.1)
         self.pending_priced = 0  # nmax of waiting congestion-priced intents (SPEC §7)
         self.retired: set[int] = set()   # slots of removed nodes (SPEC §12)
 
     def free_now(self) -> int:
-        """Units a warm grant may take: capacity less placed units and promises not
-        covered by units already being revoked."""
-        return self.cap - self.occupied - max(0, self.promised - self.revoking)
+        """Units a warm grant may take: capacity less placed units, and less the promises
+        not covered by units already being revoked or, if more, the kept units."""
+        return self.cap - self.occupied - max(self.kept, self.promised - self.revoking)
 
     def reachable(self) -> int:
-        """Units a reclaim can reach: free, lent to opportunistic leases, and revoking but
-        not yet promised (SPEC §4.1)."""
-        return self.free_now() + self.opp_active + max(0, self.revoking - self.promised)
+        """Units a reclaim can reach: free, lent to opportunistic leases, and revoking or
+        kept but not yet promised (SPEC §4.1, §4.6)."""
+        return (self.free_now() + self.opp_active
+                + max(0, self.revoking + self.kept - self.promised))
 
     def opportunistic_room(self) -> int:
         """Free units an opportunistic lease may take: all but the warm headroom."""

@@ -221,7 +221,8 @@ class BrokerViews(BrokerCore):
                 unlimited = h.B >= UNLIMITED
                 dims[dname] = self._DimSupply(
                     free=max(0, dim.free_now()), capacity=dim.cap,
-                    reclaimable=dim.opp_active + max(0, dim.revoking - dim.promised),
+                    reclaimable=dim.opp_active + max(0, dim.revoking + dim.kept
+                                                     - dim.promised),
                     congestion=self._kappa_ppm(d) / PPM, multiplier=self._multiplier(d) / PPM,
                     tokens=math.inf if unlimited else h.T / NS,
                     bucket=math.inf if unlimited else h.B / NS,
@@ -525,6 +526,7 @@ class BrokerViews(BrokerCore):
                 pool[dn] = {"capacity": dm.cap, "occupied": dm.occupied, "free": dm.free_now(),
                             "firm": dm.F, "unmet_guarantees": self._unmet(d),
                             "reclaimable": dm.opp_active, "revoking": dm.revoking,
+                            "kept": dm.kept,
                             "promised": dm.promised, "congestion": self._kappa_ppm(d) / PPM,
                             "warm_headroom": dm.headroom}
             camps: dict[str, dict[str, Any]] = {}

@@ -103,17 +103,21 @@ static inline int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
 }
 
 /* §4.1, §6 what a reclaim can reach: free units, units lent to opportunistic leases, and
- * units already under preemption notice that no reclaim grant has been promised. */
+ * units under preemption notice or kept (rev: bc_free's rev + kept) that no reclaim grant
+ * has been promised. */
 static inline int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
 {
     return free + oppa + bc_max64(0, rev - prom);
 }
 
-/* §4.1 free capacity of a dimension: its capacity less the units occupied and the units
- * promised to starting leases beyond those already under preemption notice. */
-static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t rev)
+/* §4.1, §4.6 free capacity of a dimension: its capacity less the units occupied (placed),
+ * less what the grants promised to starting leases need beyond the units under preemption
+ * notice, or, if more, the units kept: those of preempted leases that ended before their
+ * deadline, held for the grants that preempted them until that deadline. */
+static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t rev,
+                              int64_t kept)
 {
-    return cap - occ - bc_max64(0, prom - rev);
+    return cap - occ - bc_max64(kept, prom - rev);
 }
 
 /* §7 credit cost of n units for dur ns at pm micro-credits per unit-hour:
@@ -177,9 +181,9 @@ static const int64_t bc_limit_reason[BC_LIMITS] = {
  * tree, §14.3: Σ over its path of g_v less its children's), its unmet guarantee (in a tree,
  * the slack of its path)), its credits (left and in escrow, micro-credits), the dimension's levels
  * (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units, units
- * lent to opportunistic leases, under notice, promised, the opportunistic headroom), the
- * price (micro-credits per unit-hour), the duration and spending cap (< 0: none), and the
- * class's terms. The engine fills it (k_request). */
+ * lent to opportunistic leases, under notice or kept (bc_free), promised, the opportunistic
+ * headroom), the price (micro-credits per unit-hour), the duration and spending cap (< 0:
+ * none), and the class's terms. The engine fills it (k_request). */
 typedef struct {
     int64_t H, s, b, T, Bcap, g, unmet;
     int64_t left, escrow;
