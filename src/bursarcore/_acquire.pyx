@@ -180,7 +180,7 @@ cdef class FastAcquire:
     cdef dict sd
     cdef Py_ssize_t ioff[MAKER_MAX]
     # the broker's steps for what leaves the common case (its AcquirePort)
-    cdef object serve_pending, slow, retry_after, reserve
+    cdef object serve_pending, slow, retry_after, reserve, set_reserve
     cdef _Results res          # the Decision, Lease and Event objects it returns
     cdef dict cindex, dim_index, cls_index, pending
     cdef list names, pyev, opp, revoking, subscribers, draining
@@ -219,6 +219,7 @@ cdef class FastAcquire:
         self.subscribers, self.draining = port.subscribers, port.draining
         self.serve_pending, self.slow = port.serve_pending, port.slow
         self.retry_after, self.reserve = port.retry_after, port.reserve
+        self.set_reserve = port.set_reserve
         self.shortcut = bool(port.wake_shortcut)
         self.dcls = None
         import dataclasses
@@ -731,8 +732,8 @@ cdef class FastAcquire:
                     if PySet_GET_SIZE(opp):
                         PySet_Discard(opp, lid)
                 rv = self.revoking[d]
-                if PySet_GET_SIZE(rv):
-                    PySet_Discard(rv, lid)
+                if PySet_GET_SIZE(rv) and PySet_Discard(rv, lid) == 1:
+                    self.set_reserve(d)          # a victim gone before its deadline
                 if ended is not None:
                     c = e.lr[r].camp
                     while e.cd[c * e.D].up > 0:         # a node of a tree: its top-level

@@ -85,7 +85,7 @@ class _Ctx:
         e.bin_ns = int(st.bin_ns)
         if e.bins < 1 or e.bin_ns < 1:
             raise ValueError("EngineState.bins and bin_ns must be >= 1")
-        for name in ("cap", "headroom", "occ", "prom", "rev", "kept", "F", "U", "oppa", "pend",
+        for name in ("cap", "headroom", "occ", "prom", "rev", "resv", "F", "U", "oppa", "pend",
                      "price", "ring_sum", "top"):
             setattr(e, name, ptr(name, (D,)))
         e.cls = ptr("cls", (K, 6))

@@ -95,7 +95,7 @@ cdef extern from "engine.h" nogil:
         int64_t* occ
         int64_t* prom
         int64_t* rev
-        int64_t* kept
+        int64_t* resv
         int64_t* F
         int64_t* U
         int64_t* oppa

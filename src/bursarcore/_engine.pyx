@@ -148,7 +148,7 @@ cdef _Ctx _build(object st):
     e.occ = _i64(refs, st, "occ", 1, D, 0)
     e.prom = _i64(refs, st, "prom", 1, D, 0)
     e.rev = _i64(refs, st, "rev", 1, D, 0)
-    e.kept = _i64(refs, st, "kept", 1, D, 0)
+    e.resv = _i64(refs, st, "resv", 1, D, 0)
     e.F = _i64(refs, st, "F", 1, D, 0)
     e.U = _i64(refs, st, "U", 1, D, 0)
     e.oppa = _i64(refs, st, "oppa", 1, D, 0)

@@ -166,9 +166,6 @@ def test_flat_scenarios_are_not_trees():
         assert not sc.is_tree and sc.nodes == []
 
 
-@pytest.mark.xfail(strict=True, reason="units under notice that arrive after a promised "
-                   "reclaim grant's activation are counted as covering it "
-                   "(tests/spec/test_reclaim_promises.py)")
 def test_guarantees_hold_with_backfill_filling_the_pool():
     """The same tree with opportunistic backfill keeping the pool full, so that guarantees
     are granted on the reclaim path: every one must still be active within the grace."""

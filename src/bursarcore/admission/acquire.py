@@ -52,6 +52,7 @@ class AcquirePort:
     slow: Callable[..., Decision]              # a decision that needs the policy layer
     retry_after: Callable[[int, int, int, int, int], float | None]
     reserve: Callable[[int, int], None]        # room for leases and slots, made first
+    set_reserve: Callable[[int], None]         # a victim gone early: d's reclaim reserve anew
     lease: Callable[[int], Any]                # the Lease view of a lease id
 
 
@@ -84,6 +85,7 @@ class AcquireMixin(BrokerBase):
             wake_shortcut=(tp._serve_pending is AcquireMixin._serve_pending
                            and tp._wake_due is AcquireMixin._wake_due),
             slow=self._slow, retry_after=self._retry_after, reserve=self._reserve,
+            set_reserve=self._set_reserve,
             lease=self.lease)
 
     def acquire(self, intent: Intent) -> Decision:

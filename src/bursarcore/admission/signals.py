@@ -59,8 +59,7 @@ class SignalsMixin(BrokerBase):
             Bc = int(st.Bcap[c, d])
             dims[dname] = DimSupply(
                 free=max(0, free), capacity=int(st.cap[d]),
-                reclaimable=int(st.oppa[d]) + max(0, int(st.rev[d]) + int(st.kept[d])
-                                                  - int(st.prom[d])),
+                reclaimable=int(k.dim_figures(st, d)[1]) - free,
                 congestion=kappa, multiplier=mult,
                 # an unbounded bucket holds "unlimited" tokens, whatever the sentinel's
                 # count after debits (as state() says None for it)
@@ -176,8 +175,8 @@ class SignalsMixin(BrokerBase):
             pool[dn] = {"capacity": int(st.cap[d]), "occupied": int(st.occ[d]),
                         "free": int(k.free_now(st, d)), "firm": int(st.F[d]),
                         "unmet_guarantees": int(st.U[d]), "reclaimable": int(st.oppa[d]),
-                        "revoking": int(st.rev[d]), "kept": int(st.kept[d]),
-                        "promised": int(st.prom[d]),
+                        "revoking": int(st.rev[d]), "promised": int(st.prom[d]),
+                        "reserved": int(st.cap[d]) - int(st.occ[d]) - int(k.free_now(st, d)),
                         "congestion": k.congestion_ppm(st, d) / PPM,
                         "warm_headroom": int(st.headroom[d])}
         camps: dict[str, dict[str, Any]] = {}

@@ -151,7 +151,7 @@ class EngineState:
     occ: I64
     prom: I64
     rev: I64
-    kept: I64                         # (D,) units of preempted leases ended early (§4.6)
+    resv: I64                         # (D,) the reclaim grants' reserve (§4.6; the policy's)
     F: I64
     U: I64
     oppa: I64
@@ -269,8 +269,8 @@ class EngineState:
                     lr[:, j] = d.pop(f)
         if "lex" not in d:                 # pickled before the tree: no ancestor prepaid
             d["lex"] = np.zeros(0, dtype=np.int64)
-        if "kept" not in d:                # pickled before kept units: none
-            d["kept"] = np.zeros_like(d["rev"])
+        if "resv" not in d:                # pickled before the reserve was kept: prom − rev
+            d["resv"] = np.zeros_like(d["rev"])
         self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
         if "gsum" not in d:                # pickled before Σg was kept here
@@ -294,7 +294,7 @@ class EngineState:
         self.cap = np.array(capacity, dtype=np.int64)
         self.headroom = np.array(headroom, dtype=np.int64)
         self.occ, self.prom, self.rev, self.F, self.U, self.oppa, self.pend = (z() for _ in range(7))
-        self.kept = z()
+        self.resv = z()
         self.price = np.array(price, dtype=np.int64)
         self.gsum = z()                    # Σ of the top-level g[c, d], kept by add_campaign
         # class table: rank, mult_ppm, priced, preemptible, grace_ns, free_when_broke

@@ -23,7 +23,23 @@ from ..journal import records as J
 from .._brokerbase import _EV_ACTIVATE, _EV_PENDING, _EV_REVOKE, NS, BrokerBase, _op
 from .types import Event, Lease, expired_event
 
-__all__ = ["LifecycleMixin"]
+__all__ = ["LifecycleMixin", "reclaim_reserve"]
+
+
+def reclaim_reserve(steps: list[tuple[int, int]]) -> int:
+    """SPEC §4.6 the units a dimension keeps free for its reclaim grants: ``steps`` are each
+    starting grant's (activation time, +units) and each lease under notice's (deadline,
+    −units); the reserve is the most, over the times τ, that the grants starting by τ need
+    beyond the units under notice arriving by τ (0 if none)."""
+    steps.sort()
+    best = run = i = 0
+    while i < len(steps):
+        tau = steps[i][0]
+        while i < len(steps) and steps[i][0] == tau:
+            run += steps[i][1]
+            i += 1
+        best = max(best, run)
+    return best
 
 # release / renew of a stale lease id (an ended lease whose row now holds a later lease): as
 # for any ended lease, refused with "invalid" -- but its campaign, intent and record are gone
@@ -55,7 +71,9 @@ class LifecycleMixin(BrokerBase):
                 r = lid & ROW_MASK
                 d = int(st.dim[r])
                 self._opp_active[d].discard(lid)
-                self._revoking[d].discard(lid)
+                if lid in self._revoking[d]:      # a victim gone before its deadline
+                    self._revoking[d].discard(lid)
+                    self._set_reserve(d)
                 self._emit("expired", int(st.t_end[r]), int(st.camp[r]), lid=lid)
             if m:
                 self._purge_retired()
@@ -81,7 +99,9 @@ class LifecycleMixin(BrokerBase):
                 for d in np.unique(dims).tolist():
                     mine = ids if len(self.dims) == 1 else lids[dims == d].tolist()
                     self._opp_active[d].difference_update(mine)
-                    self._revoking[d].difference_update(mine)
+                    if not self._revoking[d].isdisjoint(mine):   # victims gone early
+                        self._revoking[d].difference_update(mine)
+                        self._set_reserve(d)
                 self._queue.leases_ended(camps)
                 events.extend([expired_event(end / NS, names[c], lid, n) for lid, c, end, n
                                in zip(ids, camps, st.t_end[rows].tolist(),
@@ -156,9 +176,11 @@ class LifecycleMixin(BrokerBase):
             r = st.row_of(ident)
             if r < 0:         # ended (and left the revoking set) long ago: its row is reused
                 return
-            self._revoking[int(st.dim[r])].discard(ident)
+            d = int(st.dim[r])
+            self._revoking[d].discard(ident)
             if int(st.state[r]) == REVOKING and int(st.revoke_at[r]) == t:
                 self._k.end_lease(st, ident, t, REVOKED)
+                self._set_reserve(d)
                 self._purge_retired()
                 self._emit("revoked", t, int(st.camp[r]), lid=ident)
         elif kind == _EV_ACTIVATE:
@@ -166,14 +188,16 @@ class LifecycleMixin(BrokerBase):
             r = st.row_of(ident)
             if r < 0:
                 return
-            if int(st.state[r]) == STARTING and int(st.top[int(st.dim[r])]) < int(
-                    st.units[r]):
+            d = int(st.dim[r])
+            if int(st.state[r]) == STARTING and int(st.top[d]) < int(st.units[r]):
                 # the pool shrank under a reclaim grant: it cannot be placed any more
                 self._k.end_lease(st, ident, t, REVOKED)
+                self._set_reserve(d)
                 self._emit("revoked", t, int(st.camp[r]), lid=ident, reason=CAPACITY)
             elif int(st.state[r]) == STARTING:
                 self._reserve(1, int(st.units[r]))
                 self._k.activate(st, ident, t)
+                self._set_reserve(d)
                 self._emit("activated", t, int(st.camp[r]), lid=ident)
         elif kind == _EV_PENDING:
             p = self._queue.intents.get(ident)
@@ -191,11 +215,12 @@ class LifecycleMixin(BrokerBase):
         """Victims and activation time for a reclaim grant of n units on d at t: units
         already revoking but not promised come first (at their deadlines), then active
         opportunistic leases in preemption order, each after its class grace."""
-        st = self.st
-        need = n - max(0, self._k.free_now(st, d))
+        st, k = self.st, self._k
+        free = int(k.free_now(st, d))
+        need = n - max(0, free)
         at = t
-        # (kept units, §4.6, are free now: only the units under notice have a deadline)
-        surplus = max(0, int(st.rev[d]) + int(st.kept[d]) - int(st.prom[d]))
+        # what comes to the pool beyond every promise, once every notice has run out
+        surplus = int(k.dim_figures(st, d)[1]) - free - int(st.oppa[d])
         if need > 0 and surplus > 0:
             at = max([at] + [int(st.revoke_at[l & ROW_MASK]) for l in self._revoking[d]])
             need -= surplus
@@ -209,6 +234,17 @@ class LifecycleMixin(BrokerBase):
         if need > 0:  # decide() counted reclaimable units that the victim set lacks
             raise RuntimeError(f"bursarcore internal error: reclaim plan short by {need} units")
         return victims, at
+
+    def _set_reserve(self, d: int) -> None:
+        """SPEC §4.1, §4.6: after a change of d's reclaim grants or of its units under
+        notice, the core's reserve for them (``resv``, see :func:`reclaim_reserve`): the
+        activation times are the policy's."""
+        st = self.st
+        steps = [(at, int(st.units[lid & ROW_MASK])) for lid, at in self._activation.items()
+                 if int(st.dim[lid & ROW_MASK]) == d]
+        steps += [(int(st.revoke_at[lid & ROW_MASK]), -int(st.units[lid & ROW_MASK]))
+                  for lid in self._revoking[d]]
+        st.resv[d] = reclaim_reserve(steps)
 
     def _victims(self, d: int, t: int) -> list[int]:
         """Active opportunistic leases on d in preemption order: smallest fair-share
@@ -238,6 +274,7 @@ class LifecycleMixin(BrokerBase):
         self._reserve(1, n)
         lid = self._k.grant(st, c, d, k, n, dur, pm, t, True, iid)
         self._activation[lid] = at
+        self._set_reserve(d)
         self._push(at, _EV_ACTIVATE, lid)
         return lid  # type: ignore[no-any-return]  # the kernel (picked at run time) is untyped
 
@@ -307,7 +344,6 @@ class LifecycleMixin(BrokerBase):
             return Decision(REFUSED_OUT, int(st.intent[r]), name, reason="invalid",
                             lease=self.lease(lid))
         before = int(st.refunded[c])
-        self._reserve(0, 0)               # a preempted lease's kept units take a heap entry
         self._k.end_lease(st, lid, t, RELEASED)
         self._queue.lease_ended(c)
         self._purge_retired()
@@ -315,6 +351,8 @@ class LifecycleMixin(BrokerBase):
         self._opp_active[d].discard(lid)
         self._revoking[d].discard(lid)
         self._activation.pop(lid, None)
+        if state != ACTIVE:               # a reclaim grant, or a victim before its deadline
+            self._set_reserve(d)
         refund = int(st.refunded[c]) - before
         # the decision before serving the queue: a grant there may take this row
         dec = Decision("released", int(st.intent[r]), name, units=int(st.units[r]),

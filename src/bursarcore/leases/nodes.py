@@ -119,6 +119,8 @@ class NodesMixin(BrokerBase):
             self._emit("preempt_notice", t, int(st.camp[r]), lid=lid, deadline=t + g,
                        reason=CAPACITY)
             self._push(t + g, _EV_REVOKE, lid)
+        if hit:
+            self._set_reserve(d)
         self.pool.capacity[self.dims[d]] = int(st.cap[d])
         gone_names = {names[j] for j in js}
         self.pool.slot_map[self.dims[d]] = [(nm, k) for nm, k in self.pool.slot_map[self.dims[d]]

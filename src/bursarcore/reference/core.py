@@ -116,9 +116,6 @@ class BrokerCore:
         self._timers: list[tuple[int, int, int, int]] = []   # (time, kind, seq, id)
         self._timer_seq = 0
         self._activation: dict[int, int] = {}                 # starting lease -> its start
-        # SPEC §4.6: a preempted lease ended before its deadline -> (its dimension, its
-        # units kept until then, the deadline)
-        self._kept: dict[int, tuple[int, int, int]] = {}
         self._events: list[Any] = []
         self._subscribers: list[Callable[[Any], None]] = []
         self._next_intent = 0
@@ -334,9 +331,6 @@ class BrokerCore:
 
     def _run_timer(self, kind: int, ident: int, t: int) -> None:
         if kind == _REVOKE:
-            kept = self._kept.pop(ident, None)
-            if kept is not None:                      # SPEC §4.6: its deadline has come
-                self._dim[kept[0]].kept -= kept[1]
             rec = self._leases.get(ident)
             if rec is not None and rec.state == "revoking" and rec.revoke_at == t:
                 self._end(rec, t, "revoked")          # SPEC §4.6: revoked at its deadline
@@ -354,6 +348,7 @@ class BrokerCore:
             else:
                 dim = self._dim[rec.dim]
                 dim.promised -= rec.units
+                del dim.timeline[rec.id]
                 self._place(rec, t)                   # SPEC §4.6: starting → active
                 self._emit("activated", t, rec.campaign, lease=rec)
         else:
@@ -524,7 +519,6 @@ class BrokerCore:
         if reason == CAPACITY:
             ends = [x.end for x in self._leases.live()
                     if x.state in ("active", "revoking") and x.end is not None]
-            ends += [deadline for _, _, deadline in self._kept.values()]  # (SPEC §4.6)
             return max(0, min(ends) - self._t) / NS if ends else None
         return None
 
@@ -655,7 +649,7 @@ class BrokerCore:
         dim = self._dim[d]
         need = n - max(0, dim.free_now())
         at = t
-        surplus = dim.revoking + dim.kept - dim.promised   # (kept units are free now)
+        surplus = dim.reachable() - dim.free_now() - dim.opp_active  # beyond every promise
         if need > 0 and surplus > 0:
             at = max([at] + [x.revoke_at or 0 for x in self._leases.live()
                              if x.dim == d and x.state == "revoking"])
@@ -687,10 +681,12 @@ class BrokerCore:
             v.state, v.revoke_at = "revoking", t + self._terms[v.cls].grace
             dim.revoking += v.units
             dim.opp_active -= v.units
+            dim.timeline[v.id] = (v.revoke_at, -v.units)
             self._timer(v.revoke_at, _REVOKE, v.id)
             self._emit("preempt_notice", t, v.campaign, lease=v, deadline=v.revoke_at)
         rec = self._grant(c, d, k, n, dur, price, t, intent, starting=True)
         self._activation[rec.id] = at
+        dim.timeline[rec.id] = (at, rec.units)
         self._timer(at, _ACTIVATE, rec.id)
         return rec
 
@@ -700,6 +696,7 @@ class BrokerCore:
         Returns the credits refunded."""
         c, dim = self._camps[rec.campaign], self._dim[rec.dim]
         self._settle_path(c, rec.dim, t)
+        dim.timeline.pop(rec.id, None)        # (a starting or a revoking lease)
         if rec.state == "starting":
             remaining = rec.dur
             dim.promised -= rec.units
@@ -708,10 +705,6 @@ class BrokerCore:
             dim.occupied -= rec.units
             if rec.state == "revoking":
                 dim.revoking -= rec.units
-                if state != "revoked" and rec.revoke_at is not None and t < rec.revoke_at:
-                    # SPEC §4.6: its units stay with the grants that preempted it
-                    dim.kept += rec.units
-                    self._kept[rec.id] = (rec.dim, rec.units, rec.revoke_at)
             elif not rec.firm:
                 dim.opp_active -= rec.units
             dim.give_back(rec.slots)

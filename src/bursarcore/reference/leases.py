@@ -174,24 +174,32 @@ class Dimension:
         self.occupied = 0       # units on placed leases (active, revoking)
         self.promised = 0       # units promised to starting (reclaim) leases
         self.revoking = 0       # units of revoking leases
-        # units of revoking leases that ended before their deadline (released, expired),
-        # kept for the reclaim grants that preempted them until that deadline (SPEC §4.6)
-        self.kept = 0
+        # SPEC §4.6 the reclaim timeline: per starting lease (its activation, +units), per
+        # revoking lease (its deadline, -units)
+        self.timeline: dict[int, tuple[int, int]] = {}
         self.opp_active = 0     # units of active opportunistic leases
         self.F = 0              # firm units held (SPEC §4.1)
         self.pending_priced = 0  # nmax of waiting congestion-priced intents (SPEC §7)
         self.retired: set[int] = set()   # slots of removed nodes (SPEC §12)
 
+    def reserve(self) -> int:
+        """SPEC §4.6: the units kept free for the starting (reclaim) leases: the most, over
+        every time τ, that the leases starting by τ need beyond the units of the revoking
+        leases whose deadline is by τ."""
+        most = 0
+        for tau in {at for at, _ in self.timeline.values()}:
+            most = max(most, sum(n for at, n in self.timeline.values() if at <= tau))
+        return most
+
     def free_now(self) -> int:
-        """Units a warm grant may take: capacity less placed units, and less the promises
-        not covered by units already being revoked or, if more, the kept units."""
-        return self.cap - self.occupied - max(self.kept, self.promised - self.revoking)
+        """Units a warm grant may take: capacity less placed units and the reserve."""
+        return self.cap - self.occupied - self.reserve()
 
     def reachable(self) -> int:
-        """Units a reclaim can reach: free, lent to opportunistic leases, and revoking or
-        kept but not yet promised (SPEC §4.1, §4.6)."""
-        return (self.free_now() + self.opp_active
-                + max(0, self.revoking + self.kept - self.promised))
+        """Units a reclaim can reach: free, lent to opportunistic leases, and what the
+        revoking leases bring beyond the promises once every one is revoked (SPEC §4.1)."""
+        return (self.free_now() + self.opp_active + self.reserve() + self.revoking
+                - self.promised)
 
     def opportunistic_room(self) -> int:
         """Free units an opportunistic lease may take: all but the warm headroom."""

@@ -221,8 +221,7 @@ class BrokerViews(BrokerCore):
                 unlimited = h.B >= UNLIMITED
                 dims[dname] = self._DimSupply(
                     free=max(0, dim.free_now()), capacity=dim.cap,
-                    reclaimable=dim.opp_active + max(0, dim.revoking + dim.kept
-                                                     - dim.promised),
+                    reclaimable=dim.reachable() - dim.free_now(),
                     congestion=self._kappa_ppm(d) / PPM, multiplier=self._multiplier(d) / PPM,
                     tokens=math.inf if unlimited else h.T / NS,
                     bucket=math.inf if unlimited else h.B / NS,
@@ -475,6 +474,7 @@ class BrokerViews(BrokerCore):
                         dm.opp_active -= x.units
                     x.state = "revoking"
                 x.revoke_at = t + g
+                dm.timeline[x.id] = (x.revoke_at, -x.units)
                 self._timer(t + g, _REVOKE, x.id)
                 self._emit("preempt_notice", t, x.campaign, lease=x, deadline=t + g,
                            reason=CAPACITY)
@@ -526,8 +526,9 @@ class BrokerViews(BrokerCore):
                 pool[dn] = {"capacity": dm.cap, "occupied": dm.occupied, "free": dm.free_now(),
                             "firm": dm.F, "unmet_guarantees": self._unmet(d),
                             "reclaimable": dm.opp_active, "revoking": dm.revoking,
-                            "kept": dm.kept,
-                            "promised": dm.promised, "congestion": self._kappa_ppm(d) / PPM,
+                            "promised": dm.promised,
+                            "reserved": dm.cap - dm.occupied - dm.free_now(),
+                            "congestion": self._kappa_ppm(d) / PPM,
                             "warm_headroom": dm.headroom}
             camps: dict[str, dict[str, Any]] = {}
             for c in self._camps:

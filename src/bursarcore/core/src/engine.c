@@ -43,7 +43,7 @@ void bc_engine_free(bc_engine *x)
         return;
     e = &x->e;
     free(e->cap); free(e->headroom); free(e->occ); free(e->prom); free(e->rev);
-    free(e->kept);
+    free(e->resv);
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
@@ -208,7 +208,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->occ = engine_dup64(NULL, (size_t)D);
     e->prom = engine_dup64(NULL, (size_t)D);
     e->rev = engine_dup64(NULL, (size_t)D);
-    e->kept = engine_dup64(NULL, (size_t)D);
+    e->resv = engine_dup64(NULL, (size_t)D);
     e->F = engine_dup64(NULL, (size_t)D);
     e->U = engine_dup64(NULL, (size_t)D);
     e->oppa = engine_dup64(NULL, (size_t)D);
@@ -234,7 +234,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->arena = engine_zalloc(1, sizeof(int32_t));
     e->heap_t = engine_dup64(NULL, 1);
     e->heap_id = engine_dup64(NULL, 1);
-    if (!e->cap || !e->headroom || !e->price || !e->occ || !e->prom || !e->rev || !e->kept || !e->F
+    if (!e->cap || !e->headroom || !e->price || !e->occ || !e->prom || !e->rev || !e->resv || !e->F
             || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr

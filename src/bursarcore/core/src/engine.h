@@ -97,7 +97,7 @@ typedef struct {
     long long D, K, NT, bins, W, calloc, L, A, HC;
     long long bin_ns;
     /* pool, per dimension */
-    int64_t *cap, *headroom, *occ, *prom, *rev, *kept, *F, *U, *oppa, *pend, *price, *gsum;
+    int64_t *cap, *headroom, *occ, *prom, *rev, *resv, *F, *U, *oppa, *pend, *price, *gsum;
     int64_t *cls, *cong_thr, *cong_mult, *ring, *ring_sum, *scal;
     int32_t *free_slots;
     int64_t *top;
@@ -184,7 +184,7 @@ static inline int64_t k_unmet(const bc_eng *e, int64_t c, int64_t d)
 
 static inline int64_t k_free(const bc_eng *e, int64_t d)
 {
-    return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d], e->kept[d]);
+    return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d], e->resv[d]);
 }
 
 /* -- what a lease takes from and gives back to one level (§4.2, §4.3) -------------------- */
@@ -428,7 +428,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->gsum = e->gsum[d];
     q->free = free;
     q->oppa = e->oppa[d];
-    q->rev = e->rev[d] + e->kept[d];
+    q->rev = e->rev[d] + bc_reserve(e->prom[d], e->rev[d], e->resv[d]);
     q->prom = e->prom[d];
     q->headroom = e->headroom[d];
     q->pm = pm;

@@ -274,30 +274,9 @@ static inline int k_activate(bc_eng *e, int64_t lid, int64_t t)
     return 0;
 }
 
-/* §4.6 the expiry-heap entry that gives the n units of d kept for reclaim grants back at
- * its time (bc_free): a negative id, before every lease ending at the same instant. */
-static inline int64_t k_kept_id(const bc_eng *e, int64_t d, int64_t n)
-{
-    return -1 - (n * e->D + d);
-}
-
-/* The kept units of heap entry id (< 0) given back (the caller popped it); an error code
- * for an entry no end could have pushed. */
-static inline int k_unkeep(bc_eng *e, int64_t id)
-{
-    int64_t v = -1 - id, d = v % e->D, n = v / e->D;
-    if (n <= 0 || n > e->kept[d])
-        return BC_E_INDEX;
-    e->kept[d] -= n;
-    return 0;
-}
-
 /* End lease lid at t in new_state (the caller checked it is current: k_row): free its
  * slots, refund the tokens and credits of its unused time (§4.2, §7), and queue its row
- * for reuse. A preempted lease that ends before its deadline (released or expired) leaves
- * its units kept for the reclaim grants that preempted it until that deadline (§4.6,
- * bc_free): that takes an expiry-heap entry (BC_E_HEAPFULL, before any change, when the
- * heap is full). */
+ * for reuse. */
 static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_state)
 {
     int64_t r = lid & BC_ROW_MASK;
@@ -307,14 +286,10 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
     bc_i128 remaining, back;
     const int32_t *ar;
     int32_t *fs;
-    int keep = state == BC_LEASE_REVOKING && t < e->lr[r].revoke_at
-        && new_state != BC_LEASE_REVOKED;
     if (state != BC_LEASE_STARTING && state != BC_LEASE_ACTIVE && state != BC_LEASE_REVOKING)
         return BC_E_ENDED;
     if (c < 0 || c >= e->calloc || d < 0 || d >= e->D)
         return BC_E_INDEX;
-    if (keep && e->scal[3] >= e->HC)
-        return BC_E_HEAPFULL;
     if (state != BC_LEASE_STARTING) {
         if (e->top[d] + n > e->W)
             return BC_E_STACK;
@@ -332,13 +307,9 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
         if (remaining < 0)
             remaining = 0;
         e->occ[d] -= n;
-        if (state == BC_LEASE_REVOKING) {
+        if (state == BC_LEASE_REVOKING)
             e->rev[d] -= n;
-            if (keep) {
-                e->kept[d] += n;
-                k_heap_push(e, e->lr[r].revoke_at, k_kept_id(e, d, n));
-            }
-        } else if (!firm)
+        else if (!firm)
             e->oppa[d] -= n;
         off = e->lr[r].slot_off;
         top = e->top[d];
@@ -446,8 +417,8 @@ static inline int k_entry_live(const bc_eng *e, int64_t te, int64_t lid)
 static inline int64_t k_next_expiry(bc_eng *e)
 {
     while (e->scal[3] > 0) {
-        if (e->heap_id[0] < 0 || k_entry_live(e, e->heap_t[0], e->heap_id[0]))
-            return e->heap_t[0];       /* (kept units given back free capacity too) */
+        if (k_entry_live(e, e->heap_t[0], e->heap_id[0]))
+            return e->heap_t[0];
         k_heap_pop(e);
     }
     return -1;
@@ -464,15 +435,7 @@ static inline int64_t k_advance(bc_eng *e, int64_t t, int64_t *out, int64_t outl
         lid = e->heap_id[0];
         k_heap_pop(e);
         row = lid & BC_ROW_MASK;
-        if (lid < 0) {                  /* kept units given back (§4.6) */
-            r = k_unkeep(e, lid);
-            if (r < 0) {
-                *err = r;
-                return m;
-            }
-            continue;
-        }
-        if (row >= e->L) {
+        if (lid < 0 || row >= e->L) {
             *err = BC_E_INDEX;
             return m;
         }

@@ -103,21 +103,27 @@ static inline int64_t bc_warm_opportunistic(int64_t free, int64_t headroom)
 }
 
 /* §4.1, §6 what a reclaim can reach: free units, units lent to opportunistic leases, and
- * units under preemption notice or kept (rev: bc_free's rev + kept) that no reclaim grant
- * has been promised. */
+ * the units that come to the pool beyond every promise (rev: the units under preemption
+ * notice plus bc_free's reserve, so that rev − prom is what they leave free). */
 static inline int64_t bc_reachable(int64_t free, int64_t oppa, int64_t rev, int64_t prom)
 {
     return free + oppa + bc_max64(0, rev - prom);
 }
 
-/* §4.1, §4.6 free capacity of a dimension: its capacity less the units occupied (placed),
- * less what the grants promised to starting leases need beyond the units under preemption
- * notice, or, if more, the units kept: those of preempted leases that ended before their
- * deadline, held for the grants that preempted them until that deadline. */
-static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t rev,
-                              int64_t kept)
+/* §4.1, §4.6 free capacity of a dimension: its capacity less the units occupied (placed)
+ * and the reserve for the reclaim grants promised: the most, over their activation times τ,
+ * that the grants starting by τ need beyond the units under notice arriving by τ (resv, the
+ * policy layer's: it knows the activation times), and never less than what they need in
+ * all beyond all the units under notice (prom − rev). */
+static inline int64_t bc_reserve(int64_t prom, int64_t rev, int64_t resv)
 {
-    return cap - occ - bc_max64(kept, prom - rev);
+    return bc_max64(resv, prom - rev);
+}
+
+static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t rev,
+                              int64_t resv)
+{
+    return cap - occ - bc_reserve(prom, rev, resv);
 }
 
 /* §7 credit cost of n units for dur ns at pm micro-credits per unit-hour:
@@ -179,11 +185,12 @@ static const int64_t bc_limit_reason[BC_LIMITS] = {
 /* What the rules read for one request: the campaign's numbers on the dimension (holding H,
  * sustained rate s, ceiling b, tokens T, bucket size Bcap, guarantee g (for a node of a
  * tree, §14.3: Σ over its path of g_v less its children's), its unmet guarantee (in a tree,
- * the slack of its path)), its credits (left and in escrow, micro-credits), the dimension's levels
- * (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units, units
- * lent to opportunistic leases, under notice or kept (bc_free), promised, the opportunistic
- * headroom), the price (micro-credits per unit-hour), the duration and spending cap (< 0:
- * none), and the class's terms. The engine fills it (k_request). */
+ * the slack of its path)), its credits (left and in escrow, micro-credits), the dimension's
+ * levels (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units,
+ * units lent to opportunistic leases, under notice plus the reserve (bc_reachable),
+ * promised, the opportunistic headroom), the price (micro-credits per unit-hour), the
+ * duration and spending cap (< 0: none), and the class's terms. The engine fills it
+ * (k_request). */
 typedef struct {
     int64_t H, s, b, T, Bcap, g, unmet;
     int64_t left, escrow;
