@@ -176,7 +176,8 @@ def test_walltime_drain_revokes_with_notice_then_kill(tmp_path):
     pid = lease.placement[0][0].split("/")[0]
     assert rep.drained == [pid] and sorted(rep.revoked) == sorted([lease.id, keep.id])
     assert b.lease(lease.id).state == "revoking" and b.lease(lease.id).revoke_at == pytest.approx(595)
-    assert wait_for(lambda: read(out) == ["up", "TERM"]) and h.exit_code == 7
+    # (the trap writes TERM, then exits: wait for the exit too)
+    assert wait_for(lambda: read(out) == ["up", "TERM"] and h.exit_code == 7)
     assert h.status == "revoked"
     # its replacement (min_pilots=1) is on its way while this one drains
     assert len(rep.submitted) == 1
