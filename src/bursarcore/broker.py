@@ -74,7 +74,6 @@ def _wants_reference(backend: str | None) -> bool:
     return backend == "reference"
 
 
-
 def _sum_in_order(x: np.ndarray) -> float:
     """Σ x added left to right, as SPEC §6 sums (numpy's ``sum`` adds in pairs and rounds
     differently once there are more than eight terms)."""

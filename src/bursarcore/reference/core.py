@@ -649,7 +649,7 @@ class BrokerCore:
         dim = self._dim[d]
         need = n - max(0, dim.free_now())
         at = t
-        surplus = dim.reachable() - dim.free_now() - dim.opp_active  # beyond every promise
+        surplus = dim.surplus()
         if need > 0 and surplus > 0:
             at = max([at] + [x.revoke_at or 0 for x in self._leases.live()
                              if x.dim == d and x.state == "revoking"])

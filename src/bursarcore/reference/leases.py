@@ -195,11 +195,15 @@ class Dimension:
         """Units a warm grant may take: capacity less placed units and the reserve."""
         return self.cap - self.occupied - self.reserve()
 
+    def surplus(self) -> int:
+        """What the revoking leases bring beyond the promises once every one is revoked
+        (the units a reclaim may count on at the latest deadline; SPEC §4.1, §4.6)."""
+        return self.reserve() + self.revoking - self.promised
+
     def reachable(self) -> int:
-        """Units a reclaim can reach: free, lent to opportunistic leases, and what the
-        revoking leases bring beyond the promises once every one is revoked (SPEC §4.1)."""
-        return (self.free_now() + self.opp_active + self.reserve() + self.revoking
-                - self.promised)
+        """Units a reclaim can reach: free, lent to opportunistic leases, and the surplus
+        of the revoking leases (SPEC §4.1)."""
+        return self.free_now() + self.opp_active + self.surplus()
 
     def opportunistic_room(self) -> int:
         """Free units an opportunistic lease may take: all but the warm headroom."""

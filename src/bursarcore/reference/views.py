@@ -221,7 +221,7 @@ class BrokerViews(BrokerCore):
                 unlimited = h.B >= UNLIMITED
                 dims[dname] = self._DimSupply(
                     free=max(0, dim.free_now()), capacity=dim.cap,
-                    reclaimable=dim.reachable() - dim.free_now(),
+                    reclaimable=dim.opp_active + dim.surplus(),
                     congestion=self._kappa_ppm(d) / PPM, multiplier=self._multiplier(d) / PPM,
                     tokens=math.inf if unlimited else h.T / NS,
                     bucket=math.inf if unlimited else h.B / NS,

@@ -350,14 +350,11 @@ class Wrapper:
             return REQUEUE_EXIT
         argv = ["scontrol", "requeue", self.task]
         rc, out = self._run_command(argv, None)
-        if rc == -signal.SIGTERM:
-            # ended by the SIGTERM Slurm sends a job it requeues: the requeue was accepted
-            self._log(f"{why}: {shlex.join(argv)} was ended by SIGTERM, which Slurm sends to "
-                      f"the task it requeues: requeued {self.task}; exiting 99")
-            self._event("requeue", why=why)
-            return REQUEUE_EXIT
-        if rc == 0:
-            self._log(f"{why}: requeued {self.task} ({shlex.join(argv)}); exiting 99")
+        if rc == 0 or rc == -signal.SIGTERM:
+            # (ended by SIGTERM: the signal Slurm sends the task it requeues, so accepted)
+            how = (shlex.join(argv) if rc == 0 else f"{shlex.join(argv)} was ended by "
+                   "SIGTERM, which Slurm sends to the task it requeues")
+            self._log(f"{why}: requeued {self.task} ({how}); exiting 99")
             self._event("requeue", why=why)
             return REQUEUE_EXIT
         reason = _one_line(out) or f"exit {rc}"

@@ -15,8 +15,7 @@ static inline void k_dim_figures(const bc_eng *e, int64_t d, int64_t *out)
 {
     int64_t free = k_free(e, d);
     out[0] = bc_warm_opportunistic(free, e->headroom[d]);
-    out[1] = bc_reachable(free, e->oppa[d],
-                          e->rev[d] + bc_reserve(e->prom[d], e->rev[d], e->resv[d]), e->prom[d]);
+    out[1] = bc_reachable(free, e->oppa[d], k_cover(e, d), e->prom[d]);
     out[2] = bc_firm_limit(e->cap[d], e->F[d], e->U[d], 0);
 }
 

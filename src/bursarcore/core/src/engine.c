@@ -234,8 +234,8 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->arena = engine_zalloc(1, sizeof(int32_t));
     e->heap_t = engine_dup64(NULL, 1);
     e->heap_id = engine_dup64(NULL, 1);
-    if (!e->cap || !e->headroom || !e->price || !e->occ || !e->prom || !e->rev || !e->resv || !e->F
-            || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
+    if (!e->cap || !e->headroom || !e->price || !e->occ || !e->prom || !e->rev || !e->resv
+            || !e->F || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr
             || !e->gch || !e->Hsub || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {

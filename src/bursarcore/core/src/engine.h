@@ -187,6 +187,13 @@ static inline int64_t k_free(const bc_eng *e, int64_t d)
     return bc_free(e->cap[d], e->occ[d], e->prom[d], e->rev[d], e->resv[d]);
 }
 
+/* §4.1, §4.6 d's units under notice plus its reserve: what bc_reachable takes as `rev`, so
+ * that less the promises it is what the units under notice bring beyond every promise. */
+static inline int64_t k_cover(const bc_eng *e, int64_t d)
+{
+    return e->rev[d] + bc_reserve(e->prom[d], e->rev[d], e->resv[d]);
+}
+
 /* -- what a lease takes from and gives back to one level (§4.2, §4.3) -------------------- */
 
 /* (c, d)'s bucket (record i) pays `debit` unit·ns for a grant or a renewal. */
@@ -428,7 +435,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->gsum = e->gsum[d];
     q->free = free;
     q->oppa = e->oppa[d];
-    q->rev = e->rev[d] + bc_reserve(e->prom[d], e->rev[d], e->resv[d]);
+    q->rev = k_cover(e, d);
     q->prom = e->prom[d];
     q->headroom = e->headroom[d];
     q->pm = pm;
