@@ -17,6 +17,17 @@ cdef extern from *:
         PyTypeObject* tp = (PyTypeObject*)cls;
         return tp->tp_alloc(tp, 0);
     }
+    /* a new instance of a tuple subclass of n items, all NULL (as tuple.__new__ makes
+       one before it fills it) */
+    static CYTHON_INLINE PyObject* bc_alloc_n(PyObject* cls, Py_ssize_t n) {
+        PyTypeObject* tp = (PyTypeObject*)cls;
+        return tp->tp_alloc(tp, n);
+    }
+    /* set item i of a tuple (subclass instance) made by bc_alloc_n */
+    static CYTHON_INLINE void bc_item(PyObject* o, Py_ssize_t i, PyObject* v) {
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(o, i, v);
+    }
     /* a slot's value, borrowed (NULL: unset) */
     static CYTHON_INLINE PyObject* bc_slot(PyObject* o, Py_ssize_t off) {
         return *(PyObject**)((char*)o + off);
@@ -36,6 +47,8 @@ cdef extern from *:
     }
     """
     object bc_alloc(object cls)
+    object bc_alloc_n(object cls, Py_ssize_t n)
+    void bc_item(object o, Py_ssize_t i, object v) noexcept
     PyObject* bc_slot(object o, Py_ssize_t off) noexcept
     void bc_fill(object o, Py_ssize_t off, object v) noexcept
     void bc_set(object o, Py_ssize_t off, object v) noexcept
@@ -78,7 +91,8 @@ cdef class _ExpiredRun:
 
 cdef class _Results:
     cdef object lease_view          # the broker's lease(lid), for what it does not build
-    cdef _Maker Decision, Lease, Event
+    cdef _Maker Decision, Lease
+    cdef object Event               # a named tuple's class
     cdef list names, dims, cls_names, node_of_slot, node_names
     cdef object decision(self, object outcome, object iid, object name, object units,
                          object lease, object path, object reason, object retry,

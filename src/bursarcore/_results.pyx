@@ -2,10 +2,11 @@
 """The result objects of ``Broker.acquire``'s common case (``_acquire.FastAcquire``), built
 at the C level. Private.
 
-They are the broker's frozen, slotted dataclasses (:class:`Decision`, :class:`Lease`,
-:class:`Event`), each filled slot by slot by a :class:`_Maker` (at the offsets of the
-class's member descriptors; its fields are checked against the lists below when the maker
-is made) instead of through its ``__init__``. :class:`_Results` makes one broker's: a
+:class:`Decision` and :class:`Lease` are the broker's frozen, slotted dataclasses, each
+filled slot by slot by a :class:`_Maker` (at the offsets of the class's member descriptors;
+its fields are checked against the lists below when the maker is made) instead of through
+its ``__init__``; an :class:`Event` is a named tuple, allocated as one and filled item by
+item. :class:`_Results` makes one broker's: a
 ``Decision``, the ``Lease`` of a grant from the engine's lease record (its placement from
 the slots), and the ``expired`` events. Those are queued as fields (:class:`_ExpiredRun`, in
 their place in the cursor's ``events``) and built when ``Broker.poll`` takes them
@@ -119,14 +120,16 @@ cdef class _ExpiredRun:
 
 cdef class _Results:
     """One broker's result objects for ``FastAcquire``: its :class:`Decision`, :class:`Lease`
-    and ``expired`` :class:`Event` dataclasses' makers, and the names they carry (campaigns,
+    dataclasses' makers, the ``expired`` :class:`Event` named tuple's class, and the names they carry (campaigns,
     dimensions, classes, nodes) as the broker holds them."""
 
     def __init__(self, port, Decision, Lease, Event):
         self.lease_view = port.lease
         self.Decision = _Maker(Decision, _DECISION_FIELDS)
         self.Lease = _Maker(Lease, _LEASE_FIELDS)
-        self.Event = _Maker(Event, _EVENT_FIELDS)
+        if not issubclass(Event, tuple) or Event._fields != _EVENT_FIELDS:
+            raise TypeError(f"Event: expected a named tuple of the fields {_EVENT_FIELDS}")
+        self.Event = Event
         self.names, self.dims = port.names, list(port.dims)
         self.cls_names = list(port.class_names)
         self.node_of_slot, self.node_names = port.node_of_slot, port.node_names
@@ -150,17 +153,17 @@ cdef class _Results:
         return m.done(o)
 
     cdef object expired(self, object time, object name, object lid, object units):
-        cdef _Maker m = self.Event
-        cdef object o = m.new()
-        m.put(o, 0, "expired")
-        m.put(o, 1, time)
-        m.put(o, 2, name)
-        m.put(o, 3, lid)
-        m.put(o, 4, None)
-        m.put(o, 5, None)
-        m.put(o, 6, None)
-        m.put(o, 7, units)
-        return m.done(o)
+        cdef object o = bc_alloc_n(self.Event, 8)
+        bc_item(o, 0, "expired")
+        bc_item(o, 1, time)
+        bc_item(o, 2, name)
+        bc_item(o, 3, lid)
+        bc_item(o, 4, None)
+        bc_item(o, 5, None)
+        bc_item(o, 6, None)
+        bc_item(o, 7, units)
+        PyObject_GC_UnTrack(o)      # atoms only, as a _Maker's objects
+        return o
 
     cdef list events(self, list ev):
         """``ev`` (the cursor's ``events``) with each run of expiries it holds replaced, where

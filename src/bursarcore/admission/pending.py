@@ -242,8 +242,10 @@ class PendingQueue:
     def leases_ended(self, campaigns: list[int]) -> None:
         """:meth:`lease_ended` for each of ``campaigns``."""
         if self.wown:
-            for c in set(campaigns):
-                self.lease_ended(c)
+            ended = set(campaigns)
+            if self.b.st.has_tree():
+                ended = {self._owner(c) for c in ended}
+            self.ended.update(ended.intersection(self.wown))
 
     def wake_campaign(self, c: int) -> None:
         """Wake every key of campaign c (its watches go stale): c has become a node of a

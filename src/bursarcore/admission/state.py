@@ -367,6 +367,11 @@ class EngineState:
         up = int(self.up[c, 0]) if self.D else 0
         return up - 1 if up > 0 else -1
 
+    def has_tree(self) -> bool:
+        """Whether any node of a tree of envelopes is registered (the ancestors' prepaid
+        figures are kept from the first one on)."""
+        return self.lex.shape[0] != 0
+
     def in_tree(self, c: int) -> bool:
         """Whether c is a node of a tree (a child, or a top-level node with children)."""
         return self.D > 0 and int(self.up[c, 0]) != 0

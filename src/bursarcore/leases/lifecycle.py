@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from itertools import repeat
+from operator import truediv
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from ..admission.state import (ACTIVE, CAPACITY, CREDIT, DEADLINE, LEASE_STATES,
 from ..errors import InvalidArgument, UnknownLease
 from ..journal import records as J
 from .._brokerbase import _EV_ACTIVATE, _EV_PENDING, _EV_REVOKE, NS, BrokerBase, _op
-from .types import Event, Lease, expired_event
+from .types import Event, Lease, expired_events
 
 __all__ = ["LifecycleMixin", "reclaim_reserve"]
 
@@ -103,9 +105,9 @@ class LifecycleMixin(BrokerBase):
                         self._revoking[d].difference_update(mine)
                         self._set_reserve(d)
                 self._queue.leases_ended(camps)
-                events.extend([expired_event(end / NS, names[c], lid, n) for lid, c, end, n
-                               in zip(ids, camps, st.t_end[rows].tolist(),
-                                      st.units[rows].tolist())])
+                events.extend(expired_events(map(truediv, st.t_end[rows].tolist(), repeat(NS)),
+                                             map(names.__getitem__, camps), ids,
+                                             st.units[rows].tolist()))
                 self._purge_retired()
             total += m
             if m < buf.shape[0]:

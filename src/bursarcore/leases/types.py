@@ -1,17 +1,20 @@
 """What a lease is to the broker's callers (SPEC §5, §6): the :class:`Lease` snapshot and the
 :class:`Event` that reports what time did to leases and pending intents.
 
-Both are frozen, slotted dataclasses: the compiled engine fills their slots in place
-(``_results``, for ``_acquire.FastAcquire``), so their fields, order and slots are part of
-the contract with it.
+A :class:`Lease` is a frozen, slotted dataclass whose slots the compiled engine fills in place
+(``_results``, for ``_acquire.FastAcquire``); an :class:`Event` is a named tuple, the
+cheapest immutable record to build by the thousand in plain Python (the cffi and reference
+backends build expiries' events so) as in compiled code. Their fields and order are part of
+the contract with ``_results``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from itertools import repeat
+from typing import Any, Iterable, NamedTuple
 
-__all__ = ["Lease", "Event", "expired_event"]
+__all__ = ["Lease", "Event", "expired_event", "expired_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +85,8 @@ class Lease:
         return d
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something that happened between calls.
+class Event(NamedTuple):
+    """Something that happened between calls (an immutable named tuple).
 
     Events are how the broker reports what time did (expiries, revocations, pending
     grants): :meth:`Broker.poll` returns them in order, and :meth:`Broker.subscribe`
@@ -121,28 +123,25 @@ class Event:
     units: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields by name (every one an atom): ``dataclasses.asdict``'s result."""
-        return {name: getattr(self, name) for name in _EVENT_FIELDS}
+        """The fields by name (every one an atom)."""
+        return dict(zip(_EVENT_FIELDS, self))
 
 
 _LEASE_FIELDS = tuple(f.name for f in fields(Lease))
-_EVENT_FIELDS = tuple(f.name for f in fields(Event))
-_new = object.__new__
-_set_kind, _set_time, _set_campaign, _set_lease, _set_intent, _set_deadline, _set_reason, \
-    _set_units = (Event.__dict__[f.name].__set__ for f in fields(Event))
+_EVENT_FIELDS = Event._fields
+_tuple_new = tuple.__new__
 
 
 def expired_event(time: float, campaign: str, lease_id: int, units: int) -> Event:
     """``Event("expired", time, campaign, lease_id=lease_id, units=units)``, the same
-    object, set slot by slot: a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``, which costs twice as much, and expiries come by the thousand."""
-    ev = _new(Event)
-    _set_kind(ev, "expired")
-    _set_time(ev, time)
-    _set_campaign(ev, campaign)
-    _set_lease(ev, lease_id)
-    _set_intent(ev, None)
-    _set_deadline(ev, None)
-    _set_reason(ev, None)
-    _set_units(ev, units)
-    return ev
+    object, made without the keyword handling of ``Event.__new__``."""
+    return _tuple_new(Event, ("expired", time, campaign, lease_id, None, None, None, units))
+
+
+def expired_events(times: Iterable[float], campaigns: Iterable[str], lease_ids: Iterable[int],
+                   units: Iterable[int]) -> list[Event]:
+    """:func:`expired_event` for each of the zipped columns, in order (one C-level loop:
+    expiries come by the thousand)."""
+    return list(map(_tuple_new, repeat(Event), zip(repeat("expired"), times, campaigns,
+                                                   lease_ids, repeat(None), repeat(None),
+                                                   repeat(None), units)))
