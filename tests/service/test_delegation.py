@@ -445,3 +445,45 @@ def test_the_documented_reserved_words_are_the_routes(svc):
     m = re.search(r"may be ((?:`[a-z]+`,?\s+(?:or\s+)?)+)so a URL", doc)
     assert m is not None
     assert set(re.findall(r"`([a-z]+)`", m.group(1))) == svc.app.state.reserved_segments
+
+
+# ---------------------------------------------------------------------------- rate limits
+def test_request_limits_share_one_bucket_per_tenant():
+    """A tenant (a top-level node and its subtree) has one bucket, whatever its tokens; a
+    refusal debits neither bucket; operators and other tenants are apart."""
+    from bursarcore.service.ratelimit import RequestLimits
+    now = [0.0]
+    lim = RequestLimits(100.0, 10.0, 1.0, 3.0, clock=lambda: now[0])
+    a, b = Principal("ta", "campaign", "astro"), Principal("tb", "campaign", "astro/survey/x")
+    bio, op = Principal("tc", "campaign", "bio"), Principal("to", "operator")
+    assert [lim.check(p) for p in (a, b, a)] == [0.0, 0.0, 0.0]
+    wait = lim.check(b)
+    assert wait == pytest.approx(1.0)            # the tenant's bucket, refilling 1/s
+    assert lim.token.check("tb", 10.0) == pytest.approx(0.01)   # b's own: 1 debited, not 2
+    assert lim.check(bio) == 0.0 and all(lim.check(op) == 0.0 for _ in range(10))
+    now[0] += 1.0
+    assert lim.check(a) == 0.0 and lim.check(b) > 0
+    off = RequestLimits(100.0, 10.0, 0.0, 0.0)   # 0: no tenant limit
+    assert all(off.check(a) == 0.0 for _ in range(10))
+
+
+def test_minted_tokens_do_not_multiply_a_tenants_rate():
+    """A token mints more tokens and registers nodes; together they get the tenant's
+    burst and no more, while another tenant is served as before."""
+    svc = InProcessService(copy.deepcopy(TREE), settings=ServiceSettings(
+        rate=1000, burst=1000, tenant_rate=1e-6, tenant_burst=12, auth_fail_rate=0))
+    h = _h(svc.tokens["astro"])
+    with svc.client() as http:
+        minted = [http.post("/v1/campaigns/astro/survey/tokens", headers=h).json()["token"]
+                  for _ in range(3)]
+        r = http.post("/v1/campaigns", headers=h, json={
+            "name": "astro/survey/a1",
+            "envelope": {**ENV, "ceiling": {"gpu": 2, "fs": 2}, "sustained": {"gpu": 2, "fs": 2}}})
+        assert r.status_code == 201, r.text
+        codes = [http.get("/v1/campaigns/astro/survey/supply", headers=_h(t)).status_code
+                 for t in minted * 4 + [r.json()["token"]] * 4]
+        assert codes.count(200) == 12 - 4 and set(codes[8:]) == {429}
+        assert http.get("/v1/campaigns/bio/supply",
+                        headers=_h(svc.tokens["bio"])).status_code == 200
+        ok = http.get("/v1/campaigns/astro/supply", headers=_h(svc.tokens["operator"]))
+        assert ok.status_code == 200

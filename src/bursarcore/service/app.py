@@ -49,7 +49,7 @@ from .fastpath import DirectIntents
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RouteTimer, ServiceMetrics
 from .nodes import MAX_PATH, reserved_segment, route_words
-from .ratelimit import RateLimiter, retry_after_header
+from .ratelimit import RateLimiter, RequestLimits, retry_after_header
 
 __all__ = ["create_app", "ServiceSettings"]
 
@@ -57,7 +57,9 @@ log = logging.getLogger("bursarcore.service")
 
 
 class ServiceSettings:
-    """Limits: ``rate``/``burst`` requests per token (0 disables), ``auth_fail_rate`` failed
+    """Limits: ``rate``/``burst`` requests per token (0 disables), ``tenant_rate`` /
+    ``tenant_burst`` per tenant (a top-level node and the subtree under it, whatever its
+    tokens: :class:`~bursarcore.service.ratelimit.RequestLimits`), ``auth_fail_rate`` failed
     authentications per second per client address, ``max_body`` bytes per request body,
     ``batch_unit`` batch items per extra request of rate cost, ``max_batch_items`` items
     and ``max_batch_body`` bytes per columnar batch (``/v1/batch/...``), ``commit_timeout`` the
@@ -71,6 +73,7 @@ class ServiceSettings:
     through FastAPI's routing, which answers the same)."""
 
     def __init__(self, *, rate: float = 100.0, burst: float = 200.0,
+                 tenant_rate: float = 1000.0, tenant_burst: float = 2000.0,
                  auth_fail_rate: float = 10.0, auth_fail_burst: float = 20.0,
                  max_body: int = 1 << 20, batch_unit: int = 100,
                  max_batch_items: int = 100_000, max_batch_body: int = 64 << 20,
@@ -79,6 +82,7 @@ class ServiceSettings:
                  stream_window: int = 4096, stream_frame: int = 1000,
                  direct: bool = True) -> None:
         self.rate, self.burst = rate, burst
+        self.tenant_rate, self.tenant_burst = tenant_rate, tenant_burst
         self.auth_fail_rate, self.auth_fail_burst = auth_fail_rate, auth_fail_burst
         self.max_body = int(max_body)
         self.batch_unit = max(1, int(batch_unit))
@@ -141,7 +145,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
     """The FastAPI application over ``service``. With ``lifespan`` the app starts and
     stops the service (committer, ticker) with the server."""
     st = settings or ServiceSettings()
-    limiter = RateLimiter(st.rate, st.burst)
+    limiter = RequestLimits(st.rate, st.burst, st.tenant_rate, st.tenant_burst)
     fail_limiter = RateLimiter(st.auth_fail_rate, st.auth_fail_burst)
     broker = service.broker
     service.expected_errors = (*BrokerService.expected_errors, StarletteHTTPException,
@@ -226,7 +230,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
                                     headers={"Retry-After": retry_after_header(wait)})
             raise HTTPException(401, "missing or invalid bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})
-        wait = limiter.check(p.token_id)
+        wait = limiter.check(p)
         if wait:
             raise HTTPException(429, "rate limit exceeded",
                                 headers={"Retry-After": retry_after_header(wait)})
@@ -260,7 +264,7 @@ def create_app(service: BrokerService, tokens: TokenStore,
     def charge(p: Principal, n: int) -> None:
         extra = n // st.batch_unit
         if extra:
-            wait = limiter.check(p.token_id, extra)
+            wait = limiter.check(p, extra)
             if wait:
                 raise HTTPException(429, "rate limit exceeded",
                                     headers={"Retry-After": retry_after_header(wait)})

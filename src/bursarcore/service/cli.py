@@ -53,6 +53,7 @@ class _GivenTrue(_Given):
 
 #: the flags a configuration file's [server] table may also set (ServerConfig's fields)
 SERVER_FLAGS = ("host", "port", "journal", "tokens", "synchronous", "rate", "burst",
+                "tenant_rate", "tenant_burst",
                 "auth_fail_rate", "max_longpoll", "max_body", "keep_alive", "request_timeout",
                 "max_connections", "limit_concurrency", "commit_timeout", "tick", "backend",
                 "log_level", "log_format", "access_log")
@@ -102,6 +103,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="requests per second per token (default 100; 0: no limit)")
     arg("--burst", type=float, default=200.0,
         help="request burst per token (default 200)")
+    arg("--tenant-rate", type=float, default=1000.0,
+        help="requests per second per tenant, a top-level node with its subtree's tokens "
+             "(default 1000; 0: no limit)")
+    arg("--tenant-burst", type=float, default=2000.0,
+        help="request burst per tenant (default 2000)")
     arg("--auth-fail-rate", type=float, default=10.0,
         help="failed authentications per second per client address (10; 0: no limit)")
     arg("--max-longpoll", type=float, default=60.0,
@@ -248,7 +254,9 @@ def serve(args: argparse.Namespace) -> int:
     if not any(t["role"] == OPERATOR for t in store.listing()):
         log.warning("no operator token: mint one with 'bursar serve --mint-operator'")
     metrics = file_cfg.metrics if file_cfg is not None else MetricsConfig()
-    settings = ServiceSettings(rate=args.rate, burst=args.burst, max_body=args.max_body,
+    settings = ServiceSettings(rate=args.rate, burst=args.burst,
+                               tenant_rate=args.tenant_rate, tenant_burst=args.tenant_burst,
+                               max_body=args.max_body,
                                max_batch_items=args.max_batch_items,
                                max_batch_body=args.max_batch_body,
                                auth_fail_rate=args.auth_fail_rate,

@@ -184,6 +184,8 @@ class ServerConfig(_Closed):
     synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "FULL"
     rate: Annotated[float, Field(ge=0, le=1e6)] = 100.0
     burst: Annotated[float, Field(ge=0, le=1e9)] = 200.0
+    tenant_rate: Annotated[float, Field(ge=0, le=1e6)] = 1000.0
+    tenant_burst: Annotated[float, Field(ge=0, le=1e9)] = 2000.0
     auth_fail_rate: Annotated[float, Field(ge=0, le=1e6)] = 10.0
     max_longpoll: Annotated[float, Field(ge=0, le=86400)] = 60.0
     max_body: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20

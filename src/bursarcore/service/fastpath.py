@@ -39,7 +39,7 @@ from . import models as M
 from .auth import TokenStore
 from .core import BrokerService
 from .nodes import MAX_PATH
-from .ratelimit import RateLimiter, retry_after_header
+from .ratelimit import RequestLimits, retry_after_header
 
 __all__ = ["DirectIntents", "ROUTE"]
 
@@ -73,7 +73,7 @@ class DirectIntents:
     (the body it read, replayed). See the module docstring."""
 
     def __init__(self, app: Any, service: BrokerService, tokens: TokenStore,
-                 limiter: RateLimiter, *, max_body: int,
+                 limiter: RequestLimits, *, max_body: int,
                  intent_of: Callable[[str, M.IntentIn], Any],
                  observe: Callable[[str, str, int, float], None]) -> None:
         self.app, self.service, self.tokens, self.limiter = app, service, tokens, limiter
@@ -137,7 +137,7 @@ class DirectIntents:
         if p is None:
             return _Replay(read, receive)
         principal, intent = p
-        if self.limiter.check(principal.token_id):
+        if self.limiter.check(principal):
             return _Replay(read, receive)     # the route answers 429 (a refusal debits nothing)
         status = 500
         try:

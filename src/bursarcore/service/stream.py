@@ -53,7 +53,7 @@ from . import models as M
 from .auth import Principal, TokenStore
 from .core import (JOURNAL_ERRORS, BrokerService, OperationFailed, ServiceUnavailable,
                    json_safe)
-from .ratelimit import RateLimiter
+from .ratelimit import RateLimiter, RequestLimits
 
 try:  # the binary form needs msgpack (a dependency of the 'service' extra)
     import msgpack
@@ -650,7 +650,7 @@ def _is_disconnect(e: BaseException) -> bool:
 class _Context:
     """What every session of one app shares."""
 
-    def __init__(self, service: BrokerService, limiter: RateLimiter, batch_unit: int,
+    def __init__(self, service: BrokerService, limiter: RequestLimits, batch_unit: int,
                  window: int, frame: int, max_frame_bytes: int,
                  intent_of: Callable[..., Intent], own_lease: Callable[[str, int], Any],
                  on_sent: Callable[[int], None]) -> None:
@@ -667,10 +667,10 @@ class _Context:
 
     def charge(self, p: Principal, n: int) -> float:
         """The rate limit of a frame of ``n`` messages: 0 when allowed, else the wait."""
-        return self.limiter.check(p.token_id, 1 + n // self.batch_unit)
+        return self.limiter.check(p, 1 + n // self.batch_unit)
 
 
-def install(app: FastAPI, service: BrokerService, tokens: TokenStore, limiter: RateLimiter,
+def install(app: FastAPI, service: BrokerService, tokens: TokenStore, limiter: RequestLimits,
             fail_limiter: RateLimiter, *, batch_unit: int, window: int, frame: int,
             max_frame_bytes: int, intent_of: Callable[..., Intent],
             own_lease: Callable[[str, int], Any],

@@ -54,7 +54,7 @@ class InProcessService:
             self.tokens[name] = self.store.mint(CAMPAIGN, name)
         self.app = create_app(self.service, self.store,
                               settings if settings is not None else ServiceSettings(
-                                  rate=0, auth_fail_rate=0))
+                                  rate=0, tenant_rate=0, auth_fail_rate=0))
 
     def headers(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -69,7 +69,7 @@ class InProcessService:
 class ServerProcess:
     def __init__(self, workdir: str | os.PathLike, config: Mapping[str, Any], *,
                  journal: bool = True, rate: float = 0.0, burst: float = 200.0,
-                 tick: float = 0.2, synchronous: str = "FULL",
+                 tenant_rate: float = 0.0, tick: float = 0.2, synchronous: str = "FULL",
                  extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +91,7 @@ class ServerProcess:
                      "--port", "0", "--config", str(self.config_path),
                      "--tokens", str(self.tokens_path), "--ready-file", str(self.ready_path),
                      "--rate", repr(float(rate)), "--burst", repr(float(burst)),
+                     "--tenant-rate", repr(float(tenant_rate)),
                      "--tick", repr(float(tick)), "--synchronous", synchronous,
                      "--log-level", "warning", *extra_args]
         if self.journal_path is not None:
