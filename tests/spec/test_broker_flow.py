@@ -73,6 +73,28 @@ def test_consume_batch_equals_sequence_and_replays(eb):
                for k in b.flow.state)
 
 
+def test_consume_batch_journals_as_the_sequence_does(eb):
+    """Unpriced, with a journal: the batch's records are the sequence's, record for record
+    (allowed, throttled by tokens and by the facility's capacity, refused), and replay."""
+    amounts = np.array([5.0, 30.0, 1.0, 7.5, 40.0, 0.25, 400.0, 0.0, 2.0])
+    camps = np.array([0, 0, 1, 0, 0, 1, 1, 0, 1])
+    j1, j2 = MemoryJournal(), MemoryJournal()
+    b1, b2 = broker(eb, j1), broker(eb, j2)
+    for step in range(3):
+        if step:
+            b1.clock.advance(0.5)
+            b2.clock.advance(0.5)
+        a1, r1 = b1.consume_batch(camps, "fs", amounts * (step + 1))
+        seq = [b2.consume(["sci", "storm"][c], "fs", float(x) * (step + 1))
+               for c, x in zip(camps, amounts)]
+        assert a1.tolist() == [s.allowed for s in seq]
+        assert r1.tolist() == [s.retry_after for s in seq]
+    recs1, recs2 = list(j1), list(j2)
+    assert len(recs1) == len(recs2) and recs1 == recs2
+    assert {r["reason"] for r in recs1 if r["op"] == "consume"} >= {"", "tokens"}
+    assert Broker.replay(j1, backend=eb).state() == b1.state()
+
+
 def test_flow_validation(eb):
     b = broker(eb)
     with pytest.raises(InvalidArgument) as e:

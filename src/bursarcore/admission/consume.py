@@ -102,8 +102,8 @@ class FlowMixin(BrokerBase):
         """Many consumptions at this instant, exactly as the same sequence of
         :meth:`consume` calls.
 
-        The compiled loop decides them at once when no priced dimension is involved
-        (and there is no journal).
+        The compiled loop decides them at once when no priced dimension is involved, and
+        their journal records are then written as one block.
 
         Parameters
         ----------
@@ -137,12 +137,24 @@ class FlowMixin(BrokerBase):
         t = self._now()
         self._advance(t)
         priced = bool(self._flow_price[di].any()) if n else False
-        if priced or self.journal is not None:
+        if priced:
             out = [self._consume_ns(int(ci[j]), int(di[j]), int(amt[j]), t) for j in range(n)]
             return (np.array([o.allowed for o in out], dtype=float),
                     np.array([o.retry_after for o in out], dtype=float))
         from ..flow import NEVER
-        allowed, retry, _ = self.flow.consume_fixed(ci, di, amt, np.array([t], np.int64))
+        allowed, retry, bound = self.flow.consume_fixed(ci, di, amt, np.array([t], np.int64))
+        if self.journal is not None and n:
+            # the records _consume_ns writes, one per item, as one block (unpriced: no
+            # cost, no budget moved, so a refusal is the tokens' or the capacity's)
+            rows = J.new_rows(n)
+            rows["op"], rows["t"], rows["campaign"] = J.OP["consume"], t, ci
+            rows["dim"], rows["nmax"], rows["units"] = len(self.dims) + di, amt, allowed
+            short = allowed < amt
+            rows["reason"] = np.where(short, np.where(bound == 3, CAPACITY, TOKENS), 0)
+            rows["outcome"] = np.where(short, 3, 1)
+            rows["dur"] = np.where(retry == NEVER, -1, retry)
+            rows["credits_after"] = st.left[ci]
+            self.journal.append(rows)
         secs = retry / NS
         secs[retry == NEVER] = math.inf
         secs[allowed >= amt] = 0.0
