@@ -34,6 +34,7 @@ from .admission.batching import BatchMixin
 from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
+from .admission.fairshare import fair_tree_keys, level_deficits
 from .admission.paths import check_guarantees, check_name
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
@@ -492,7 +493,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
 
     @_op
     def deficits(self) -> dict[str, float]:
-        """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time.
+        """deficit_c = share_c / Σ share − usage_c / Σ usage (SPEC §6), at the broker time;
+        with a tree of envelopes each node's level deficit among its siblings (SPEC §14.6).
         A query: it does not move the fair-share state."""
         t = self._now()
         self._advance(t)
@@ -502,13 +504,27 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         """Deficits at t. Decisions (queue order, victims) ``commit`` them as the deficits
         their journal records carry (``deficit`` of acquire records)."""
         usage = self._fair_share(t)
-        tot_share = _sum_in_order(self._share)
-        share = self._share / tot_share if tot_share > 0 else self._share
-        tot = _sum_in_order(usage)
-        deficit = share - (usage / tot if tot > 0 else 0.0)
+        if self.st.has_tree():          # SPEC §14.6: each node among its siblings
+            deficit = level_deficits(self._share, usage, self._parents())
+        else:
+            tot_share = _sum_in_order(self._share)
+            share = self._share / tot_share if tot_share > 0 else self._share
+            tot = _sum_in_order(usage)
+            deficit = share - (usage / tot if tot > 0 else 0.0)
         if commit:
             self._cur.deficit_last = deficit
         return deficit
+
+    def _fair_keys(self, t: int) -> np.ndarray:
+        """The fair-share order of decisions (queue §4.5, victims §6), larger first: the
+        deficits, or with a tree the Fair Tree order (SPEC §14.6). Commits the deficits
+        the decisions' records carry."""
+        deficit = self._deficit_array(t)
+        return fair_tree_keys(deficit, self._parents()) if self.st.has_tree() else deficit
+
+    def _parents(self) -> list[int]:
+        st = self.st
+        return [st.parent(c) for c in range(st.C)]
 
     # ------------------------------------------------------------------ pending queue (§4.5)
 

@@ -7,7 +7,7 @@ its engine (``broker._k`` over ``broker.st``): it files each waiting key under t
 that failed it, with the watch that says when that limit may have risen (``file``), and a
 pass (``serve``) decides only the keys whose watch fired. Granting a lease, planning a
 reclaim and reading deficits stay the broker's (``_grant_pending``, ``_plan_reclaim``,
-``_deficit_array``).
+``_fair_keys``).
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ class PendingQueue:
                 return                    # nothing grantable: the pass grants nothing
             for c, d in {(q.c, q.d) for q in keys}:
                 self.b._k.settle(st, c, d, t)
-            deficit = self.b._deficit_array(t)
+            deficit = self.b._fair_keys(t)
             order = list(self.intents.values())
             camp = np.fromiter((p.campaign for p in order), np.int64, len(order))
             dim = np.fromiter((p.dim for p in order), np.int64, len(order))
@@ -494,7 +494,7 @@ class PendingQueue:
         that dimension whose watch fires join the pass where it has not reached them yet
         (those it has passed failed there, and stay woken for the next pass)."""
         st, pend, decide, settle = self.b.st, self.intents, self.b._k.decide, self.b._k.settle
-        deficit = self.b._deficit_array(t) if len(pend) > 1 else None
+        deficit = self.b._fair_keys(t) if len(pend) > 1 else None
         tok0: dict[tuple[int, int], int] = {}
 
         def place(q: _PKey) -> tuple[Any, ...]:

@@ -250,12 +250,13 @@ class LifecycleMixin(BrokerBase):
 
     def _victims(self, d: int, t: int) -> list[int]:
         """Active opportunistic leases on d in preemption order: smallest fair-share
-        deficit first, then largest lease, then lease id (SPEC §6)."""
+        deficit first (with a tree, last in the Fair Tree order: SPEC §14.6), then largest
+        lease, then lease id (SPEC §6)."""
         st = self.st
         ids = self._opp_active[d]
         if not ids:
             return []
-        deficit = self._deficit_array(t)
+        deficit = self._fair_keys(t)
         return sorted(ids, key=lambda l: (deficit[int(st.camp[l & ROW_MASK])],
                                           -int(st.units[l & ROW_MASK]), l))
 

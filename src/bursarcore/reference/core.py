@@ -414,8 +414,11 @@ class BrokerCore:
                 for c in self._camps]
 
     def _deficits(self, t: int) -> list[float]:
-        """SPEC §6: deficit_c = share_c / Σ share − usage_c / Σ usage."""
+        """SPEC §6: deficit_c = share_c / Σ share − usage_c / Σ usage; with a tree, each
+        node's level deficit among its siblings (SPEC §14.6)."""
         usage = self._usage(t)
+        if self._is_tree():
+            return tree.level_deficits(self._camps, usage)
         shares = [c.share for c in self._camps]
         tot_share = 0.0
         for x in shares:
@@ -425,6 +428,9 @@ class BrokerCore:
             tot += u
         return [(sh / tot_share if tot_share > 0 else sh) - (u / tot if tot > 0 else 0.0)
                 for sh, u in zip(shares, usage)]
+
+    def _is_tree(self) -> bool:
+        return any(c.parent is not None for c in self._camps)
 
     def deficits(self) -> dict[str, float]:
         """SPEC §6 at the broker time; a read."""
@@ -661,7 +667,11 @@ class BrokerCore:
             deficit = self._deficits(t)
             if self._jw is not None:
                 self._jw.deficits = deficit
-            opp.sort(key=lambda x: (deficit[x.campaign], -x.units, x.id))
+            if self._is_tree():     # SPEC §14.6: last in the Fair Tree order first
+                place = tree.fair_tree_rank(self._camps, deficit)
+                opp.sort(key=lambda x: (-place[x.campaign], -x.units, x.id))
+            else:
+                opp.sort(key=lambda x: (deficit[x.campaign], -x.units, x.id))
             for x in opp:
                 if need <= 0:
                     break
@@ -746,7 +756,10 @@ class BrokerCore:
                 self._jw.deficits = deficit
             for p in ps:
                 self._camps[p.campaign].hold[p.dim].settle(t, self._instant)
-            ps.sort(key=lambda p: (self._terms[p.cls].rank, -deficit[p.campaign],
+            # SPEC §14.6: with a tree, the Fair Tree order in place of the deficits'
+            fair = (tree.fair_tree_rank(self._camps, deficit) if self._is_tree()
+                    else [-x for x in deficit])
+            ps.sort(key=lambda p: (self._terms[p.cls].rank, fair[p.campaign],
                                    -self._camps[p.campaign].hold[p.dim].T, p.intent_id))
         for p in ps:
             if self._queue.get(p.intent_id) is None:
