@@ -125,7 +125,11 @@ static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
             k_shortfall_m(e, d, nmax - r.n, mo);
         if (err)
             return err;
-        lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);   /* checked */
+        /* (checked) a full grant's cost: k_decide_at remembered it (bc_memo) */
+        if (mo != NULL && r.n == mo->cxn)
+            lid = k_commit_cost(e, c, d, k, r.n, dur, mo->cx, t, 0, intent, tree);
+        else
+            lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);
         out[2] = lid;
         out[3] = e->lr[lid & BC_ROW_MASK].cost;
         return BC_GRANTED;
