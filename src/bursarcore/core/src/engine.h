@@ -168,7 +168,7 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     bc_i128 dt, add, room;
     if (tl >= t)
         return;
-    dt = (bc_i128)t - tl;
+    dt = (bc_i128)((uint64_t)t - (uint64_t)tl);    /* (t > tl: below 2**64) */
     e->cd[i].tlast = t;
     H = e->cd[i].H;
     /* the low 64 bits of H * dt: the wrapping 64-bit product */
@@ -176,9 +176,9 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     rate = bc_refill_rate(H, e->cd[i].s);
     T = e->cd[i].T;
     if (rate > 0) {
-        room = (bc_i128)e->cd[i].Bcap - T;
-        if (room == 0)              /* a full bucket (or an unlimited one): nothing to add */
+        if (e->cd[i].Bcap == T)     /* a full bucket (or an unlimited one): nothing to add */
             return;
+        room = (bc_i128)e->cd[i].Bcap - T;
         add = (bc_i128)rate * dt;
         if (room < add)
             add = room;
