@@ -235,11 +235,10 @@ enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_
 /* §4.3 the credit rule's terms for one request: a lease of m units is allowed when its cost
  * bc_cost(m, dur, pm) is at most L, the budget left or the spending cap, whichever is less,
  * so the limit is L·hour // den units (den the duration times the price), clamped to BC_MAXV
- * when `capped` (a cap alone binds); `on` is 0 when the rule does not bind, `neg` 1 when den
- * is negative. */
+ * when `capped` (a cap alone binds); `on` is 0 when the rule does not bind. */
 typedef struct {
     int64_t L;
-    int capped, on, neg;
+    int capped, on;
 } bc_credit;
 
 /* Fill *ct for q: 0 or an error code. */
@@ -247,13 +246,11 @@ static inline int bc_credit_terms(const bc_req *q, bc_credit *ct)
 {
     ct->on = 0;
     ct->capped = 0;
-    ct->neg = 0;
     ct->L = 0;
     if (q->pm == 0)
         return 0;
     if (q->dur == 0 && (!q->free_when_broke || q->max_spend >= 0))
         return BC_E_ZERODIV;       /* (den == 0: pm != 0 here) */
-    ct->neg = (q->dur < 0) != (q->pm < 0);
     if (!q->free_when_broke) {     /* (an unlimited budget, left = MAXV, bounds a cost too) */
         ct->L = q->left;
         ct->on = 1;
@@ -326,7 +323,7 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
             *lim = BC_MAXV;
             return 0;
         }
-        if (exact || ct->neg) {
+        if (exact || (q->dur < 0) != (q->pm < 0)) {    /* den < 0 */
             *lim = bc_credit_limit(q, ct);
             return 0;
         }
