@@ -121,11 +121,15 @@ static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
         err = k_room(e, d, r.n, 1, 1);
         if (err == 0 && e->scal[3] >= e->HC)
             return BC_E_HEAPFULL;
-        if (priced && r.lim[BC_LIMIT_CAPACITY] < nmax && r.n < nmax)
+        if (r.n < nmax && priced && r.lim[BC_LIMIT_CAPACITY] < nmax)
             k_shortfall_m(e, d, nmax - r.n, mo);
         if (err)
             return err;
-        lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);   /* checked */
+        /* (checked) a full grant's cost: k_decide_at remembered it (bc_memo) */
+        if (mo != NULL && r.n == mo->cxn)
+            lid = k_commit_cost(e, c, d, k, r.n, dur, mo->cx, t, 0, intent, tree);
+        else
+            lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, 0, intent, mo, tree);
         out[2] = lid;
         out[3] = e->lr[lid & BC_ROW_MASK].cost;
         return BC_GRANTED;
@@ -181,11 +185,12 @@ __attribute__((always_inline)) static inline int64_t k_batch(
     int64_t intent0, int64_t *on, int64_t *orz, int64_t *ol, int64_t j, int64_t m, int *err,
     int64_t *rec)
 {
-    int64_t buf[4] = {0, 0, 0, 0}, before[4 + BC_LIMITS] = {0}, c, d, k, pc, pd, pr, i;
+    int64_t buf[4] = {0, 0, 0, 0}, nbuf[4] = {0, 0, 0, 0}, before[4 + BC_LIMITS] = {0};
+    int64_t c, d, k, pc, pd, pr, i;
     int64_t D = e->D, K = e->K, calloc = e->calloc;
     int rc, q;
     bc_dec x;
-    bc_memo mo;
+    bc_memo mo, nmo;
     k_memo_init(&mo);
     while (j < m) {
         c = camps[j];
@@ -230,9 +235,15 @@ __attribute__((always_inline)) static inline int64_t k_batch(
         }
         rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
                         BC_FLAT_ONLY);
-        if (rc == BC_E_TREE)          /* a node of a tree: its path's walks, out of line */
-            rc = k_admit_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, buf,
-                              &mo);
+        if (rc == BC_E_TREE) {        /* a node of a tree: its path's walks, out of line */
+            nmo = mo;                 /* (mo's address stays in the loop too) */
+            rc = k_admit_node(e, c, d, k, nmins[j], nmaxs[j], durs[j], t, intent0 + j, nbuf,
+                              &nmo);
+            mo = nmo;
+            buf[0] = nbuf[0];         /* (buf's address stays in the loop: it needs no memory) */
+            buf[1] = nbuf[1];
+            buf[2] = nbuf[2];
+        }
         if (rc < 0) {
             *err = rc;
             return j;

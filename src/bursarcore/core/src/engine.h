@@ -128,15 +128,34 @@ typedef struct {
  * cost. d < 0: no price remembered; cn < 0: no cost. */
 typedef struct {
     int64_t d, k, pm;
-    int64_t cn, cdur, cpm;
+    int64_t cn, cdur, cpm, cxn, cx;
     bc_i128 ccost;
 } bc_memo;
 
 static inline void k_memo_init(bc_memo *mo)
 {
     mo->d = mo->k = mo->pm = -1;
-    mo->cn = mo->cdur = mo->cpm = -1;
+    mo->cn = mo->cdur = mo->cpm = mo->cxn = -1;
+    mo->cx = 0;
     mo->ccost = 0;
+}
+
+/* bc_cost(n, dur, pm), remembered for the next grant of the same size, duration and price;
+ * when that cost is exact (bc_cost_exact) and fits int64, mo->cxn is n and mo->cx the cost,
+ * else cxn is -1. */
+static inline bc_i128 k_memo_cost(bc_memo *mo, int64_t n, int64_t dur, int64_t pm)
+{
+    bc_i128 x;
+    if (n != mo->cn || dur != mo->cdur || pm != mo->cpm) {
+        x = bc_cost(n, dur, pm);
+        mo->cn = n;
+        mo->cdur = dur;
+        mo->cpm = pm;
+        mo->ccost = x;
+        mo->cxn = bc_cost_exact(n, dur, pm) && BC_I64_MIN <= x && x <= BC_I64_MAX ? n : -1;
+        mo->cx = (int64_t)x;
+    }
+    return mo->ccost;
 }
 
 /* -- tokens and holdings (§4.2) ----------------------------------------------------------- */
@@ -149,7 +168,7 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     bc_i128 dt, add, room;
     if (tl >= t)
         return;
-    dt = (bc_i128)t - tl;
+    dt = (bc_i128)((uint64_t)t - (uint64_t)tl);    /* (t > tl: below 2**64) */
     e->cd[i].tlast = t;
     H = e->cd[i].H;
     /* the low 64 bits of H * dt: the wrapping 64-bit product */
@@ -157,9 +176,9 @@ static inline void k_settle(bc_eng *e, int64_t c, int64_t d, int64_t t)
     rate = bc_refill_rate(H, e->cd[i].s);
     T = e->cd[i].T;
     if (rate > 0) {
-        room = (bc_i128)e->cd[i].Bcap - T;
-        if (room == 0)              /* a full bucket (or an unlimited one): nothing to add */
+        if (e->cd[i].Bcap == T)     /* a full bucket (or an unlimited one): nothing to add */
             return;
+        room = (bc_i128)e->cd[i].Bcap - T;
         add = (bc_i128)rate * dt;
         if (room < add)
             add = room;
@@ -444,6 +463,8 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->firm = kc[BC_K_PREEMPT] == 0;
     q->free_when_broke = kc[BC_K_FREEBROKE] != 0;
     q->instant = e->scal[1] != 0;
+    q->cn = -1;
+    q->ccost = 0;
 }
 
 /* Decide a request of [nmin, nmax] units of class k on (c, d) for dur ns at t, spending at
@@ -458,8 +479,8 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
                               int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int64_t free, xlim[BC_LIMITS];
-    bc_i128 pm;
+    int64_t free, xlim[BC_LIMITS], pm, cn = -1, ccost = 0;
+    bc_i128 p;
     bc_req q;
     int err;
     k_settle(e, c, d, t);
@@ -469,17 +490,25 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
     if (mo != NULL && mo->d == d && mo->k == k) {
         pm = mo->pm;
     } else {
-        pm = k_price_f(e, d, k, free);
-        if (pm > BC_I64_MAX || pm < BC_I64_MIN)
+        p = k_price_f(e, d, k, free);
+        if (p > BC_I64_MAX || p < BC_I64_MIN)
             return BC_E_RANGE;
+        pm = (int64_t)p;
         if (mo != NULL && k_price_fixed(e, d, kc)) {
             mo->d = d;
             mo->k = k;
-            mo->pm = (int64_t)pm;
+            mo->pm = pm;
         }
     }
-    o->pm = (int64_t)pm;
-    k_request(e, c, d, k, dur, max_spend, o->pm, free, &q, tree);
+    o->pm = pm;
+    if (mo != NULL) {           /* the cost of nmax, which a full grant commits (k_admit_at) */
+        k_memo_cost(mo, nmax, dur, pm);
+        cn = mo->cxn;
+        ccost = mo->cx;
+    }
+    k_request(e, c, d, k, dur, max_spend, pm, free, &q, tree);
+    q.cn = cn;
+    q.ccost = ccost;
     if (tree > 0) {             /* §14.2: every level of the path binds */
         q.left = k_path_left_tree(e, c);
         k_path_limits(e, c, d, dur, t, xlim);

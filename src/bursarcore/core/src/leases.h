@@ -221,18 +221,11 @@ static inline int64_t k_commit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, in
                                   int64_t dur, int64_t pm, int64_t t, int starting,
                                   int64_t intent, bc_memo *mo, int tree)
 {
-    bc_i128 price;
     if (mo == NULL)
         return k_commit_cost(e, c, d, k, n, dur, bc_cost(n, dur, pm), t, starting, intent,
                              tree);
-    if (n != mo->cn || dur != mo->cdur || pm != mo->cpm) {
-        mo->cn = n;
-        mo->cdur = dur;
-        mo->cpm = pm;
-        mo->ccost = bc_cost(n, dur, pm);
-    }
-    price = mo->ccost;
-    return k_commit_cost(e, c, d, k, n, dur, price, t, starting, intent, tree);
+    return k_commit_cost(e, c, d, k, n, dur, k_memo_cost(mo, n, dur, pm), t, starting, intent,
+                         tree);
 }
 
 static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,

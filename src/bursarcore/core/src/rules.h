@@ -127,7 +127,8 @@ static inline int64_t bc_free(int64_t cap, int64_t occ, int64_t prom, int64_t re
 }
 
 /* §7 credit cost of n units for dur ns at pm micro-credits per unit-hour:
- * ceil(n * dur * pm / hour), exact for every int64 input. */
+ * ceil(n * dur * pm / hour), exact while n * dur * pm fits 128 bits (bc_cost_exact; always
+ * within the inputs' bounds, §2). */
 static inline bc_i128 bc_cost(int64_t n, int64_t dur, int64_t pm)
 {
     bc_i128 x = (bc_i128)n * dur, a, r;
@@ -152,6 +153,17 @@ static inline bc_i128 bc_cost(int64_t n, int64_t dur, int64_t pm)
     a = bc_fdiv128(x, BC_HOUR_NS);
     r = x - a * BC_HOUR_NS;
     return a * pm - bc_fdiv128(-(r * pm), BC_HOUR_NS);
+}
+
+/* Whether bc_cost(n, dur, pm) is exact: n * dur * pm fits 128 bits (so does every product it
+ * forms), as it always does when n * dur fits int64. */
+static inline int bc_cost_exact(int64_t n, int64_t dur, int64_t pm)
+{
+    int64_t x64;
+    bc_i128 p;
+    if (!__builtin_mul_overflow(n, dur, &x64))
+        return 1;
+    return !__builtin_mul_overflow((bc_i128)n * dur, (bc_i128)pm, &p);
 }
 
 /* §7 what a lease priced `price` is charged: a class that runs free when the budget is
@@ -189,14 +201,16 @@ static const int64_t bc_limit_reason[BC_LIMITS] = {
  * levels (capacity, firm holdings F, unmet guarantees U, their sum of guarantees, free units,
  * units lent to opportunistic leases, under notice plus the reserve (bc_reachable),
  * promised, the opportunistic headroom), the price (micro-credits per unit-hour), the
- * duration and spending cap (< 0: none), and the class's terms. The engine fills it
- * (k_request). */
+ * duration and spending cap (< 0: none), the class's terms, and the cost of a size when the
+ * caller knows it. The engine fills it (k_request). */
 typedef struct {
     int64_t H, s, b, T, Bcap, g, unmet;
     int64_t left, escrow;
     int64_t cap, F, U, gsum, free, oppa, rev, prom, headroom;
     int64_t pm, dur, max_spend;
     int firm, free_when_broke, instant;
+    int64_t cn, ccost;  /* the cost of cn units when the caller knows it: bc_cost(cn, dur, pm),
+                           exact (bc_cost_exact) and within int64; cn < 0: none known */
 } bc_req;
 
 /* A decision and the limits that made it: lim[i] the most units rule i allows one more
@@ -218,11 +232,12 @@ enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_
 #define BC_UNROLL
 #endif
 
-/* §4.3 the credit rule's terms for one request: the limit is X // den units (X the budget
- * left, or the spending cap, times an hour; den the duration times the price), clamped to
- * BC_MAXV when `capped` (a cap alone binds); `on` is 0 when the rule does not bind. */
+/* §4.3 the credit rule's terms for one request: a lease of m units is allowed when its cost
+ * bc_cost(m, dur, pm) is at most L, the budget left or the spending cap, whichever is less,
+ * so the limit is L·hour // den units (den the duration times the price), clamped to BC_MAXV
+ * when `capped` (a cap alone binds); `on` is 0 when the rule does not bind. */
 typedef struct {
-    bc_i128 X, den;
+    int64_t L;
     int capped, on;
 } bc_credit;
 
@@ -231,29 +246,28 @@ static inline int bc_credit_terms(const bc_req *q, bc_credit *ct)
 {
     ct->on = 0;
     ct->capped = 0;
-    ct->X = ct->den = 0;
+    ct->L = 0;
     if (q->pm == 0)
         return 0;
     if (q->dur == 0 && (!q->free_when_broke || q->max_spend >= 0))
         return BC_E_ZERODIV;       /* (den == 0: pm != 0 here) */
-    ct->den = (bc_i128)q->dur * q->pm;
     if (!q->free_when_broke) {     /* (an unlimited budget, left = MAXV, bounds a cost too) */
-        ct->X = (bc_i128)q->left * BC_HOUR_NS;
+        ct->L = q->left;
         ct->on = 1;
     }
     if (q->max_spend >= 0) {
         /* min(X1 // den, X2 // den) == min(X1, X2) // den; min(BIG, X2 // den) otherwise */
         ct->capped = !ct->on;
-        if (ct->capped || (bc_i128)q->max_spend * BC_HOUR_NS < ct->X)
-            ct->X = (bc_i128)q->max_spend * BC_HOUR_NS;
+        if (ct->capped || q->max_spend < ct->L)
+            ct->L = q->max_spend;
         ct->on = 1;
     }
     return 0;
 }
 
-static inline int64_t bc_credit_limit(const bc_credit *ct)
+static inline int64_t bc_credit_limit(const bc_req *q, const bc_credit *ct)
 {
-    bc_i128 x = bc_fdiv128(ct->X, ct->den);
+    bc_i128 x = bc_fdiv128((bc_i128)ct->L * BC_HOUR_NS, (bc_i128)q->dur * q->pm);
     if (ct->capped && x > BC_MAXV)
         x = BC_MAXV;
     return x > BC_MAXV ? BC_MAXV : x < -BC_MAXV ? -BC_MAXV : (int64_t)x;
@@ -267,7 +281,7 @@ static inline int64_t bc_limit_exact(const bc_req *q, const bc_credit *ct, int i
     case BC_LIMIT_TOKENS:
         return bc_token_limit(q->H, q->s, q->T, q->dur);
     case BC_LIMIT_CREDITS:
-        return ct->on ? bc_credit_limit(ct) : BC_MAXV;
+        return ct->on ? bc_credit_limit(q, ct) : BC_MAXV;
     }
     return BC_MAXV;
 }
@@ -309,8 +323,8 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
             *lim = BC_MAXV;
             return 0;
         }
-        if (exact || ct->den < 0) {
-            *lim = bc_credit_limit(ct);
+        if (exact || (q->dur < 0) != (q->pm < 0)) {    /* den < 0 */
+            *lim = bc_credit_limit(q, ct);
             return 0;
         }
         return BC_LAZY;
@@ -319,11 +333,11 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
     return 0;
 }
 
-/* Whether rule i (bc_limit gave BC_LAZY) allows m units, without its division: the tokens'
- * T // dur >= q is T >= q·dur, the credits' X // den >= q is X >= q·den. */
+/* Whether rule i (bc_limit gave BC_LAZY) allows m units, without its division (0 when it
+ * cannot tell: the caller divides): the tokens' T // dur >= m is T >= m·dur; the credits'
+ * L·hour // den >= m (den > 0) is L·hour >= m·den, that is bc_cost(m, dur, pm) <= L. */
 static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t m)
 {
-    bc_i128 prod;
     int64_t mb, need;
     switch (i) {
     case BC_LIMIT_TOKENS:
@@ -333,12 +347,12 @@ static inline int bc_allows(const bc_req *q, const bc_credit *ct, int i, int64_t
         return bc_mul_over64(mb, q->dur, &need) ? (mb < 0) : (q->T >= need);
     case BC_LIMIT_CREDITS:
         if (m <= 0)
-            return ct->X >= 0;
+            return ct->L >= 0;
         if (ct->capped && m > BC_MAXV)
             return 0;
-        if (0 <= ct->den && ct->den <= BC_I64_MAX)     /* m·den < 2**126: one multiply */
-            return ct->X >= (bc_i128)m * (int64_t)ct->den;
-        return !bc_mul_over128(m, ct->den, &prod) && ct->X >= prod;
+        if (m == q->cn)             /* the cost known (exact) */
+            return q->ccost <= ct->L;
+        return bc_cost_exact(m, q->dur, q->pm) && bc_cost(m, q->dur, q->pm) <= ct->L;
     }
     return 0;
 }
