@@ -18,7 +18,7 @@ from ..journal.base import Journal
 from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
-from . import tree
+from . import fairshare, tree
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -414,23 +414,8 @@ class BrokerCore:
                 for c in self._camps]
 
     def _deficits(self, t: int) -> list[float]:
-        """SPEC §6: deficit_c = share_c / Σ share − usage_c / Σ usage; with a tree, each
-        node's level deficit among its siblings (SPEC §14.6)."""
-        usage = self._usage(t)
-        if self._is_tree():
-            return tree.level_deficits(self._camps, usage)
-        shares = [c.share for c in self._camps]
-        tot_share = 0.0
-        for x in shares:
-            tot_share += x
-        tot = 0.0
-        for u in usage:
-            tot += u
-        return [(sh / tot_share if tot_share > 0 else sh) - (u / tot if tot > 0 else 0.0)
-                for sh, u in zip(shares, usage)]
-
-    def _is_tree(self) -> bool:
-        return any(c.parent is not None for c in self._camps)
+        """SPEC §6, §14.6: the deficits, or with a tree the level deficits."""
+        return fairshare.deficits(self._camps, self._usage(t))
 
     def deficits(self) -> dict[str, float]:
         """SPEC §6 at the broker time; a read."""
@@ -667,8 +652,8 @@ class BrokerCore:
             deficit = self._deficits(t)
             if self._jw is not None:
                 self._jw.deficits = deficit
-            if self._is_tree():     # SPEC §14.6: last in the Fair Tree order first
-                place = tree.fair_tree_rank(self._camps, deficit)
+            if fairshare.is_tree(self._camps):   # SPEC §14.6: the last in the order first
+                place = fairshare.fair_tree_rank(self._camps, deficit)
                 opp.sort(key=lambda x: (-place[x.campaign], -x.units, x.id))
             else:
                 opp.sort(key=lambda x: (deficit[x.campaign], -x.units, x.id))
@@ -757,8 +742,8 @@ class BrokerCore:
             for p in ps:
                 self._camps[p.campaign].hold[p.dim].settle(t, self._instant)
             # SPEC §14.6: with a tree, the Fair Tree order in place of the deficits'
-            fair = (tree.fair_tree_rank(self._camps, deficit) if self._is_tree()
-                    else [-x for x in deficit])
+            fair = (fairshare.fair_tree_rank(self._camps, deficit)
+                    if fairshare.is_tree(self._camps) else [-x for x in deficit])
             ps.sort(key=lambda p: (self._terms[p.cls].rank, fair[p.campaign],
                                    -self._camps[p.campaign].hold[p.dim].T, p.intent_id))
         for p in ps:

@@ -27,7 +27,6 @@ O(depth) per decision, is checked against.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from ..admission.paths import check_name, parent_name, refuse_guarantee
@@ -35,7 +34,7 @@ from .leases import Campaign
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
            "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child",
-           "check_guarantee", "subtree_usage", "level_deficits", "fair_tree_rank"]
+           "check_guarantee"]
 
 
 def commitments(camps: Sequence[Campaign], d: int) -> list[int]:
@@ -170,42 +169,3 @@ def check_guarantee(camps: Sequence[Campaign], cap: int, parent: int | None, d: 
     total = sum(camps[ch].hold[d].g for ch in p.children) + g
     refuse_guarantee(label, g, parent=p.name, total=total, bound=p.hold[d].g, room=room,
                      load_room=lambda: load_room_for_child(camps, under, d))
-
-
-# -- fair share as a tree (SPEC §14.6) ----------------------------------------------------
-def subtree_usage(camps: Sequence[Campaign], usage: Sequence[float], v: int) -> float:
-    """U_v: v's own usage plus each child's subtree usage, in registration order."""
-    u = usage[v]
-    for ch in camps[v].children:
-        u += subtree_usage(camps, usage, ch)
-    return u
-
-
-def level_deficits(camps: Sequence[Campaign], usage: Sequence[float]) -> list[float]:
-    """λ_v = share_v / Σ_{siblings u} share_u − U_v / Σ_{siblings u} U_u, the siblings of
-    v (v among them) being its parent's children, or every top-level node."""
-    out = []
-    for c in camps:
-        sibs = ([x.index for x in camps if x.parent is None] if c.parent is None
-                else camps[c.parent].children)
-        tot_share = tot_use = 0.0
-        for u in sibs:
-            tot_share += camps[u].share
-            tot_use += subtree_usage(camps, usage, u)
-        mine = subtree_usage(camps, usage, c.index)
-        out.append((c.share / tot_share if tot_share > 0 else c.share)
-                   - (mine / tot_use if tot_use > 0 else 0.0))
-    return out
-
-
-def fair_tree_rank(camps: Sequence[Campaign], deficit: Sequence[float]) -> list[int]:
-    """Each node's place in the Fair Tree order, 0 first (equal paths share a place):
-    nodes compare by their ancestors' level deficits from the top, the larger first, at
-    the first level where their paths part; a node before its descendants; a NaN deficit
-    after every number."""
-    def key(c: Campaign) -> tuple[float, ...]:
-        return tuple(math.inf if deficit[v] != deficit[v] else -deficit[v]
-                     for v in reversed(c.path))
-    keys = [key(c) for c in camps]
-    order = sorted(set(keys))
-    return [order.index(k) for k in keys]
