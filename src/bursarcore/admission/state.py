@@ -370,7 +370,7 @@ class EngineState:
     def has_tree(self) -> bool:
         """Whether any node of a tree of envelopes is registered (the ancestors' prepaid
         figures are kept from the first one on)."""
-        return self.lex.shape[0] != 0
+        return int(self.lex.shape[0]) != 0
 
     def in_tree(self, c: int) -> bool:
         """Whether c is a node of a tree (a child, or a top-level node with children)."""

@@ -83,8 +83,10 @@ class RateLimiter:
 
 
 class _Caller(Protocol):
-    token_id: str
-    campaign: str | None
+    @property
+    def token_id(self) -> str: ...
+    @property
+    def campaign(self) -> str | None: ...
 
 
 class RequestLimits:
