@@ -220,10 +220,10 @@ is the engine and the journal: `Broker.admit_batch` about 37 % (its compiled loo
 part; the journal's in-memory copy of the new records about 25 %, of which growing the
 record store by doubling about 15 % and the records' checksums about 9 %; growing the
 lease table about 9 %), the SQLite commit in its writer thread about 20 %, and idle time
-waiting for fsync or the clients. The 1 s-lease rows spend most of their time expiring:
-the service subscribes to the broker's events (to stream them), and with a subscriber each
-expiry is decided, journaled and announced one lease at a time (`Broker._expire_until`,
-`_emit`, `Journal.add`), so in the steady state expiries, not admissions, bound the rate.
+waiting for fsync or the clients. In the 1 s-lease rows every grant expires again a
+second later: the broker's compiled expiry path decides and journals each expiry (one
+record each, its state after), and the service builds its event log from those records
+when they are durable, so in the steady state expiries and admissions share the rate.
 `Broker.consume_batch` decides an unpriced batch in its compiled loop and writes its
 journal records as one block (about 6 million consumptions a second in process with a
 memory journal), so the consume rows are bound, as the intent rows are, by the HTTP, the

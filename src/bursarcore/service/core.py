@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..admission import Congestion, Envelope, Pool, ServiceClass
-from ..broker import Broker, Event
+from ..broker import Broker
 from ..errors import BursarError, InvalidArgument, UnknownLease
 from ..journal import MemoryJournal, SQLiteJournal
 from ..journal import records as J
@@ -207,12 +207,6 @@ def build_broker(config: Mapping[str, Any], clock: Any, journal: Any = None, *,
 
 
 # ---------------------------------------------------------------------------- events
-def _event_dict(seq: int, ev: Event) -> dict[str, Any]:
-    return {"seq": seq, "kind": ev.kind, "time": ev.time, "campaign": ev.campaign,
-            "lease_id": ev.lease_id, "intent_id": ev.intent_id, "deadline": ev.deadline,
-            "reason": ev.reason, "units": ev.units}
-
-
 def _event_from_row(r: np.void, names: list[str]) -> dict[str, Any]:
     op = int(r["op"])
     kind = _KIND_OF_CODE[op]
@@ -262,8 +256,8 @@ class BrokerService:
         self._max_events = max(16, int(event_log))
         self._events: collections.deque[dict[str, Any]] = collections.deque()
         self._log_start = 0           # every event with seq >= this is in _events
+        self._scanned = 0             # the journal's records before this are in _events
         self._seed_events()
-        broker.subscribe(self._on_event)
         self._durable = self.journal.durable_seq if self._grouped else len(self.journal) - 1
         self._waiters: list[tuple[int, asyncio.Future, float | None]] = []
         self._watchdog: asyncio.TimerHandle | None = None
@@ -589,6 +583,7 @@ class BrokerService:
     # ------------------------------------------------------------------ events
     def _seed_events(self) -> None:
         rows = self.journal.rows()
+        self._scanned = rows.shape[0]
         if rows.size == 0:
             return
         idx = np.flatnonzero(np.isin(rows["op"], _EVENT_CODES))
@@ -599,13 +594,22 @@ class BrokerService:
         for i in idx:
             self._events.append(_event_from_row(rows[i], names))
 
-    def _on_event(self, ev: Event) -> None:
-        # called inside a broker operation, just before the event's own journal record is
-        # appended: that record's seq is the journal's next seq
-        self._events.append(_event_dict(len(self.journal), ev))
-        if len(self._events) > self._max_events:
-            self._events.popleft()
-            self._log_start = self._events[0]["seq"]
+    def _scan_events(self, hi: int) -> None:
+        """Take the events of the journal's records up to seq ``hi`` into the log: each
+        event is the record the broker journaled for it (derived records: expiries,
+        revocations, notices, activations, pending grants and refusals), so the log needs
+        no callback inside broker operations, and the broker's compiled expiry path runs."""
+        if hi < self._scanned:
+            return
+        with self.lock:
+            rows = self.journal.rows()[self._scanned: hi + 1]
+            names = list(self.journal.names)
+        self._scanned = hi + 1
+        for i in np.flatnonzero(np.isin(rows["op"], _EVENT_CODES)).tolist():
+            self._events.append(_event_from_row(rows[i], names))
+            if len(self._events) > self._max_events:
+                self._events.popleft()
+                self._log_start = self._events[0]["seq"]
 
     def _notify_events(self) -> None:
         if self._new_events is not None:
@@ -615,6 +619,7 @@ class BrokerService:
     def events_since(self, campaign: str | None, after: int, limit: int) -> list[dict[str, Any]]:
         """Durable events with seq > ``after`` (of one campaign, or all), oldest first."""
         hi = self._durable
+        self._scan_events(hi)
         if after + 1 < self._log_start:
             rows = self.journal.rows()[max(after + 1, 0): hi + 1]
             m = np.isin(rows["op"], _EVENT_CODES)
