@@ -139,3 +139,32 @@ def test_async_stream_and_poll(srv):
     lid, (seq, ev), polled = asyncio.run(main())
     assert (ev.kind, ev.lease_id) == ("expired", lid)
     assert polled == [ev]
+
+
+def test_the_event_log_window_and_the_journal_agree():
+    """The service keeps the newest ``event_log`` events and reads older ones from the
+    journal's rows: both give the same events, across the window's edge and when the log
+    is filled in one scan or several."""
+    from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+    from bursarcore.journal.memory import MemoryJournal
+    from bursarcore.service.core import BrokerService
+
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), journal=MemoryJournal())
+    b.register("c", Envelope(credits=1e9, sustained={"gpu": 64}, ceiling={"gpu": 64},
+                             burst={"gpu": float("inf")}))
+    svc = BrokerService(b, event_log=16)
+    seen = []
+    for step in range(5):
+        for _ in range(10):
+            b.acquire(Intent("c", units={"gpu": 1}, duration=1.0))
+        b.clock.advance(2.0)
+        b.poll()
+        svc._durable = len(b.journal) - 1
+        if step % 2:
+            seen = svc.events_since(None, -1, 10_000)   # scans now and then, not every step
+    every = svc.events_since(None, -1, 10_000)
+    assert len(every) == 50 and [e["kind"] for e in every] == ["expired"] * 50
+    assert seen == every[:len(seen)]
+    assert len(svc._events) == 16 and svc._log_start == every[-16]["seq"]
+    for after in (-1, every[20]["seq"], every[-17]["seq"], every[-5]["seq"]):
+        assert svc.events_since(None, after, 10_000) == [e for e in every if e["seq"] > after]

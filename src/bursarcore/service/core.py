@@ -257,7 +257,7 @@ class BrokerService:
         self._events: collections.deque[dict[str, Any]] = collections.deque()
         self._log_start = 0           # every event with seq >= this is in _events
         self._scanned = 0             # the journal's records before this are in _events
-        self._seed_events()
+        self._scan_events(len(self.journal) - 1)
         self._durable = self.journal.durable_seq if self._grouped else len(self.journal) - 1
         self._waiters: list[tuple[int, asyncio.Future, float | None]] = []
         self._watchdog: asyncio.TimerHandle | None = None
@@ -581,35 +581,29 @@ class BrokerService:
                     self._notify_events()
 
     # ------------------------------------------------------------------ events
-    def _seed_events(self) -> None:
-        rows = self.journal.rows()
-        self._scanned = rows.shape[0]
-        if rows.size == 0:
-            return
-        idx = np.flatnonzero(np.isin(rows["op"], _EVENT_CODES))
-        if idx.size > self._max_events:
-            idx = idx[-self._max_events:]
-            self._log_start = int(rows[idx[0]]["seq"])
-        names = list(self.journal.names)
-        for i in idx:
-            self._events.append(_event_from_row(rows[i], names))
-
     def _scan_events(self, hi: int) -> None:
-        """Take the events of the journal's records up to seq ``hi`` into the log: each
-        event is the record the broker journaled for it (derived records: expiries,
-        revocations, notices, activations, pending grants and refusals), so the log needs
-        no callback inside broker operations, and the broker's compiled expiry path runs."""
+        """Take the events of the journal's records up to seq ``hi`` into the log (the
+        newest ``event_log`` of them): each event is the record the broker journaled for it
+        (derived records: expiries, revocations, notices, activations, pending grants and
+        refusals), so the log needs no callback inside broker operations, and the broker's
+        compiled expiry path runs."""
         if hi < self._scanned:
             return
         with self.lock:
             rows = self.journal.rows()[self._scanned: hi + 1]
             names = list(self.journal.names)
         self._scanned = hi + 1
-        for i in np.flatnonzero(np.isin(rows["op"], _EVENT_CODES)).tolist():
-            self._events.append(_event_from_row(rows[i], names))
-            if len(self._events) > self._max_events:
-                self._events.popleft()
-                self._log_start = self._events[0]["seq"]
+        idx = np.flatnonzero(np.isin(rows["op"], _EVENT_CODES))
+        dropped = idx.size > self._max_events
+        if dropped:                               # only the newest fit in the log
+            idx = idx[-self._max_events:]
+            self._events.clear()
+        self._events.extend(_event_from_row(rows[i], names) for i in idx.tolist())
+        while len(self._events) > self._max_events:
+            self._events.popleft()
+            dropped = True
+        if dropped:
+            self._log_start = self._events[0]["seq"]
 
     def _notify_events(self) -> None:
         if self._new_events is not None:
