@@ -523,8 +523,14 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         return fair_tree_keys(deficit, self._parents()) if self.st.has_tree() else deficit
 
     def _parents(self) -> list[int]:
+        """Each node's parent's index, -1 for a top-level node (``EngineState.parent`` for
+        every node at once)."""
         st = self.st
-        return [st.parent(c) for c in range(st.C)]
+        if not st.D:
+            return [-1] * st.C
+        up = st.up[:st.C, 0]
+        parents: list[int] = np.where(up > 0, up - 1, -1).tolist()
+        return parents
 
     # ------------------------------------------------------------------ pending queue (§4.5)
 

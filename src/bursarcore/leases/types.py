@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from itertools import repeat
 from typing import Any, Iterable, NamedTuple
 
-__all__ = ["Lease", "Event", "expired_event", "expired_events"]
+__all__ = ["Lease", "Event", "expired_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,16 +132,11 @@ _EVENT_FIELDS = Event._fields
 _tuple_new = tuple.__new__
 
 
-def expired_event(time: float, campaign: str, lease_id: int, units: int) -> Event:
-    """``Event("expired", time, campaign, lease_id=lease_id, units=units)``, the same
-    object, made without the keyword handling of ``Event.__new__``."""
-    return _tuple_new(Event, ("expired", time, campaign, lease_id, None, None, None, units))
-
-
 def expired_events(times: Iterable[float], campaigns: Iterable[str], lease_ids: Iterable[int],
                    units: Iterable[int]) -> list[Event]:
-    """:func:`expired_event` for each of the zipped columns, in order (one C-level loop:
-    expiries come by the thousand)."""
+    """``Event("expired", time, campaign, lease_id=lease_id, units=units)`` for each of the
+    zipped columns, in order: one C-level loop, without the keyword handling of
+    ``Event.__new__`` (expiries come by the thousand)."""
     return list(map(_tuple_new, repeat(Event), zip(repeat("expired"), times, campaigns,
                                                    lease_ids, repeat(None), repeat(None),
                                                    repeat(None), units)))
