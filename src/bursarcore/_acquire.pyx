@@ -32,10 +32,11 @@ from libc.math cimport rint, isfinite, fabs
 from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_advance,
                        k_cong_mult, k_decide, k_dim_figures, k_free, k_held, k_reusable,
                        k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
-                       RANK, ROW_MASK, R_CAPACITY, R_TOKENS, BC_LIMITS)
+                       PREEMPT, RANK, ROW_MASK, R_CAPACITY, R_TOKENS, BC_LIMITS)
 from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_set,
                         MAKER_MAX, RUN_W)
 from .admission import state as _state
+from .journal import records as J
 
 cnp.import_array()
 
@@ -51,7 +52,13 @@ cdef tuple _REASON_NAMES = tuple(_state.REASONS)
 cdef int64_t _R_DEADLINE = _state.REASONS.index("deadline")
 cdef object _NAN = float("nan")
 cdef dict _OUTCOME_CODE = {"granted": 1, "pending": 2, "refused": 3}
-cdef dict _PATH_CODE = {"warm": 1, "reclaim": 2}
+cdef dict _PATH_CODE = J.PATH_CODE
+
+
+cdef inline bint _borrowed(Eng* e, int64_t lid):
+    """Whether lease lid is borrowed (SPEC §14.8): not firm, of a class that is."""
+    cdef int64_t r = lid & ROW_MASK
+    return e.lr[r].firm == 0 and e.cls[e.lr[r].lcls * NCOL + PREEMPT] == 0
 
 # the fields FastAcquire reads, in Intent's order (checked when it is built)
 cdef tuple _INTENT_FIELDS = ("campaign", "units", "duration", "deadline", "max_spend",
@@ -545,7 +552,8 @@ cdef class FastAcquire:
             if e.lr[lid & ROW_MASK].firm == 0:
                 PySet_Add(self.opp[d], lid_obj)
             return self.res.decision("granted", iid_obj, name, buf[0],
-                                     self.res.lease(e, lid, lid_obj, iid, iid_obj), "warm",
+                                     self.res.lease(e, lid, lid_obj, iid, iid_obj),
+                                     "borrow" if _borrowed(e, lid) else "warm",
                                      None, None, _div(buf[3], 1000000), -1)
         if r == O_REFUSED:
             retry = None
@@ -623,7 +631,8 @@ cdef class FastAcquire:
                     lid_obj = lid
                     if e.lr[lid & ROW_MASK].firm == 0:
                         PySet_Add(self.opp[d], lid_obj)
-                    outcome, path, units, lease, cost = 1, 1, buf[0], lid, e.lr[lid & ROW_MASK].cost
+                    outcome, units, lease, cost = 1, buf[0], lid, e.lr[lid & ROW_MASK].cost
+                    path = 3 if _borrowed(e, lid) else 1
                     lease_obj = self.res.lease(e, lid, lid_obj, iid, iid_obj)
                     cx = self._cx()
                     e = &cx.e
@@ -665,7 +674,8 @@ cdef class FastAcquire:
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
-                return self.res.decision("granted", iid_obj, name, units, lease_obj, "warm",
+                return self.res.decision("granted", iid_obj, name, units, lease_obj,
+                                         "borrow" if path == 3 else "warm",
                                          None, None, _div(buf[3], 1000000), seq)
             if reason == _R_DEADLINE and has_dl and dl < t:
                 return self.res.decision("refused", iid_obj, name, 0, None, None, "deadline",

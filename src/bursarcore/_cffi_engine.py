@@ -103,6 +103,7 @@ class _Ctx:
         e.cr = ptr("crow", (calloc, _state.C_WIDTH), "bc_crow *")
         e.gch = ptr("gch", (calloc, D))
         e.Hsub = ptr("Hsub", (calloc, D))
+        e.bor = ptr("bor", (calloc, D, _state.BOR_WIDTH))
         e.fs_par = ptr("fs_par", (2,))
         if e.fs_par[0] < 1:
             raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")

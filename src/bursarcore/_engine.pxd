@@ -114,6 +114,7 @@ cdef extern from "engine.h" nogil:
         CRow* cr
         int64_t* gch
         int64_t* Hsub
+        int64_t* bor
         int64_t* fs_par
         long long fs_t
         double fs_w

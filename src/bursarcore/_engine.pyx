@@ -171,6 +171,8 @@ cdef _Ctx _build(object st):
     e.cr = <CRow*>_data(refs, st.crow, "crow", cnp.NPY_INT64, 2, e.calloc, _state.C_WIDTH)
     e.gch = _i64(refs, st, "gch", 2, e.calloc, D)
     e.Hsub = _i64(refs, st, "Hsub", 2, e.calloc, D)
+    e.bor = <int64_t*>_data(refs, st.bor.reshape(e.calloc, D * _state.BOR_WIDTH), "bor",
+                            cnp.NPY_INT64, 2, e.calloc, D * _state.BOR_WIDTH)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")

@@ -35,12 +35,12 @@ from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from .admission.fairshare import fair_tree_keys, level_deficits
-from .admission.paths import check_guarantees, check_name
+from .admission.paths import borrowing_limits, check_guarantees, check_name
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
                                 Supply)
 from .admission.signals import SignalsMixin
-from .admission.state import CREDIT, MAXV, PPM, REUSE_AFTER, EngineState
+from .admission.state import BOR_LEND, BOR_LIMIT, CREDIT, MAXV, PPM, REUSE_AFTER, EngineState
 from .clock import ManualClock
 from .errors import InvalidArgument, TimeWentBackwards, UnknownCampaign
 from .journal import records as J
@@ -124,6 +124,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
     max_pending : int or None, optional
         The most intents one campaign may have waiting in the pending queue (default
         1024); one more is refused with ``pending_limit``. None: no cap.
+    borrow_grace : float, optional
+        Seconds between the notice to a borrowed lease and its revocation when the pool
+        needs its units back (default 60; SPEC §14.8), > 0.
 
     Raises
     ------
@@ -146,7 +149,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                  backend: str | None = None, cold_wait: Any = None,
                  journal: Journal | None = None, durable: bool = False,
                  reuse_after: int | None = REUSE_AFTER,
-                 max_pending: int | None = MAX_PENDING) -> None:
+                 max_pending: int | None = MAX_PENDING, borrow_grace: float = 60.0) -> None:
         if not isinstance(pool, Pool):
             raise InvalidArgument("pool", "must be a Pool", pool)
         self.pool = pool
@@ -166,6 +169,11 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             if units.real(v, name, hi=hi, what="a number of seconds") <= 0:
                 raise InvalidArgument(name, "must be > 0", v)
         self.ttl, self.half_life = float(ttl), float(half_life)
+        if units.real(borrow_grace, "borrow_grace", hi=MAX_DURATION,
+                      what="a number of seconds") <= 0:
+            raise InvalidArgument("borrow_grace", "must be > 0", borrow_grace)
+        self.borrow_grace = float(borrow_grace)
+        self._borrow_grace_ns = units.to_ns(self.borrow_grace, "borrow_grace")
         if backend is None:
             backend = "compiled"                  # (no core: __new__ made a reference broker)
         if backend not in ENGINES:
@@ -271,7 +279,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                                      "multipliers": list(self.congestion.multipliers)},
                       "price": self.price, "ttl": self.ttl, "half_life": self.half_life,
                       "enforcement": enforcement, "reuse_after": reuse_after,
-                      "max_pending": max_pending}
+                      "max_pending": max_pending, "borrow_grace": self.borrow_grace}
             row = {}
             row["op"] = J.OP["config"]
             row["t"] = self._cur.t
@@ -324,6 +332,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             for d in m:
                 if d not in self._dim_index and d not in self._flow_index:
                     raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
+        bl, ll = borrowing_limits(envelope, self._dim_index, MAXV)         # SPEC §14.8
         t = self._now()
         g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
         s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
@@ -346,7 +355,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             # registration instead of leaving a campaign live but unjournaled
             env = envelope.to_dict()
             env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
-            env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
+            for f in ("burst", "lend_limit"):
+                if f in env:
+                    env[f] = {k: (None if math.isinf(v) else v) for k, v in env[f].items()}
             try:
                 payload = json.dumps({"name": name, "envelope": env}, sort_keys=True,
                                      allow_nan=False)
@@ -361,6 +372,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                 ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
                 now=t / NS)
         c = self.st.add_campaign(g, s, b, Bcap, budget, t, top=parent is None)
+        self.st.bor[c, :, BOR_LIMIT] = bl
+        self.st.bor[c, :, BOR_LEND] = ll
         if parent is not None:              # SPEC §14.1: its guarantee joins its parent's path
             if not self.st.in_tree(parent):
                 self._queue.wake_campaign(parent)   # its pending keys: decided at every pass

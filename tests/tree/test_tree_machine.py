@@ -15,6 +15,10 @@ leases, the envelopes), never the broker's own sums:
   and is granted outright when no budget on c's path could bind; a firm request of
   n ≤ slack_c is never refused nor left pending for capacity;
 
+* borrowing (SPEC §14.8): a node's borrowed leases (not firm, of a firm class) hold no more
+  than its borrow limit, a borrowed grant is revocable, and every revocation falls due
+  within the grace (a lender waking within its guarantee is served within it, above);
+
 and at the end: the prepaid bound per node (the unit-seconds of its load above its s ≤ B +
 its refill), determinism (the same operations give the same results and state) and replay
 of the journal (the same state).
@@ -90,12 +94,15 @@ class Figures:
         index = {x.name: i for i, x in enumerate(nodes)}
         self.own = [0] * n
         self.own_firm = [0] * n
+        self.borrowed = [0] * n      # SPEC §14.8: not firm, of a firm class
         self.cost = [0.0] * n
         for l in self.leases:
             if l["state"] in LIVE:
                 i = index[l["campaign"]]
                 self.own[i] += l["units"]
                 self.own_firm[i] += l["units"] if l["firm"] else 0
+                if not l["firm"] and l["service_class"] != "opportunistic":
+                    self.borrowed[i] += l["units"]
         self.sub = [0] * n
         self.sub_firm = [0] * n
         for i in range(n):
@@ -198,6 +205,22 @@ class TreeMachine(LeaseOps, RuleBasedStateMachine):
                 return False
         return True
 
+    @rule(k=st.integers(0, 1000), dur=st.sampled_from([30.0, 600.0]))
+    def borrow(self, k, dur):
+        """SPEC §14.8: a borrower asks, firm, for twice what its borrow limit allows: a
+        borrowed grant is revocable, of at most what the limit leaves, and is taken only
+        where it gives more than the firm room would."""
+        borrowers = [i for i, x in enumerate(self.nodes) if x.env.borrow("gpu") > 0]
+        if not borrowers:
+            return
+        i = borrowers[k % len(borrowers)]
+        f = Figures(self.b, self.nodes)
+        left = int(self.nodes[i].env.borrow("gpu")) - f.borrowed[i]
+        d = self._do(("acquire", i, 1, 2 * int(self.nodes[i].env.borrow("gpu")), dur,
+                      "interactive"))
+        if d["path"] == "borrow":
+            assert not d["lease"]["firm"] and d["units"] <= left, (d, left)
+
     @rule(dt=st.sampled_from([0.0, 0.5, 5.0, 30.0, 60.0, 61.0, 300.0, 1000.0]))
     def advance(self, dt):
         self._do(("advance", dt))
@@ -214,11 +237,17 @@ class TreeMachine(LeaseOps, RuleBasedStateMachine):
         assert f.top <= pool["capacity"], (f.top, pool)
         assert pool["firm"] + pool["unmet_guarantees"] == f.top
         assert min(f.slack) >= 0
+        # revocations, borrowed units' included, fall due within the grace (SPEC §6, §14.8)
+        now = self.b.clock.now()
+        for l in f.leases:
+            if l["state"] == "revoking":
+                assert l["revoke_at"] - now <= GRACE, l
         for i, x in enumerate(self.nodes):
             c = f.state["campaigns"][x.name]
             env = x.env
             assert c["held"]["gpu"] == f.sub[i]
             assert c["firm_held"]["gpu"] == f.sub_firm[i]
+            assert f.borrowed[i] <= env.borrow("gpu")                        # SPEC §14.8
             assert f.sub[i] <= f.K[i] <= env.b("gpu")                         # ceiling
             T = c["tokens"]["gpu"]
             assert T is None or 0 <= T <= env.B("gpu")                        # bucket

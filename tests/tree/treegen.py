@@ -1,6 +1,7 @@
 """Random trees of envelopes (SPEC §14) for the tree tests: 2–20 nodes, depth 1–4, nested
 guarantees within a pool of ``CAP`` units, some nodes adversaries that storm at their
-ceilings."""
+ceilings, some borrowers of their siblings' idle guarantees and some lenders of less than
+all of theirs (SPEC §14.8)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,14 @@ def trees(draw) -> list[Node]:
         credits = draw(st.sampled_from([INF, INF, 20.0, 500.0]))
         cls = draw(st.sampled_from(["agent-burst", "agent-burst", "interactive",
                                     "opportunistic"]))
+        # SPEC §14.8: some nodes borrow their siblings' idle guarantees, some lend less
+        borrow = draw(st.sampled_from([0, 0, 8, 32]))
+        lend = draw(st.sampled_from([INF, INF, 4, 0]))
         name = f"n{i}" if parent is None else f"{nodes[parent].name}/n{i}"
         nodes.append(Node(name, parent, Envelope(
             credits=credits, service_class=cls, guaranteed={"gpu": g}, sustained={"gpu": s},
-            ceiling={"gpu": b}, burst={"gpu": B}), storm))
+            ceiling={"gpu": b}, burst={"gpu": B}, borrow_limit={"gpu": borrow},
+            lend_limit={"gpu": lend}), storm))
         depth.append(1 if parent is None else depth[parent] + 1)
         room.append(g)
     return nodes

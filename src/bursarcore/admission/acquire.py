@@ -174,7 +174,7 @@ class AcquireMixin(BrokerBase):
     def _record_decision(self, row: dict[str, Any], dec: "Decision", c: int, d: int) -> None:
         row["outcome"] = {GRANTED_OUT: 1, PENDING_OUT: 2, REFUSED_OUT: 3}.get(dec.outcome, 4)
         row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
-        row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
+        row["path"] = J.PATH_CODE.get(dec.path or "", 0)
         row["units"] = dec.units
         if dec.lease is not None:
             row["lease"] = dec.lease.id
@@ -206,7 +206,8 @@ class AcquireMixin(BrokerBase):
         """The decision on a warm grant of n units as lease ``lid`` escrowing ``cost``
         (micro-credits), the lease as it stands now."""
         return Decision(GRANTED_OUT, iid, self._names[c], units=n, lease=self.lease(lid),
-                        path="warm", cost=cost / CREDIT, seq=seq)
+                        path="borrow" if self.st.borrowed(lid & ROW_MASK) else "warm",
+                        cost=cost / CREDIT, seq=seq)
 
     def _refusal(self, iid: int, c: int, reason: int, retry_after: float | None,
                  seq: int = -1) -> Decision:

@@ -84,6 +84,13 @@ class Envelope:
     share : float, optional
         The fair-share weight (SPEC §6), > 0; default g on the primary held dimension,
         or 1.
+    borrow_limit : mapping of str to float, optional
+        Units per held dimension the campaign may hold on borrowed leases: free units its
+        siblings leave idle of their guarantees, revocable after the broker's
+        ``borrow_grace`` when the pool needs them (SPEC §14.8); default 0, no borrowing.
+    lend_limit : mapping of str to float, optional
+        Units per held dimension of its idle guarantee its siblings may borrow (``inf``,
+        the default, for no limit; 0 lends nothing).
 
     Raises
     ------
@@ -98,6 +105,8 @@ class Envelope:
     ceiling: Mapping[str, float] = field(default_factory=dict)
     burst: Mapping[str, float] = field(default_factory=dict)
     share: float | None = None
+    borrow_limit: Mapping[str, float] = field(default_factory=dict)
+    lend_limit: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "credits", _plain(self.credits))
@@ -119,6 +128,14 @@ class Envelope:
                 raise InvalidArgument(f"sustained[{d}]", f"must be >= guaranteed ({gd})", sd)
             if sd > bd:
                 raise InvalidArgument(f"ceiling[{d}]", f"must be >= sustained ({sd})", bd)
+        bl = _per_dim(self.borrow_limit, "borrow_limit")
+        ll = _per_dim(self.lend_limit, "lend_limit")
+        object.__setattr__(self, "borrow_limit", bl)
+        object.__setattr__(self, "lend_limit", ll)
+        for d, v in bl.items():
+            _number(v, f"borrow_limit[{d}]")
+        for d, v in ll.items():
+            _number(v, f"lend_limit[{d}]", allow_inf=True)
         if self.share is not None:
             object.__setattr__(self, "share", _plain(self.share))
             sh = _number(self.share, "share")
@@ -140,15 +157,34 @@ class Envelope:
     def B(self, d: str) -> float:
         return float(self.burst.get(d, 0))
 
+    def borrow(self, d: str) -> float:
+        """SPEC §14.8: the most units of d its borrowed leases may hold (0: none)."""
+        return float(self.borrow_limit.get(d, 0))
+
+    def lend(self, d: str) -> float:
+        """SPEC §14.8: the most of its idle guarantee on d its siblings may borrow."""
+        return float(self.lend_limit.get(d, math.inf))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"credits": self.credits, "service_class": self.service_class,
-                "guaranteed": dict(self.guaranteed), "sustained": dict(self.sustained),
-                "ceiling": dict(self.ceiling), "burst": dict(self.burst), "share": self.share}
+        """The envelope as plain values (the borrowing limits only when set, so an
+        envelope without them reads as before they existed)."""
+        out = {"credits": self.credits, "service_class": self.service_class,
+               "guaranteed": dict(self.guaranteed), "sustained": dict(self.sustained),
+               "ceiling": dict(self.ceiling), "burst": dict(self.burst), "share": self.share}
+        if self.borrow_limit:
+            out["borrow_limit"] = dict(self.borrow_limit)
+        if self.lend_limit:
+            out["lend_limit"] = dict(self.lend_limit)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
-        return cls(**{k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
-                                        "ceiling", "burst", "share") if k in d})
+        kw = {k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
+                                "ceiling", "burst", "share", "borrow_limit") if k in d}
+        if "lend_limit" in d:           # (a journal writes an unlimited lend as null)
+            kw["lend_limit"] = {k: math.inf if v is None else v
+                                for k, v in d["lend_limit"].items()}
+        return cls(**kw)
 
 
 class Pool:

@@ -9,12 +9,15 @@ rule's room and the loads' room, SPEC §14.1).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import math
+from typing import Any, Callable, Mapping, Sequence
 
+from .. import units
 from .._abi import TREE_DEPTH
 from ..errors import InvalidArgument
 
-__all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees"]
+__all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees",
+           "borrowing_limits"]
 
 
 def parent_name(name: str) -> str | None:
@@ -83,3 +86,21 @@ def check_guarantees(st: Any, k: Any, dims: Sequence[str], names: Sequence[str],
                          room=lambda: k.child_room(st, p, i),
                          load_room=None if parent is None
                          else (lambda: k.child_load_room(st, p, i)))
+
+
+def borrowing_limits(envelope: Any, dim_index: Mapping[str, int],
+                     unlimited: int) -> tuple[list[int], list[int]]:
+    """SPEC §14.8: an envelope's borrow and lend limits per held dimension, in the order of
+    ``dim_index`` (whole units; an unlimited lend as ``unlimited``). Borrowing is of held
+    units: a limit naming another dimension is refused (InvalidArgument naming it)."""
+    for label, m in (("borrow_limit", envelope.borrow_limit),
+                     ("lend_limit", envelope.lend_limit)):
+        for d in m:
+            if d not in dim_index:
+                raise InvalidArgument(f"{label}[{d}]", "must name a held dimension of the "
+                                      "pool (borrowing is of held units)", d)
+    dims = sorted(dim_index, key=dim_index.__getitem__)
+    borrow = [units.whole(envelope.borrow(d), f"borrow_limit[{d}]") for d in dims]
+    lend = [unlimited if math.isinf(envelope.lend(d))
+            else units.whole(envelope.lend(d), f"lend_limit[{d}]") for d in dims]
+    return borrow, lend

@@ -24,7 +24,8 @@ import numpy.typing as npt
 from .. import _abi
 
 __all__ = ["EngineState", "wrap", "REASONS", "LIMITS", "LIMIT_REASONS", "LEASE_STATES", "PATHS",
-           "MAXV", "HOUR_NS", "PPM", "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
+           "MAXV", "BOR_LIMIT", "BOR_LEND", "BOR_HELD", "BOR_FSUB", "BOR_WIDTH", "HOUR_NS",
+           "PPM", "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
 
 MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
 HOUR_NS = 3_600_000_000_000
@@ -46,7 +47,7 @@ GRANTED, REFUSED, SLOW = 0, 1, 2
 STARTING, ACTIVE, REVOKING, RELEASED, EXPIRED, REVOKED = range(6)
 LEASE_STATES = ("starting", "active", "revoking", "released", "expired", "revoked")
 WARM, RECLAIM, COLD = range(3)
-PATHS = ("warm", "reclaim", "cold")
+PATHS = ("warm", "reclaim", "cold", "borrow")
 
 # Campaign state is kept as records: one per (campaign, dimension) in ``cdrow`` (CD_WIDTH
 # int64 columns, 128 bytes: two cache lines, the fields a grant reads and writes in the
@@ -85,6 +86,11 @@ L_WIDTH = 16
 # Per lease row, what each ancestor of a node of a tree prepaid (SPEC §14.2): the lease's
 # own excess is its record's; its ancestors', nearest first, are ``lex[row * LEX_WIDTH:]``.
 LEX_WIDTH = _abi.TREE_DEPTH - 1
+# Borrowing (SPEC §14.8), per (campaign, dimension), ``bor[c, d]``: the borrow limit, the
+# lend limit (MAXV: none), the units the campaign's borrowed leases hold, and a node of a
+# tree's subtree firm holding (what its idle guarantee is measured against).
+BOR_LIMIT, BOR_LEND, BOR_HELD, BOR_FSUB = range(4)
+BOR_WIDTH = 4
 _VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
@@ -193,6 +199,7 @@ class EngineState:
     Xch: I64
     gch: I64                          # (_calloc, D) Σ of a node's children's guarantees
     Hsub: I64                         # (_calloc, D) a node of a tree's subtree holding
+    bor: I64                          # (_calloc, D, BOR_WIDTH) borrowing (SPEC §14.8)
     left: I64
     escrow: I64
     cred_debited: I64
@@ -273,6 +280,9 @@ class EngineState:
             d["resv"] = np.zeros_like(d["rev"])
         self.__dict__.update(d)            # (gch, when pickled after the tree: _set_rows keeps it)
         self._set_rows(cd, cr, cd.shape[0])
+        if "bor" not in d:                 # pickled before borrowing: none, lending unlimited
+            self.bor[:self.C, :, BOR_LEND] = MAXV
+            self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf)
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
         buf = _aligned_buf(lr.shape[0] * L_WIDTH)
@@ -352,6 +362,7 @@ class EngineState:
         c = self.C
         self.g[c], self.s[c], self.b[c], self.Bcap[c] = g, s, b, Bcap
         self.T[c] = Bcap
+        self.bor[c, :, BOR_LEND] = MAXV          # lends its idle guarantee without a limit
         self.tlast[c] = now_ns
         self.budget[c] = budget
         self.left[c] = budget
@@ -390,6 +401,10 @@ class EngineState:
         if not self.lex.shape[0]:
             self.lex = np.zeros(self.lrow.shape[0] * LEX_WIDTH, dtype=np.int64)
 
+    def borrowed(self, r: int) -> bool:
+        """Whether the lease in row r is borrowed (SPEC §14.8): not firm, of a firm class."""
+        return int(self.firm[r]) == 0 and int(self.cls[int(self.lcls[r]), 3]) == 0
+
     def held(self, c: int, d: int) -> int:
         """SPEC §14.2: the units the leases of c's subtree hold on d (its own, for a flat
         campaign; a node of a tree's ``H`` is its load)."""
@@ -414,13 +429,14 @@ class EngineState:
         new_cd[:keep] = cd[:keep]
         new_cr[:keep] = cr[:keep]
         side = {}
-        for f in ("gch", "Hsub"):          # the tree's columns beside the records
-            side[f] = np.zeros((n, self.D), dtype=np.int64)
+        for f, shape in (("gch", (n, self.D)), ("Hsub", (n, self.D)),
+                         ("bor", (n, self.D, BOR_WIDTH))):  # the columns beside the records
+            side[f] = np.zeros(shape, dtype=np.int64)
             old = self.__dict__.get(f)
             if old is not None:
                 side[f][:min(keep, old.shape[0])] = old[:keep]
         self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
-        self.gch, self.Hsub = side["gch"], side["Hsub"]
+        self.gch, self.Hsub, self.bor = side["gch"], side["Hsub"], side["bor"]
         for j, f in enumerate(_CD_FIELDS):
             setattr(self, f, new_cd[:, :, j])
         for j, f in enumerate(_C_FIELDS):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..admission.state import LIMITS, REASONS   # the core's reason codes and rules, by code
 
-__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "REASONS", "LIMIT_FIELDS",
+__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "PATH_CODE", "REASONS", "LIMIT_FIELDS",
            "to_dict", "from_dict", "new_rows", "deadline_field", "deadline_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
@@ -41,6 +41,9 @@ INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release"
                                       "cancel", "advance", "consume", "add_nodes",
                                       "remove_nodes"))
 OUTCOMES = ("", "granted", "pending", "refused", "ok")
+#: a granted record's ``path``: warm (free units), reclaim (after preemptions), borrow (free
+#: units borrowed from siblings' idle guarantees, SPEC §14.8); 0 for no grant
+PATH_CODE = {"warm": 1, "reclaim": 2, "borrow": 3}
 
 RECORD_DTYPE = np.dtype([
     ("seq", "i8"), ("t", "i8"), ("op", "i1"), ("outcome", "i1"), ("reason", "i1"),

@@ -47,7 +47,9 @@ def _config(journal: Journal) -> tuple[np.ndarray, Mapping[int, str], dict[str, 
                   enforcement=cfg["enforcement"],
                   # journals written before rows were reused, or before the cap on
                   # pending intents, had neither: they replay as such
-                  reuse_after=cfg.get("reuse_after"), max_pending=cfg.get("max_pending"))
+                  reuse_after=cfg.get("reuse_after"), max_pending=cfg.get("max_pending"),
+                  # (and before borrowing: its default grace)
+                  borrow_grace=cfg.get("borrow_grace", 60.0))
     except (ValueError, KeyError, TypeError) as e:
         raise JournalCorrupt(0, f"config record unreadable: {e}") from None
     return rows, pl, kw

@@ -232,7 +232,7 @@ class LifecycleMixin(BrokerBase):
                 break
             victims.append(lid)
             need -= int(st.units[lid & ROW_MASK])
-            at = max(at, t + int(st.cls[int(st.lcls[lid & ROW_MASK]), 4]))
+            at = max(at, t + self._revoke_grace(lid))
         if need > 0:  # decide() counted reclaimable units that the victim set lacks
             raise RuntimeError(f"bursarcore internal error: reclaim plan short by {need} units")
         return victims, at
@@ -248,16 +248,26 @@ class LifecycleMixin(BrokerBase):
                   for lid in self._revoking[d]]
         st.resv[d] = reclaim_reserve(steps)
 
+    def _revoke_grace(self, lid: int) -> int:
+        """ns between a preemption notice to lease lid and its revocation: its class's
+        grace, or for a borrowed lease the broker's ``borrow_grace`` (SPEC §14.8)."""
+        r = lid & ROW_MASK
+        if self.st.borrowed(r):
+            return self._borrow_grace_ns
+        return int(self.st.cls[int(self.st.lcls[r]), 4])
+
     def _victims(self, d: int, t: int) -> list[int]:
-        """Active opportunistic leases on d in preemption order: smallest fair-share
-        deficit first (with a tree, last in the Fair Tree order: SPEC §14.6), then largest
-        lease, then lease id (SPEC §6)."""
+        """Active revocable leases on d in preemption order: opportunistic ones before
+        borrowed ones (SPEC §14.8), then smallest fair-share deficit first (with a tree,
+        last in the Fair Tree order: SPEC §14.6), then largest lease, then lease id
+        (SPEC §6)."""
         st = self.st
         ids = self._opp_active[d]
         if not ids:
             return []
         deficit = self._fair_keys(t)
-        return sorted(ids, key=lambda l: (deficit[int(st.camp[l & ROW_MASK])],
+        return sorted(ids, key=lambda l: (st.borrowed(l & ROW_MASK),
+                                          deficit[int(st.camp[l & ROW_MASK])],
                                           -int(st.units[l & ROW_MASK]), l))
 
     def _reclaim(self, c: int, d: int, k: int, n: int, dur: int, pm: int, t: int, iid: int,
@@ -267,8 +277,7 @@ class LifecycleMixin(BrokerBase):
         st = self.st
         victims, at = plan
         for lid in victims:
-            grace = int(st.cls[int(st.lcls[lid & ROW_MASK]), 4])
-            deadline = self._k.preempt(st, lid, t, grace)
+            deadline = self._k.preempt(st, lid, t, self._revoke_grace(lid))
             self._opp_active[d].discard(lid)
             self._revoking[d].add(lid)
             self._push(deadline, _EV_REVOKE, lid)

@@ -19,6 +19,7 @@ from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
 from . import fairshare, tree
+from ..admission.paths import borrowing_limits
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -52,7 +53,7 @@ class BrokerCore:
                  backend: str | None = None, cold_wait: Any = None,
                  journal: Journal | None = None, durable: bool = False,
                  reuse_after: int | None = REUSE_AFTER,
-                 max_pending: int | None = MAX_PENDING) -> None:
+                 max_pending: int | None = MAX_PENDING, borrow_grace: float = 60.0) -> None:
         (self._Decision, self._Lease, self._Event, self._Supply, self._DimSupply, self._Quote,
          self._Consumption, self._BatchResult) = _types()
         if not isinstance(pool, Pool):
@@ -78,6 +79,10 @@ class BrokerCore:
             if units.real(v, name, hi=hi, what="a number of seconds") <= 0:
                 raise InvalidArgument(name, "must be > 0", v)
         self.ttl, self.half_life = float(ttl), float(half_life)
+        if units.real(borrow_grace, "borrow_grace", hi=MAX_DURATION,
+                      what="a number of seconds") <= 0:
+            raise InvalidArgument("borrow_grace", "must be > 0", borrow_grace)
+        self.borrow_grace = float(borrow_grace)
         if backend not in (None, "reference"):
             raise InvalidArgument("backend", "must be 'reference' (or None)", backend)
         self.backend = "reference"
@@ -186,6 +191,7 @@ class BrokerCore:
             for d in m:
                 if d not in self._dim_index and d not in self._flow_index:
                     raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
+        borrow, lend = borrowing_limits(envelope, self._dim_index, UNLIMITED)  # SPEC §14.8
         t = self._now()
         g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
         s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
@@ -219,7 +225,8 @@ class BrokerCore:
         c = len(self._camps)
         # SPEC §3: share defaults to g on the primary held dimension, or 1 when that is 0
         share = envelope.share if envelope.share is not None else (g[0] if g[0] > 0 else 1)
-        hold = [Holding(g[i], s[i], b[i], buckets[i], buckets[i], t) for i in range(len(self.dims))]
+        hold = [Holding(g[i], s[i], b[i], buckets[i], buckets[i], t, borrow=borrow[i],
+                        lend=lend[i]) for i in range(len(self.dims))]
         w = self._weight(t)
         path = [c] + ([] if parent is None else self._camps[parent].path)
         self._camps.append(Campaign(c, name, envelope.service_class, float(share), budget,
@@ -474,13 +481,16 @@ class BrokerCore:
         self._ring[d][self._bin % self._bins] += n
 
     # ------------------------------------------------------------------ the decision (§4.4)
-    def _limits(self, c: Campaign, d: int, k: int, dur: int, spend: int | None, t: int) -> Limits:
-        """What each rule allows one more lease of c for dur ns at t (SPEC §4.1–§4.4)."""
+    def _limits(self, c: Campaign, d: int, k: int, dur: int, spend: int | None, t: int,
+                borrowing: bool = False) -> Limits:
+        """What each rule allows one more lease of c for dur ns at t (SPEC §4.1–§4.4);
+        ``borrowing``: a borrowed lease's (SPEC §14.8)."""
         self._settle_path(c, d, t)
         firm = tree.firm_room(self._camps, self._dim[d].cap, c, d)          # SPEC §14
         E = tree.absorbed(self._camps, [x.hold[d].K for x in self._camps], c, d)
+        borrow = tree.borrow_room(self._camps, c, d) if borrowing else None  # SPEC §14.8
         return limits(self._path(c), d, self._dim[d], self._terms[k], dur, spend,
-                      self._unit_price(d, k), self._instant, firm, E)
+                      self._unit_price(d, k), self._instant, firm, E, borrow)
 
     def _never(self, c: Campaign, d: int, k: int, nmin: int, dur: int, price: int) -> int:
         """SPEC §4.4: the rule by which an intent can never be met, else OK."""
@@ -554,6 +564,17 @@ class BrokerCore:
         lim = self._limits(c, d, k, dur, spend, t)
         n = lim.size(nmax)
         cls = self._terms[k]
+        if n < nmax and not cls.preemptible and c.hold[d].borrowed < c.hold[d].borrow:
+            # SPEC §14.8: cut short by its firm room, a borrower may borrow what gives it more
+            blim = self._limits(c, d, k, dur, spend, t, borrowing=True)
+            nb = blim.size(nmax)
+            if nb >= nmin and nb > (n if n >= nmin else 0):
+                if cls.priced and blim.capacity < nmax and nb < nmax:
+                    self._shortfall(d, nmax - nb)
+                rec = self._grant(c, d, k, nb, dur, blim.price, t, iid, starting=False,
+                                  borrowed=True)
+                return Dec("granted", iid, c.name, units=nb, lease=self._snapshot(rec),
+                           path="borrow", cost=rec.cost / CREDIT)
         if n >= nmin and n <= lim.warm:
             # SPEC §7: the part of a priced request that capacity cut off is unmet demand
             if cls.priced and lim.capacity < nmax and n < nmax:
@@ -594,7 +615,7 @@ class BrokerCore:
                    retry_after=self._retry_after(c, d, nmin, dur, reason))
 
     def _grant(self, c: Campaign, d: int, k: int, n: int, dur: int, price: int, t: int,
-               intent: int, starting: bool) -> LeaseRecord:
+               intent: int, starting: bool, borrowed: bool = False) -> LeaseRecord:
         """Commit a grant (SPEC §4.2, §4.3): debit excess·d tokens and escrow the cost at
         this moment's price; a warm grant is placed now, a reclaim grant is ``starting``."""
         cls = self._terms[k]
@@ -613,10 +634,13 @@ class BrokerCore:
             if not v.unlimited:
                 v.left -= charge
             v.escrow = wrap(v.escrow + charge)
-        self._change_holding(c, d, n, not cls.preemptible, t)
+        firm = not cls.preemptible and not borrowed      # SPEC §14.8: borrowed: revocable
+        self._change_holding(c, d, n, firm, t)
+        if borrowed:
+            c.hold[d].borrowed += n
         rec = LeaseRecord(id=self._leases.new_id(), campaign=c.index, dim=d, units=n,
-                          firm=not cls.preemptible, cls=k, state="starting", granted_at=t,
-                          dur=dur, excess=exs, cost=charge, intent=intent)
+                          firm=firm, cls=k, state="starting", granted_at=t,
+                          dur=dur, excess=exs, cost=charge, intent=intent, borrowed=borrowed)
         self._leases.put(rec)
         if starting:
             self._dim[d].promised += n
@@ -652,20 +676,26 @@ class BrokerCore:
             deficit = self._deficits(t)
             if self._jw is not None:
                 self._jw.deficits = deficit
+            # SPEC §14.8: opportunistic leases before borrowed ones
             if fairshare.is_tree(self._camps):   # SPEC §14.6: the last in the order first
                 place = fairshare.fair_tree_rank(self._camps, deficit)
-                opp.sort(key=lambda x: (-place[x.campaign], -x.units, x.id))
+                opp.sort(key=lambda x: (x.borrowed, -place[x.campaign], -x.units, x.id))
             else:
-                opp.sort(key=lambda x: (deficit[x.campaign], -x.units, x.id))
+                opp.sort(key=lambda x: (x.borrowed, deficit[x.campaign], -x.units, x.id))
             for x in opp:
                 if need <= 0:
                     break
                 victims.append(x)
                 need -= x.units
-                at = max(at, t + self._terms[x.cls].grace)
+                at = max(at, t + self._revoke_grace(x))
         if need > 0:
             raise RuntimeError(f"reference broker: reclaim plan short by {need} units")
         return victims, at
+
+    def _revoke_grace(self, x: LeaseRecord) -> int:
+        """ns from a preemption notice to the revocation: the lease's class grace, or the
+        broker's ``borrow_grace`` for a borrowed lease (SPEC §14.8)."""
+        return units.to_ns(self.borrow_grace) if x.borrowed else self._terms[x.cls].grace
 
     def _reclaim(self, c: Campaign, d: int, k: int, n: int, dur: int, price: int, t: int,
                  intent: int, victims: list[LeaseRecord], at: int) -> LeaseRecord:
@@ -673,7 +703,7 @@ class BrokerCore:
         grant a lease that starts when they are gone."""
         dim = self._dim[d]
         for v in victims:
-            v.state, v.revoke_at = "revoking", t + self._terms[v.cls].grace
+            v.state, v.revoke_at = "revoking", t + self._revoke_grace(v)
             dim.revoking += v.units
             dim.opp_active -= v.units
             dim.timeline[v.id] = (v.revoke_at, -v.units)
@@ -714,6 +744,8 @@ class BrokerCore:
             v.refunded = wrap(v.refunded + back)
             v.spent = wrap(v.spent + rec.cost - back)
         self._change_holding(c, rec.dim, -rec.units, rec.firm, t)
+        if rec.borrowed:
+            c.hold[rec.dim].borrowed -= rec.units
         rec.state = state
         self._activation.pop(rec.id, None)
         self._leases.ended_row(rec.id)

@@ -47,13 +47,15 @@ class JournalWriter:
                                  "multipliers": list(cg.multipliers)},
                   "price": b.price, "ttl": b.ttl, "half_life": b.half_life,
                   "enforcement": b.enforcement, "reuse_after": b.reuse_after,
-                  "max_pending": b.max_pending}
+                  "max_pending": b.max_pending, "borrow_grace": b.borrow_grace}
         self.j.add({"op": J.OP["config"], "t": b._t}, json.dumps(config, sort_keys=True))
 
     def register_payload(self, name: str, envelope: Envelope) -> str:
         env = envelope.to_dict()
         env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
-        env["burst"] = {k: (None if math.isinf(v) else v) for k, v in env["burst"].items()}
+        for f in ("burst", "lend_limit"):
+            if f in env:
+                env[f] = {k: (None if math.isinf(v) else v) for k, v in env[f].items()}
         try:
             return json.dumps({"name": name, "envelope": env}, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as e:
@@ -91,7 +93,7 @@ class JournalWriter:
                                "intent": iid, **before}
         row["outcome"] = _OUTCOME.get(dec.outcome, 4)
         row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
-        row["path"] = {"warm": 1, "reclaim": 2}.get(dec.path or "", 0)
+        row["path"] = J.PATH_CODE.get(dec.path or "", 0)
         row["units"] = dec.units
         if dec.lease is not None:
             row["lease"] = dec.lease.id

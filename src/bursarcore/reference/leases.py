@@ -42,6 +42,9 @@ class Holding:
     K: int = 0              # the load (SPEC §14.2), recomputed from its definition at
                             # every change of a holding or of the tree
     minted: int = 0         # tokens the refill added (SPEC §11 invariant 5), modulo 2**64
+    borrow: int = 0         # SPEC §14.8: the most units its borrowed leases may hold
+    lend: int = 1 << 62     # ... the most of its idle guarantee its siblings may borrow
+    borrowed: int = 0       # ... the units its own borrowed leases hold
 
     def settle(self, t: int, instant: bool) -> None:
         """SPEC §4.2, §14.2: while K < s, T refills at (s − K) per second, capped at B.
@@ -105,6 +108,7 @@ class LeaseRecord:
                             # node of the campaign's path (SPEC §14.2), in the path's order
     cost: int               # micro-credits escrowed (renewals add)
     intent: int
+    borrowed: bool = False  # SPEC §14.8: held on siblings' idle guarantees, revocable
     start: int | None = None
     end: int | None = None
     revoke_at: int | None = None

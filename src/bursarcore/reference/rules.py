@@ -106,7 +106,7 @@ class Limits:
 
 def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: int,
            spend: int | None, price: int, instant: bool, firm: int,
-           absorbed: list[int]) -> Limits:
+           absorbed: list[int], borrow: tuple[int, int] | None = None) -> Limits:
     """What each rule allows one more lease of the campaign ``path[0]`` (of class cls, on
     dimension dim, index d) for dur ns at ``price`` (SPEC §4.1–§4.4). ``path`` is the
     campaign and its ancestors (SPEC §14): the ceiling, the bucket and the budget of every
@@ -114,8 +114,14 @@ def limits(path: list[Campaign], d: int, dim: Dimension, cls: ClassTerms, dur: i
     ``firm``: the most firm units the reserve rule allows the campaign (SPEC §4.1, §14).
     ``absorbed``: E_v per node of the path, so that a grant of n raises v's load K_v by
     max(0, n − E_v) (SPEC §14.2; 0 at the campaign itself): v admits n exactly when that
-    rise fits its room. Holdings are settled to now."""
-    if cls.preemptible:
+    rise fits its room. ``borrow``: a borrowed lease's (SPEC §14.8), the units beyond the
+    firm room its siblings' idle guarantees lend and the units its borrow limit leaves.
+    Holdings are settled to now."""
+    if borrow is not None:
+        # SPEC §14.8: free units only, within the firm room plus what is lent
+        lent, left = borrow
+        warm = cap = min(dim.free_now(), left, firm + lent)
+    elif cls.preemptible:
         # SPEC §4.1: opportunistic grants use any free unit but the warm headroom
         warm = cap = dim.opportunistic_room()
     else:

@@ -169,3 +169,22 @@ def check_guarantee(camps: Sequence[Campaign], cap: int, parent: int | None, d: 
     total = sum(camps[ch].hold[d].g for ch in p.children) + g
     refuse_guarantee(label, g, parent=p.name, total=total, bound=p.hold[d].g, room=room,
                      load_room=lambda: load_room_for_child(camps, under, d))
+
+
+def idle(camps: Sequence[Campaign], R: Sequence[int], v: int, d: int) -> int:
+    """SPEC §14.8: what node v's subtree leaves idle of its guarantee on d, R_v less the
+    firm units its subtree holds (Σ of the slack over the subtree)."""
+    return R[v] - camps[v].hold[d].Hf
+
+
+def borrow_room(camps: Sequence[Campaign], c: Campaign, d: int) -> tuple[int, int]:
+    """SPEC §14.8: (what a borrowed lease of node c may take on d beyond its firm room, what
+    its borrow limit leaves): its siblings (the other children of its parent, or the other
+    top-level nodes) lend what they leave idle of their guarantees, each up to its lend
+    limit, less what c and they hold on borrowed leases; never more than c's limit leaves."""
+    R = commitments(camps, d)
+    siblings = [x for x in camps if x.parent == c.parent and x.index != c.index]
+    left = c.hold[d].borrow - c.hold[d].borrowed
+    lend = sum(min(x.hold[d].lend, idle(camps, R, x.index, d)) for x in siblings)
+    lent = c.hold[d].borrowed + sum(x.hold[d].borrowed for x in siblings)
+    return max(0, min(left, lend - lent)), left

@@ -267,6 +267,18 @@ int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
                        const int64_t *sustained, const int64_t *ceiling,
                        const int64_t *bucket, int64_t credits, int64_t now, int64_t *index);
 
+/* Borrowing (docs/spec.md §14.8) for campaign `index`, per dimension: borrow_limit, the most
+ * units its borrowed leases may hold (0, a new campaign's: it never borrows), and
+ * lend_limit, the most of its idle guarantee its siblings may borrow (a new campaign's:
+ * no limit; any value above BC_MAX_AMOUNT means none). A request of a firm class that the
+ * reserve cuts short is then granted, when that gives it more, a borrowed lease: free units
+ * within its firm room plus what its siblings leave idle of their guarantees (each up to its
+ * lend limit, less what is borrowed from them), revocable like an opportunistic lease when
+ * the pool needs them back. BC_ERANGE for a negative limit or a borrow limit above
+ * BC_MAX_AMOUNT; BC_EINDEX for an unregistered campaign. */
+int bc_engine_set_borrowing(bc_engine *e, int64_t index, const int64_t *borrow_limit,
+                            const int64_t *lend_limit);
+
 /* Expires what is due by `now`, then decides a request of [min_units, max_units] units of
  * class `cls` on dimension `dim` for `duration` ns, spending at most `max_spend`
  * micro-credits (< 0: no cap); a warm grant is committed. `intent` is the caller's id for

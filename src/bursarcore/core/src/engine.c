@@ -47,7 +47,7 @@ void bc_engine_free(bc_engine *x)
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
-    free(e->gch); free(e->Hsub); free(e->fs_par); free(e->lr); free(e->lex); free(e->freeq);
+    free(e->gch); free(e->Hsub); free(e->bor); free(e->fs_par); free(e->lr); free(e->lex); free(e->freeq);
     free(e->lfree); free(e->arena);
     free(e->arena_top); free(e->heap_t); free(e->heap_id);
     free(x);
@@ -229,6 +229,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->cr = engine_zalloc(1, sizeof(bc_crow));
     e->gch = engine_dup64(NULL, 1);
     e->Hsub = engine_dup64(NULL, 1);
+    e->bor = engine_dup64(NULL, BC_BOR_NCOL);
     e->lr = engine_zalloc(1, sizeof(bc_lrow));
     e->freeq = engine_dup64(NULL, 1);
     e->arena = engine_zalloc(1, sizeof(int32_t));
@@ -238,7 +239,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
             || !e->F || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr
-            || !e->gch || !e->Hsub || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
+            || !e->gch || !e->Hsub || !e->bor || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
         bc_engine_free(x);
         return BC_ENOMEM;
     }
@@ -265,7 +266,7 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
                       int64_t *index)
 {
     bc_eng *e;
-    int64_t d, D, i, n, *gch, *hsub;
+    int64_t d, D, i, n, *gch, *hsub, *bor;
     bc_cdrow *cd;
     bc_crow *cr;
     if (x == NULL || g == NULL || s == NULL || b == NULL || bucket == NULL)
@@ -286,19 +287,22 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
         cr = engine_zalloc((size_t)n, sizeof(bc_crow));
         gch = engine_zalloc((size_t)(n * D), sizeof(int64_t));
         hsub = engine_zalloc((size_t)(n * D), sizeof(int64_t));
-        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL) {
-            free(cd); free(cr); free(gch); free(hsub);
+        bor = engine_zalloc((size_t)(n * D * BC_BOR_NCOL), sizeof(int64_t));
+        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL || bor == NULL) {
+            free(cd); free(cr); free(gch); free(hsub); free(bor);
             return BC_ENOMEM;
         }
         memcpy(cd, e->cd, (size_t)(x->C * D) * sizeof(bc_cdrow));
         memcpy(cr, e->cr, (size_t)x->C * sizeof(bc_crow));
         memcpy(gch, e->gch, (size_t)(x->C * D) * sizeof(int64_t));
         memcpy(hsub, e->Hsub, (size_t)(x->C * D) * sizeof(int64_t));
-        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub);
+        memcpy(bor, e->bor, (size_t)(x->C * D * BC_BOR_NCOL) * sizeof(int64_t));
+        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub); free(e->bor);
         e->cd = cd;
         e->cr = cr;
         e->gch = gch;
         e->Hsub = hsub;
+        e->bor = bor;
         e->calloc = n;
     }
     for (d = 0; d < D; d++) {
@@ -309,6 +313,7 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
         e->cd[i].Bcap = bucket[d];
         e->cd[i].T = bucket[d];
         e->cd[i].tlast = now;
+        e->bor[i * BC_BOR_NCOL + BC_BOR_LEND] = BC_MAXV;     /* lends without a limit */
         if (p < 0) {
             e->U[d] += g[d];
             e->gsum[d] += g[d];
@@ -351,6 +356,25 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
                 || (parent >= 0 && g[d] > k_child_load_room(&x->e, parent, d)))
             return BC_ERANGE;
     return engine_add(x, parent < 0 ? -1 : parent, g, s, b, bucket, credits, now, index);
+}
+
+int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_limit,
+                            const int64_t *lend_limit)
+{
+    int64_t d, *b;
+    if (x == NULL || borrow_limit == NULL || lend_limit == NULL)
+        return BC_EINVAL;
+    if (index < 0 || index >= x->C)
+        return BC_EINDEX;
+    for (d = 0; d < x->e.D; d++)
+        if (borrow_limit[d] < 0 || borrow_limit[d] > BC_MAX_AMOUNT || lend_limit[d] < 0)
+            return BC_ERANGE;
+    for (d = 0; d < x->e.D; d++) {
+        b = x->e.bor + (index * x->e.D + d) * BC_BOR_NCOL;
+        b[BC_BOR_LIMIT] = borrow_limit[d];
+        b[BC_BOR_LEND] = lend_limit[d] > BC_MAX_AMOUNT ? BC_MAXV : lend_limit[d];
+    }
+    return BC_OK;
 }
 
 int bc_engine_advance(bc_engine *x, int64_t now, int64_t *expired, size_t room, size_t *count)

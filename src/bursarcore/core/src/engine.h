@@ -31,8 +31,19 @@ enum { BC_K_RANK, BC_K_MULT, BC_K_PRICED, BC_K_PREEMPT, BC_K_GRACE, BC_K_FREEBRO
 
 /* reason codes, outcomes and lease states: the public header's (bursarcore.h) */
 
-/* grant paths */
-enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD };
+/* grant paths (BC_P_BORROW: warm, on units borrowed from siblings' idle guarantees, §14.8) */
+enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD, BC_P_BORROW };
+
+/* borrowing columns per (campaign, dimension) (§14.8): the borrow limit, the lend limit
+ * (BC_MAXV: none), the units its borrowed leases hold, and a node of a tree's subtree firm
+ * holding */
+enum { BC_BOR_LIMIT, BC_BOR_LEND, BC_BOR_HELD, BC_BOR_FSUB, BC_BOR_NCOL };
+
+/* k_decide_at's `tree` beyond 0 and 1: the capacity rule of a borrowed lease (§14.8) */
+enum { BC_BORROW = 2 };
+
+/* k_commit_cost's `starting` flags */
+enum { BC_C_STARTING = 1, BC_C_BORROWED = 2 };
 
 /* errors of the kernels (< 0) */
 enum {
@@ -106,6 +117,7 @@ typedef struct {
     bc_crow *cr;
     int64_t *gch;              /* per (campaign, dimension): Σ of its children's guarantees */
     int64_t *Hsub;             /* ... and a node of a tree's subtree holding (§14.2) */
+    int64_t *bor;              /* ... and its borrowing columns, BC_BOR_NCOL (§14.8) */
     int64_t *fs_par;           /* [half-life ns, epoch ns] */
     long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
     double fs_w;
@@ -309,6 +321,7 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
         if (tree > 0) {
             dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
             e->U[d] += k_commit_up(e, e->cd[i].up, d, dr) - delta;
+            k_firm_up(e, c, d, delta);
         } else {        /* R − Hf of a node without children is its slack, g − Hf above 0 */
             e->U[d] += bc_slack(g, hf + delta, 0) - bc_slack(g, hf, 0);
         }
@@ -509,6 +522,11 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
     k_request(e, c, d, k, dur, max_spend, pm, free, &q, tree);
     q.cn = cn;
     q.ccost = ccost;
+    if (tree == BC_BORROW) {    /* §14.8: free units within the firm room and the borrow room */
+        q.firm = 2;
+        q.unmet = bc_cap_maxv((bc_i128)q.unmet + k_borrow_room(e, c, d));
+        q.free = bc_min64(q.free, k_borrow_left(e, c, d));
+    }
     if (tree > 0) {             /* §14.2: every level of the path binds */
         q.left = k_path_left_tree(e, c);
         k_path_limits(e, c, d, dur, t, xlim);

@@ -190,7 +190,7 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
 {
     int64_t i = c * e->D + d;
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int firm = kc[BC_K_PREEMPT] == 0;
+    int firm = kc[BC_K_PREEMPT] == 0 && (starting & BC_C_BORROWED) == 0;
     int64_t H = e->cd[i].H, s = e->cd[i].s, excess, lid, r, up[BC_TREE_DEPTH - 1];
     excess = e->scal[1] != 0 ? 0 : bc_excess(H, n, s);
     if (excess != 0)       /* (a lease within the sustained rate leaves the bucket as it is) */
@@ -201,12 +201,15 @@ static inline int64_t k_commit_cost(bc_eng *e, int64_t c, int64_t d, int64_t k, 
     if (tree > 0)          /* before the loads move */
         k_grant_up(e, c, d, n, dur, t, price, up);
     k_hold_at(e, c, d, n, firm, tree);
-    lid = k_new_lease(e, c, d, k, n, firm, starting ? BC_LEASE_STARTING : BC_LEASE_ACTIVE, t, dur,
+    if (__builtin_expect(starting & BC_C_BORROWED, 0))      /* §14.8 */
+        e->bor[i * BC_BOR_NCOL + BC_BOR_HELD] += n;
+    lid = k_new_lease(e, c, d, k, n, firm,
+                      (starting & BC_C_STARTING) ? BC_LEASE_STARTING : BC_LEASE_ACTIVE, t, dur,
                       excess, (int64_t)price, intent);
     r = lid & BC_ROW_MASK;
     if (tree > 0)
         memcpy(e->lex + r * (BC_TREE_DEPTH - 1), up, sizeof up);
-    if (starting) {
+    if (starting & BC_C_STARTING) {
         e->prom[d] += n;
         e->lr[r].t_start = 0;
         e->lr[r].t_end = 0;
@@ -236,15 +239,16 @@ static inline int64_t k_commit(bc_eng *e, int64_t c, int64_t d, int64_t k, int64
                        e->cd[c * e->D + d].up != 0);
 }
 
-/* Grant n units of class k to (c, d) for dur at price pm: the lease id, or an error code
- * before any change. */
+/* Grant n units of class k to (c, d) for dur at price pm (`starting`: BC_C_* flags, a
+ * reclaim grant starting, a borrowed lease): the lease id, or an error code before any
+ * change. */
 static inline int64_t k_grant(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t n,
                               int64_t dur, int64_t pm, int64_t t, int starting, int64_t intent)
 {
-    int err = k_room(e, d, n, 1, !starting);
+    int err = k_room(e, d, n, 1, !(starting & BC_C_STARTING));
     if (err)
         return err;
-    if (!starting && e->scal[3] >= e->HC)
+    if (!(starting & BC_C_STARTING) && e->scal[3] >= e->HC)
         return BC_E_HEAPFULL;
     k_settle(e, c, d, t);
     return k_commit(e, c, d, k, n, dur, pm, t, starting, intent, NULL);
@@ -321,6 +325,8 @@ static inline int k_end_lease(bc_eng *e, int64_t lid, int64_t t, int64_t new_sta
     if (e->cd[i].up > 0)          /* §14.2: back along the path it was taken from */
         k_end_up(e, c, d, r, remaining, price, back, t);
     k_hold(e, c, d, -n, firm);
+    if (!firm && e->cls[e->lr[r].lcls * BC_K_NCOL + BC_K_PREEMPT] == 0)
+        e->bor[i * BC_BOR_NCOL + BC_BOR_HELD] -= n;      /* a borrowed lease (§14.8) */
     if (state == BC_LEASE_STARTING && new_state == BC_LEASE_REVOKED)
         e->lr[r].revoke_at = t;     /* revoked before it started: revoked now (§4.6) */
     e->lr[r].state = new_state;

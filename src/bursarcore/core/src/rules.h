@@ -208,7 +208,7 @@ typedef struct {
     int64_t left, escrow;
     int64_t cap, F, U, gsum, free, oppa, rev, prom, headroom;
     int64_t pm, dur, max_spend;
-    int firm, free_when_broke, instant;
+    int firm, free_when_broke, instant;   /* firm: 1 firm, 0 opportunistic, 2 borrowed (§14.8) */
     int64_t cn, ccost;  /* the cost of cn units when the caller knows it: bc_cost(cn, dur, pm),
                            exact (bc_cost_exact) and within int64; cn < 0: none known */
 } bc_req;
@@ -301,7 +301,10 @@ static inline int bc_limit(const bc_req *q, const bc_credit *ct, int i, int exac
         if (q->firm) {
             firm = bc_firm_limit(q->cap, q->F, q->U, q->unmet);
             *warm = bc_warm_firm(q->free, firm);
-            *lim = bc_min64(bc_reachable(q->free, q->oppa, q->rev, q->prom), firm);
+            /* a borrowed lease (firm 2, unmet raised by the borrow room, §14.8): free units
+               only, never a reclaim */
+            *lim = q->firm > 1 ? *warm
+                               : bc_min64(bc_reachable(q->free, q->oppa, q->rev, q->prom), firm);
         } else {
             *warm = *lim = bc_warm_opportunistic(q->free, q->headroom);
         }

@@ -10,6 +10,8 @@
 #define BURSARCORE_TREE_H
 /* -- the tree of envelopes (§14) ---------------------------------------------------------- */
 
+static inline int64_t k_parent_of(const bc_eng *e, int64_t v);
+
 /* A node's `up`: its parent's index + 1 for a child, BC_UP_ROOT for a top-level node with
  * children, 0 for a flat campaign (a top-level node without children). The rules of §14 on a
  * flat campaign are those of §3–§4: its tree figures are zeros, and the engine decides it
@@ -105,6 +107,14 @@ BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t 
     }
 }
 
+/* §14.8 the firm units held in the subtree of node c (a node of a tree) and of each of its
+ * ancestors moved by df on d. */
+BC_WALK void k_firm_up(bc_eng *e, int64_t c, int64_t d, int64_t df)
+{
+    for (; c >= 0; c = k_parent_of(e, c))
+        e->bor[(c * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] += df;
+}
+
 /* §14.1 the largest guarantee a new child of node p may have on d now without raising the
  * load of a node of p's path above that node's sustained rate (a registration pays no
  * tokens): its reserved g raises the loads as a grant of g to p would, each node absorbing
@@ -143,6 +153,7 @@ static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
         if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
             e->cd[p * e->D + d].up = BC_UP_ROOT;
             e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
+            e->bor[(p * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] = e->cd[p * e->D + d].Hf;
         }
         e->gch[p * e->D + d] += g;
         e->U[d] += k_commit_up(e, p + 1, d, g);
@@ -340,6 +351,58 @@ BC_WALK bc_i128 k_token_wait_tree(bc_eng *e, int64_t c, int64_t d, int64_t n, in
         x = bc_rise_through(e->cd[i].g, e->cd[i].H, x);
     }
     return wait > 0 ? wait : -1;
+}
+
+/* -- borrowing (§14.8) --------------------------------------------------------------------- */
+
+/* §14.8 what node v's subtree leaves idle of its guarantee on d: Σ of the slack over the
+ * subtree, R_v less its subtree's firm units (max(0, g − Hf) for a flat campaign). */
+static inline int64_t k_idle(const bc_eng *e, int64_t v, int64_t d)
+{
+    int64_t i = v * e->D + d;
+    if (e->cd[i].up == 0)
+        return bc_slack(e->cd[i].g, e->cd[i].Hf, 0);
+    return bc_commitment(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch)
+        - e->bor[i * BC_BOR_NCOL + BC_BOR_FSUB];
+}
+
+/* §14.8 the units c's borrow limit on d leaves for another borrowed lease. */
+static inline int64_t k_borrow_left(const bc_eng *e, int64_t c, int64_t d)
+{
+    const int64_t *b = e->bor + (c * e->D + d) * BC_BOR_NCOL;
+    return b[BC_BOR_LIMIT] - b[BC_BOR_HELD];
+}
+
+/* §14.8 whether class k's request for (c, d) may borrow: a firm class, and c's borrowed
+ * units below its borrow limit. */
+static inline int k_borrower(const bc_eng *e, int64_t c, int64_t d, int64_t k)
+{
+    const int64_t *b = e->bor + (c * e->D + d) * BC_BOR_NCOL;
+    return b[BC_BOR_LIMIT] > b[BC_BOR_HELD] && e->cls[k * BC_K_NCOL + BC_K_PREEMPT] == 0;
+}
+
+/* §14.8 the units a borrowed lease of node c may take on d beyond c's firm room: what its
+ * siblings (the other children of its parent, or the other top-level nodes) leave idle of
+ * their guarantees, each up to its lend limit, less what c and its siblings hold on
+ * borrowed leases, and no more than c's borrow limit leaves (k_borrow_left). One pass over
+ * the campaigns: a cold path, taken only by a borrower's request that its firm room cut
+ * short. */
+BC_WALK int64_t k_borrow_room(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t D = e->D, p = k_parent_of(e, c), v, idle, lend = 0;
+    const int64_t *b = e->bor + (c * D + d) * BC_BOR_NCOL, *x;
+    int64_t room = k_borrow_left(e, c, d), lent = b[BC_BOR_HELD];
+    if (room <= 0)
+        return 0;
+    for (v = 0; v < e->calloc; v++) {
+        if (v == c || k_parent_of(e, v) != p)
+            continue;
+        x = e->bor + (v * D + d) * BC_BOR_NCOL;
+        idle = k_idle(e, v, d);
+        lend += bc_min64(x[BC_BOR_LEND], idle);
+        lent += x[BC_BOR_HELD];
+    }
+    return bc_max64(0, bc_min64(room, lend - lent));
 }
 
 #endif /* BURSARCORE_TREE_H */
