@@ -37,7 +37,7 @@ NS = units.NS
 _MAX_DURATION = MAX_DURATION * NS           # the longest lease (ns): Intent.duration's bound
 _MIN_DURATION = round(units.MIN_DURATION * NS)
 _DUR_RULE = f"must be seconds in [{units.MIN_DURATION:g}, {MAX_DURATION:,}] (one microsecond to ten years)"
-_PATHS = ("warm", "reclaim", "cold")           # indexed by WARM, RECLAIM, COLD
+_PATHS = ("warm", "reclaim", "cold", "borrow")  # indexed by WARM, RECLAIM, COLD, BORROW
 _OUTCOME_CODE = {GRANTED_OUT: 0, REFUSED_OUT: 1, PENDING_OUT: 2}
 # python-side event kinds, in the order they run at equal times
 _EV_REVOKE, _EV_ACTIVATE, _EV_PENDING = 0, 1, 2
@@ -161,6 +161,7 @@ class BrokerBase:
         _pyev: list[tuple[int, int, int, int]]
         _seq: int
         _activation: dict[int, int]
+        _borrow_grace_ns: int
         _expired_buf: np.ndarray
         _one_buf: np.ndarray
         _buf: np.ndarray

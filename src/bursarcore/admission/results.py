@@ -44,8 +44,9 @@ class Decision:
     lease : Lease or None
         The lease granted, renewed or released, as it stands after the decision.
     path : str or None
-        The grant path: ``warm`` (free units) or ``reclaim`` (after revoking opportunistic
-        leases); None unless granted.
+        The grant path: ``warm`` (free units), ``reclaim`` (after revoking opportunistic
+        or borrowed leases) or ``borrow`` (free units borrowed from siblings' idle
+        guarantees, on a revocable lease: SPEC §14.8); None unless granted.
     reason : str or None
         The binding rule of a refusal or a pending intent: ``ceiling``, ``capacity``,
         ``tokens``, ``credits``, ``deadline``, ``pending_limit``, ``invalid`` (an ended

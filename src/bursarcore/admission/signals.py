@@ -11,7 +11,7 @@ import numpy as np
 
 from ..admission.envelope import quote_grid
 from ..admission.results import DimSupply, Quote, Supply
-from ..admission.state import CREDIT, MAXV, PPM, REASONS
+from ..admission.state import BOR_HELD, CREDIT, MAXV, PPM, REASONS
 from ..errors import InvalidArgument
 from ..journal.explain import explain as _explain
 from .._brokerbase import _PATHS, NS, BrokerBase, _op
@@ -195,6 +195,7 @@ class SignalsMixin(BrokerBase):
                 "deficit": float(deficit[c]),
                 "held": {dn: int(held[c, d]) for d, dn in enumerate(self.dims)},
                 "firm_held": {dn: int(firm_held[c, d]) for d, dn in enumerate(self.dims)},
+                "borrowed": {dn: int(st.bor[c, d, BOR_HELD]) for d, dn in enumerate(self.dims)},
                 "tokens": {dn: (None if int(st.Bcap[c, d]) >= MAXV else int(st.T[c, d]) / NS)
                            for d, dn in enumerate(self.dims)},
                 "tokens_refilled": {dn: (None if int(st.Bcap[c, d]) >= MAXV
@@ -208,8 +209,10 @@ class SignalsMixin(BrokerBase):
                     for f in ("credits",):
                         if isinstance(env[f], float) and math.isinf(env[f]):
                             env[f] = None
-                    env["burst"] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
-                                    for dd, v in env["burst"].items()}
+                    for f in ("burst", "lend_limit"):
+                        if f in env:
+                            env[f] = {dd: (None if isinstance(v, float) and math.isinf(v)
+                                           else v) for dd, v in env[f].items()}
         return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
                 "leases": [l.to_dict() for l in self.leases()] if leases else [],
                 "pending": self.pending()}

@@ -93,10 +93,15 @@ def explain(rec: dict[str, Any]) -> str:
         head = f"{at} pending intent {rec['intent']} of {who} could now be met."
     if rec["outcome"] == "granted":
         path = {1: "warm path (free units)", 2: "reclaim path (after preempting opportunistic "
-                "leases, active when their grace ends)"}.get(rec["path"], "warm path")
+                "leases, active when their grace ends)", 3: "borrow path (free units its "
+                "siblings' idle guarantees lend, on a lease revoked after the borrow grace "
+                "when the pool needs them)"}.get(rec["path"], "warm path")
         body = (f" Granted {rec['units']} {dim} as lease {lease} on the {path}, escrowing "
                 f"{_cr(rec['cost'])} credits.")
-        if rec["units"] < rec["nmax"]:
+        if rec["path"] == 3:
+            body += (f" Its firm room allowed {_u(max(0, rec['lim_capacity']))} {dim}; the "
+                     f"borrowed lease gave it more.")
+        elif rec["units"] < rec["nmax"]:
             body += " It was sized down: " + _because(rec, dim, granted=True)
         return head + body
     if rec["outcome"] == "pending":

@@ -38,7 +38,8 @@ class Lease:
         ``starting`` (a reclaim grant waiting for its grace), ``active``, ``revoking``
         (notified, revoked at ``revoke_at``), ``released``, ``expired`` or ``revoked``.
     firm : bool
-        False for an opportunistic lease, which may be revoked after its class's grace.
+        False for an opportunistic lease, which may be revoked after its class's grace,
+        and for a borrowed one (SPEC §14.8), after the broker's ``borrow_grace``.
     service_class : str
         The class it was granted under.
     granted_at : float

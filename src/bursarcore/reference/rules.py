@@ -29,7 +29,7 @@ LIMIT_RULES = ("ceiling", "capacity", "tokens", "credits")
 OK, CAPACITY, TOKENS, CREDITS, CEILING, DEADLINE, TTL, INVALID = range(8)
 CANCELLED, PENDING_LIMIT = 9, 10
 WARM, RECLAIM, COLD = 0, 1, 2
-PATHS = ("warm", "reclaim", "cold")
+PATHS = ("warm", "reclaim", "cold", "borrow")
 
 
 def wrap(x: int) -> int:

@@ -537,8 +537,10 @@ class BrokerViews(BrokerCore):
                 env = self.envelopes[c.name].to_dict()
                 if isinstance(env["credits"], float) and math.isinf(env["credits"]):
                     env["credits"] = None
-                env["burst"] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
-                                for dd, v in env["burst"].items()}
+                for f in ("burst", "lend_limit"):
+                    if f in env:
+                        env[f] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
+                                  for dd, v in env[f].items()}
                 camps[c.name] = {
                     "credits_left": None if c.unlimited else c.left / CREDIT,
                     "credits_escrowed": c.escrow / CREDIT,
@@ -547,6 +549,7 @@ class BrokerViews(BrokerCore):
                     "deficit": float(deficit[c.index]),
                     "held": {dn: c.hold[d].H for d, dn in enumerate(self.dims)},
                     "firm_held": {dn: c.hold[d].Hf for d, dn in enumerate(self.dims)},
+                    "borrowed": {dn: c.hold[d].borrowed for d, dn in enumerate(self.dims)},
                     "tokens": {dn: (None if c.hold[d].B >= UNLIMITED else c.hold[d].T / NS)
                                for d, dn in enumerate(self.dims)},
                     "tokens_refilled": {dn: (None if c.hold[d].B >= UNLIMITED
