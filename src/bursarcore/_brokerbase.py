@@ -162,6 +162,7 @@ class BrokerBase:
         _seq: int
         _activation: dict[int, int]
         _borrow_grace_ns: int
+        borrow_grace: float
         _expired_buf: np.ndarray
         _one_buf: np.ndarray
         _buf: np.ndarray

@@ -353,13 +353,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         if self.journal is not None:
             # built before anything changes: a payload that cannot be written refuses the
             # registration instead of leaving a campaign live but unjournaled
-            env = envelope.to_dict()
-            env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
-            for f in ("burst", "lend_limit"):
-                if f in env:
-                    env[f] = {k: (None if math.isinf(v) else v) for k, v in env[f].items()}
             try:
-                payload = json.dumps({"name": name, "envelope": env}, sort_keys=True,
+                payload = json.dumps({"name": name, "envelope": envelope.to_json()},
+                                     sort_keys=True,
                                      allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise InvalidArgument("envelope", f"must be JSON-serialisable ({e})",

@@ -60,10 +60,16 @@ def test_the_checks_hold_on_every_backend(tree_run):
             denied[k] = denied.get(k, 0) + n
     assert {"capacity", "ceiling", "tokens"} <= set(denied)
     assert set(tree["storm"]) == {"agent-burst", "opportunistic"}
-    # the lender woke at 30 min and was granted its guarantee within the grace
+    # the lenders woke (astro/transient's at 30 min, astro/survey/agent-4, whose guarantee
+    # was lent, at 40) and were granted their guarantees within the grace
+    assert {n: w["asked_at"] for n, w in tree["wakers"].items()} == {
+        "astro/survey/agent-4": 2400.0, "astro/transient/agent-0": 1800.0,
+        "astro/transient/agent-1": 1800.0}
     for w in tree["wakers"].values():
-        assert w["asked_at"] == 1800.0 and w["units"] == w["guaranteed"] == 32
+        assert w["units"] == w["guaranteed"] == 32
         assert w["answer"] == "granted" and w["wait"] <= sim.sc.broker["grace"]
+    # SPEC §14.8: agent-4's was taken back from the borrowers, on the reclaim path
+    assert tree["wakers"]["astro/survey/agent-4"]["path"] == "reclaim"
 
 
 def test_holdings_per_level_add_up(tree_run):
@@ -80,10 +86,17 @@ def test_holdings_per_level_add_up(tree_run):
         at = [int(res.series["tree_held"][name][abs(grid - t).argmin()])
               for t in res.summary["tree"]["checkpoints"]]
         assert d["held_at"] == at, name
-    # the storm reached astro's ceiling with the waker's guarantee still reserved in it:
-    # astro/survey never held more than astro's ceiling less astro/transient's guarantee
+    # the waker's guarantee stayed reserved in astro's ceiling: astro/survey never held
+    # more than astro's ceiling less astro/transient's guarantee
     astro, tr = nodes["astro"], nodes["astro/transient"]
-    assert nodes["astro/survey"]["max_held"] == astro["ceiling"] - tr["guaranteed"]
+    assert nodes["astro/survey"]["max_held"] <= astro["ceiling"] - tr["guaranteed"]
+    # SPEC §14.8: the firm storm agents borrowed agent-4's idle guarantee (16 each beyond
+    # their own 16) until agent-4 woke, when each borrowed lease was preempted
+    for a in ("astro/survey/agent-0", "astro/survey/agent-1"):
+        assert nodes[a]["borrowed"] > 0 and nodes[a]["borrowed_preempted"] >= 1, a
+        assert nodes[a]["max_held"] == 32, a
+    assert nodes["astro/survey/agent-4"]["borrowed"] == 0
+    assert nodes["astro/transient/agent-0"]["borrowed"] == 0      # not a sibling
     # and astro/transient held its guarantee from the wake-up to the end
     cps = res.summary["tree"]["checkpoints"]
     assert all(h == tr["guaranteed"] for t, h in zip(cps, tr["held_at"]) if 1800 <= t < 3600)

@@ -177,14 +177,31 @@ class Envelope:
             out["lend_limit"] = dict(self.lend_limit)
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`to_dict` as JSON has it: an unlimited budget, bucket or lend limit is
+        ``null`` (JSON has no infinity); :meth:`from_dict` reads it back."""
+        out = self.to_dict()
+        if math.isinf(out["credits"]):
+            out["credits"] = None
+        for f in ("burst", "lend_limit"):
+            if f in out:
+                out[f] = {k: (None if math.isinf(v) else v) for k, v in out[f].items()}
+        return out
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
-        kw = {k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
-                                "ceiling", "burst", "share", "borrow_limit") if k in d}
-        if "lend_limit" in d:           # (a journal writes an unlimited lend as null)
-            kw["lend_limit"] = {k: math.inf if v is None else v
-                                for k, v in d["lend_limit"].items()}
-        return cls(**kw)
+        """The envelope of :meth:`to_dict` or :meth:`to_json` (``null``: unlimited)."""
+        d = dict(d)
+        if d.get("credits", 0) is None:
+            d["credits"] = math.inf
+        if isinstance(d.get("burst"), Mapping):
+            d["burst"] = {k: math.inf if v is None else v for k, v in d["burst"].items()}
+        if isinstance(d.get("lend_limit"), Mapping):
+            d["lend_limit"] = {k: math.inf if v is None else v
+                               for k, v in d["lend_limit"].items()}
+        return cls(**{k: d[k] for k in ("credits", "service_class", "guaranteed", "sustained",
+                                         "ceiling", "burst", "share", "borrow_limit",
+                                         "lend_limit") if k in d})
 
 
 class Pool:

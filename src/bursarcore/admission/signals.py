@@ -48,7 +48,7 @@ class SignalsMixin(BrokerBase):
         self._advance(t)
         st, k = self.st, self._k
         dims = {}
-        grace = max([cl.grace for cl in self.classes if cl.preemptible] or [0.0])
+        grace = self._reclaim_wait()
         for d, dname in enumerate(self.dims):
             k.settle(st, c, d, t)
             free = k.free_now(st, d)
@@ -119,7 +119,7 @@ class SignalsMixin(BrokerBase):
         cost, path_code, reason_code = self._k.quote(self.st, c, d, kc, sz, du, t)
         path = np.array(_PATHS, dtype=object)[np.asarray(path_code, dtype=np.int64)]
         reason = np.array(REASONS, dtype=object)[np.asarray(reason_code, dtype=np.int64)]
-        grace = max([cl.grace for cl in self.classes if cl.preemptible] or [0.0])
+        grace = self._reclaim_wait()
         cold = self.cold_wait(dname) if self.cold_wait is not None else math.inf
         wait = np.where(path == "warm", 0.0, np.where(path == "reclaim", grace, cold))
         return Quote(sizes=sz, durations=du / NS,
@@ -127,6 +127,14 @@ class SignalsMixin(BrokerBase):
                      path=path.astype(str), wait=wait.astype(float), grantable=(reason == ""),
                      reason=reason.astype(str))
 
+
+    def _reclaim_wait(self) -> float:
+        """SPEC §8: the reclaim path's wait, the longest grace a victim may have: the
+        preemptible classes', and ``borrow_grace`` once a campaign may borrow (SPEC §14.8)."""
+        graces = [cl.grace for cl in self.classes if cl.preemptible]
+        if any(e.borrow_limit for e in self.envelopes.values()):
+            graces.append(self.borrow_grace)
+        return max(graces or [0.0])
 
     def explain(self, record: int | dict[str, Any]) -> str:
         """Why a decision came out as it did, in one paragraph.
@@ -201,18 +209,8 @@ class SignalsMixin(BrokerBase):
                 "tokens_refilled": {dn: (None if int(st.Bcap[c, d]) >= MAXV
                                          else int(st.tok_minted[c, d]) / NS)
                                     for d, dn in enumerate(self.dims)},
-                "envelope": self.envelopes[name].to_dict(),
+                "envelope": self.envelopes[name].to_json(),
             }
-            for key in ("credits", "envelope"):
-                env = camps[name]["envelope"]
-                if key == "envelope":
-                    for f in ("credits",):
-                        if isinstance(env[f], float) and math.isinf(env[f]):
-                            env[f] = None
-                    for f in ("burst", "lend_limit"):
-                        if f in env:
-                            env[f] = {dd: (None if isinstance(v, float) and math.isinf(v)
-                                           else v) for dd, v in env[f].items()}
         return {"time": t / NS, "backend": self.backend, "pool": pool, "campaigns": camps,
                 "leases": [l.to_dict() for l in self.leases()] if leases else [],
                 "pending": self.pending()}

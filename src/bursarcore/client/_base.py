@@ -141,9 +141,7 @@ def _intent_body(intent: Intent) -> dict:
 
 
 def _envelope_body(env: Envelope) -> dict:
-    d = env.to_dict()
-    d["credits"] = None if math.isinf(d["credits"]) else d["credits"]
-    d["burst"] = {k: (None if math.isinf(v) else v) for k, v in d["burst"].items()}
+    d = env.to_json()
     return {k: v for k, v in d.items() if v is not None or k == "credits"}
 
 

@@ -10,7 +10,6 @@ payload, t)`` (which re-executes it through that broker's decision path) and com
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
@@ -150,11 +149,7 @@ def envelope_of(payload: str | None) -> tuple[str, Envelope]:
     """A ``register`` record's campaign name and envelope (JSON has no infinity: an
     unlimited budget or bucket is written as null)."""
     p = json.loads(payload or "{}")
-    env = dict(p["envelope"])
-    if env.get("credits") is None:
-        env["credits"] = math.inf
-    env["burst"] = {k: (math.inf if v is None else v) for k, v in env["burst"].items()}
-    return p["name"], Envelope.from_dict(env)
+    return p["name"], Envelope.from_dict(p["envelope"])
 
 
 def nodes_of(payload: str | None) -> dict[str, Any]:

@@ -51,13 +51,9 @@ class JournalWriter:
         self.j.add({"op": J.OP["config"], "t": b._t}, json.dumps(config, sort_keys=True))
 
     def register_payload(self, name: str, envelope: Envelope) -> str:
-        env = envelope.to_dict()
-        env["credits"] = None if math.isinf(env["credits"]) else env["credits"]
-        for f in ("burst", "lend_limit"):
-            if f in env:
-                env[f] = {k: (None if math.isinf(v) else v) for k, v in env[f].items()}
         try:
-            return json.dumps({"name": name, "envelope": env}, sort_keys=True, allow_nan=False)
+            return json.dumps({"name": name, "envelope": envelope.to_json()}, sort_keys=True,
+                              allow_nan=False)
         except (TypeError, ValueError) as e:
             raise InvalidArgument("envelope", f"must be JSON-serialisable ({e})",
                                   envelope) from None

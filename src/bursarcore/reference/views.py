@@ -32,8 +32,12 @@ class BrokerViews(BrokerCore):
     """Supply, quotes, batches, flow, nodes and introspection of the reference broker."""
 
     def _grace(self) -> float:
-        """SPEC §8: the reclaim path's wait is the preemption grace."""
-        return max([c.grace for c in self.classes if c.preemptible] or [0.0])
+        """SPEC §8: the reclaim path's wait is the preemption grace (the longest a victim
+        may have: ``borrow_grace`` too once a campaign may borrow, SPEC §14.8)."""
+        graces = [c.grace for c in self.classes if c.preemptible]
+        if any(e.borrow_limit for e in self.envelopes.values()):
+            graces.append(self.borrow_grace)
+        return max(graces or [0.0])
 
     def cancel(self, intent_id: int) -> bool:
         """Withdraw a pending intent: True if it was pending, False if no longer."""
@@ -534,13 +538,7 @@ class BrokerViews(BrokerCore):
             for c in self._camps:
                 for h in c.hold:
                     h.settle(t, self._instant)
-                env = self.envelopes[c.name].to_dict()
-                if isinstance(env["credits"], float) and math.isinf(env["credits"]):
-                    env["credits"] = None
-                for f in ("burst", "lend_limit"):
-                    if f in env:
-                        env[f] = {dd: (None if isinstance(v, float) and math.isinf(v) else v)
-                                  for dd, v in env[f].items()}
+                env = self.envelopes[c.name].to_json()
                 camps[c.name] = {
                     "credits_left": None if c.unlimited else c.left / CREDIT,
                     "credits_escrowed": c.escrow / CREDIT,

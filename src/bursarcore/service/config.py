@@ -148,6 +148,10 @@ class EnvelopeConfig(_Closed):
     burst: Annotated[dict[Name, Unlimited], Field(max_length=MAX_DIMS)] = Field(
         default_factory=dict)
     share: Annotated[float, Field(gt=0, le=U.MAX_AMOUNT)] | None = None
+    borrow_limit: Annotated[dict[Name, Amount], Field(max_length=MAX_DIMS)] = Field(
+        default_factory=dict)
+    lend_limit: Annotated[dict[Name, Unlimited], Field(max_length=MAX_DIMS)] = Field(
+        default_factory=dict)
 
     @model_validator(mode="after")
     def _finite_ranges(self) -> "EnvelopeConfig":
@@ -167,6 +171,12 @@ class EnvelopeConfig(_Closed):
                       for k, v in self.burst.items()}
         if d["share"] is None:
             del d["share"]
+        for f in ("borrow_limit", "lend_limit"):     # (SPEC §14.8) only when set
+            if not d[f]:
+                del d[f]
+        if "lend_limit" in d:
+            d["lend_limit"] = {k: (None if v is None or math.isinf(v) else v)
+                               for k, v in self.lend_limit.items()}
         return d
 
 
@@ -210,7 +220,7 @@ class MetricsConfig(_Closed):
 
 class ServeConfig(_Closed):
     """The whole file. ``pool``, ``classes``, ``congestion``, ``price``, ``ttl``,
-    ``half_life`` and ``enforcement`` make a new broker (``--init``; a replayed journal
+    ``half_life``, ``enforcement`` and ``borrow_grace`` make a new broker (``--init``; a replayed journal
     keeps its own); ``campaigns`` are registered when missing from the journal."""
 
     pool: PoolConfig | None = None
@@ -221,6 +231,7 @@ class ServeConfig(_Closed):
     ttl: Annotated[float, Field(gt=0, le=U.MAX_TTL)] = 900.0
     half_life: Annotated[float, Field(gt=0, le=U.MAX_DURATION)] = 600.0
     enforcement: Literal["prepaid", "instant"] = "prepaid"
+    borrow_grace: Annotated[float, Field(gt=0, le=U.MAX_DURATION)] = 60.0
     campaigns: dict[NodePath, EnvelopeConfig] = Field(default_factory=dict)
     server: ServerConfig = Field(default_factory=ServerConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -260,7 +271,7 @@ class ServeConfig(_Closed):
             out["classes"] = [c.model_dump() for c in self.classes]
         if self.congestion is not None:
             out["congestion"] = self.congestion.model_dump()
-        for k in ("price", "ttl", "half_life", "enforcement"):
+        for k in ("price", "ttl", "half_life", "enforcement", "borrow_grace"):
             if k in given:
                 out[k] = getattr(self, k)
         if self.campaigns:

@@ -139,22 +139,23 @@ DEMO_CONFIG: dict[str, Any] = {
 
 _POOL_OPTIONS = ("flow", "slots", "slots_per_node", "warm_headroom")
 _BROKER_KEYS = {"pool", "classes", "congestion", "price", "ttl", "half_life", "enforcement",
+                "borrow_grace",
                 "campaigns"}
 
 
 def envelope_from_json(env: Mapping[str, Any], field: str = "envelope") -> Envelope:
-    """An :class:`Envelope` from JSON, where ``null`` credits or burst mean unlimited."""
+    """An :class:`Envelope` from JSON, where ``null`` credits, burst or lend limit mean
+    unlimited."""
     if not isinstance(env, Mapping):
         raise InvalidArgument(field, "must be an object", env)
     d = dict(env)
     unknown = set(d) - {"credits", "service_class", "guaranteed", "sustained", "ceiling",
-                        "burst", "share"}
+                        "burst", "share", "borrow_limit", "lend_limit"}
     if unknown:
         raise InvalidArgument(f"{field}.{sorted(unknown)[0]}", "is not an envelope field")
-    if d.get("credits", 0) is None:
-        d["credits"] = math.inf
-    if isinstance(d.get("burst"), Mapping):
-        d["burst"] = {k: (math.inf if v is None else v) for k, v in d["burst"].items()}
+    for f in ("borrow_limit", "lend_limit", "share"):     # (a model's defaults: as if absent)
+        if d.get(f) in ({}, None):
+            d.pop(f, None)
     return Envelope.from_dict(d)
 
 
@@ -201,7 +202,8 @@ def build_broker(config: Mapping[str, Any], clock: Any, journal: Any = None, *,
             if k in cg:
                 cg[k] = tuple(cg[k])
         congestion = Congestion(**cg)
-    opts = {k: config[k] for k in ("price", "ttl", "half_life", "enforcement") if k in config}
+    opts = {k: config[k] for k in ("price", "ttl", "half_life", "enforcement", "borrow_grace")
+            if k in config}
     return Broker(pool, clock, classes=classes, congestion=congestion, backend=backend,
                   journal=journal, **opts)
 

@@ -139,6 +139,13 @@ class EnvelopeIn(_In):
     burst: Annotated[dict[Name, Burst | None], Field(max_length=64)] = Field(
         default_factory=dict)
     share: Annotated[float, Field(gt=0, le=U.MAX_AMOUNT)] | None = None
+    borrow_limit: PerDim = Field(default_factory=dict, description=(
+        "units per held dimension it may hold on leases borrowed from its siblings' idle "
+        "guarantees (SPEC §14.8); default none"))
+    lend_limit: Annotated[dict[Name, Amount | None], Field(max_length=64)] = Field(
+        default_factory=dict, description=(
+            "units per held dimension of its idle guarantee its siblings may borrow; "
+            "null or absent: no limit"))
 
     def dim_errors(self, held: list[str], flow: list[str],
                    where: tuple = ("body", "envelope")) -> list[dict[str, Any]]:

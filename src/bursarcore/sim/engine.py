@@ -99,6 +99,9 @@ class Ledger:
         self._cd: list[int] = []
         self._firm: list[bool] = []
         self.preemptions = np.zeros(ncamp, dtype=np.int64)
+        self.borrowed: set[int] = set()          # borrowed leases' ids (SPEC §14.8)
+        self.borrowed_units = np.zeros(ncamp, dtype=np.int64)   # granted borrowed, in all
+        self.borrowed_preempted = np.zeros(ncamp, dtype=np.int64)
         self.refusals: dict[tuple[int, str], int] = {}
         self.renewals_refused: dict[tuple[int, str], int] = {}
 
@@ -114,6 +117,9 @@ class Ledger:
             lease = d.lease
             assert lease is not None          # a grant carries its lease
             r.units = d.units
+            if d.path == "borrow":
+                self.borrowed.add(lease.id)
+                self.borrowed_units[c] += d.units
             if lease.state == "active":
                 r.t_active = t
                 self._activate(lease.id, c, d.units, t, lease.expiry, lease.firm, lease)
@@ -214,6 +220,8 @@ class Ledger:
         elif k == "preempt_notice":
             c = self.sim.index[e.campaign]
             self.preemptions[c] += 1
+            if e.lease_id in self.borrowed:
+                self.borrowed_preempted[c] += 1
             if e.deadline is not None:
                 self.sim.wake(e.deadline)
             self.sim.agent_of(c).preempt_notice(e.lease_id, e.deadline, e.time)
@@ -312,7 +320,7 @@ class Simulation:
                              half_life=sc.broker["half_life"],
                              enforcement=sc.broker["enforcement"],
                              backend=backend or sc.broker["backend"], journal=self.journal,
-                             reuse_after=reuse_after)
+                             reuse_after=reuse_after, borrow_grace=sc.broker["grace"])
         self._instrument()
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable, tuple]] = []

@@ -332,6 +332,10 @@ def tree_summary(sim: Any, grid: np.ndarray, held_fn: Any, cc: np.ndarray) -> tu
         nodes[name] = {"level": name.count("/"), "parent": name.rpartition("/")[0] or None,
                        "children": sum(1 for x in envs if x.rpartition("/")[0] == name),
                        "guaranteed": g, "sustained": s_, "ceiling": b,
+                       # SPEC §14.8: units granted on borrowed leases over the run, and the
+                       # borrowed leases preempted (a lender took its guarantee back)
+                       "borrowed": int(led.borrowed_units[idx].sum()),
+                       "borrowed_preempted": int(led.borrowed_preempted[idx].sum()),
                        "mean_held": step_integral(t, v, 0.0, T) / T, "max_held": vmax,
                        "held_at": [int(x) for x in step_at(t, v, cp)],
                        "within_ceiling": ok}

@@ -539,6 +539,11 @@ def tree_lines(tree: dict) -> list[str]:
         wait = "never active" if w["wait"] is None else f"{w['wait']:g} s"
         out.append(f"waker {n}: asked {w['units']} GPUs at {w['asked_at']:g} s, "
                    f"{w['answer']} {w['path'] or w['reason'] or ''}, wait {wait}")
+    for n, d in tree["nodes"].items():
+        if d.get("borrowed") and not d["children"]:
+            out.append(f"borrower {n}: {d['borrowed']:,} GPUs granted on borrowed leases in all "
+                       f"(SPEC §14.8), {d['borrowed_preempted']:,} of those leases preempted "
+                       f"when a lender asked for its guarantee")
     for n, p in tree["projects"].items():
         out.append(f"project {n}{' (storm inside)' if p['storm_inside'] else ''}: "
                    f"{p['within_guarantee']:,} requests within a guarantee, "
@@ -551,7 +556,8 @@ def _tree_html(tree: dict) -> str:
     e = html.escape
     parts = ["<h2>Tree of envelopes (SPEC §14)</h2><p class='sub'>Every level's ceiling, "
              "bucket and budget bind its subtree; guarantees nest and stay reserved at every "
-             "level, idle or not (siblings do not borrow each other's idle guarantees).</p>"
+             "level, idle or not; a node with a borrow limit may use its siblings' idle guarantees "
+             "on leases preempted when a lender asks for its own (SPEC §14.8).</p>"
              "<table><tr><th>check</th><th>this run</th></tr>"]
     for k, ok in tree["checks"].items():
         parts.append(f"<tr><td>{e(TREE_CHECKS.get(k, k))}</td><td class='{'ok' if ok else 'bad'}'>"

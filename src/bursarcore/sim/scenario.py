@@ -315,11 +315,13 @@ def _check_range(ctx: _Ctx, params: dict, key: str, path: str) -> None:
 
 def _envelope(ctx: _Ctx, doc: Any, path: str, credits: float, cls: str,
               share: float | None) -> Envelope:
-    doc = _table(ctx, doc, path, ("guaranteed", "sustained", "ceiling", "burst"))
+    keys = ("guaranteed", "sustained", "ceiling", "burst", "borrow_limit", "lend_limit")
+    doc = _table(ctx, doc, path, keys)
     maps: dict[str, dict[str, float]] = {}
-    for key in ("guaranteed", "sustained", "ceiling", "burst"):
+    for key in keys:
         m = _table(ctx, doc.get(key), f"{path}.{key}")
-        maps[key] = {d: _num(ctx, v, f"{path}.{key}.{d}", allow_inf=key == "burst")
+        maps[key] = {d: _num(ctx, v, f"{path}.{key}.{d}",
+                             allow_inf=key in ("burst", "lend_limit"))
                      for d, v in m.items()}
     try:
         return Envelope(credits=credits, service_class=cls, share=share, **maps)
