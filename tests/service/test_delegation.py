@@ -212,6 +212,41 @@ def test_a_token_registers_below_its_own_node(svc):
         assert r.status_code == 201, r.text
 
 
+def test_a_delegated_node_borrows_over_http(svc):
+    """SPEC §14.8 over HTTP: a node registered with a borrow limit by its parent's token
+    borrows its idle sibling's guarantee (a lend limit of null is unlimited); a bad limit
+    is refused naming its field."""
+    h = _h(svc.tokens["astro"])
+    with svc.client() as http:
+        for name, env in (("astro/survey/x", {"credits": 100, "guaranteed": {"gpu": 2},
+                                              "sustained": {"gpu": 8}, "ceiling": {"gpu": 8},
+                                              "borrow_limit": {"gpu": 2}}),
+                          ("astro/survey/y", {"credits": 100, "guaranteed": {"gpu": 2},
+                                              "lend_limit": {"gpu": None}})):
+            r = http.post("/v1/campaigns", json={"name": name, "envelope": env}, headers=h)
+            assert r.status_code == 201, r.text
+        assert svc.broker.envelopes["astro/survey/x"].borrow_limit == {"gpu": 2}
+        # the 24 GPUs promised to no one are taken: bio 16, astro2 8
+        for who, n in (("bio", 16), ("astro2", 8)):
+            r = http.post(f"/v1/campaigns/{who}/intents", headers=svc.headers(who),
+                          json={"max": n, "duration": 600})
+            assert r.json()["units"] == n, r.text
+
+        def ask():
+            r = http.post("/v1/campaigns/astro/survey/x/intents", headers=h,
+                          json={"min": 1, "max": 8, "duration": 600})
+            assert r.status_code == 201, r.text
+            return r.json()
+
+        d = ask()            # its firm room: its own 2 and astro's unused 2
+        assert (d["units"], d["path"], d["lease"]["firm"]) == (4, "warm", True)
+        d = ask()            # then y's idle 2, borrowed
+        assert (d["units"], d["path"], d["lease"]["firm"]) == (2, "borrow", False)
+        r = http.post("/v1/campaigns", json={"name": "astro/survey/z", "envelope": {
+            "credits": 1, "borrow_limit": {"gpu": -1}}}, headers=h)
+        assert r.status_code == 422 and "borrow_limit" in r.text
+
+
 @pytest.mark.parametrize("who,name", [
     ("astro", "astro"),              # its own node: not below it
     ("astro", "delta"),              # top level
