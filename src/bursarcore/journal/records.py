@@ -17,6 +17,16 @@ deadline collides with it or with -1). Write it with :func:`deadline_field`, rea
 :func:`deadline_of`. (Journals written before this escape hold -1 for "none" too, and
 read the same; there the -1 ns deadline was indistinguishable from none.) A ``preempt``
 record's ``deadline`` is the revocation instant, always present, stored as is.
+
+An ``acquire`` record names the level of a tree of envelopes whose rule decided it (SPEC
+§14.2): ``level`` is the campaign index of the node of the path whose ceiling, bucket or
+budget bound it (:func:`binding_rule` picks the rule; the node itself when its own limit is
+the least, as always for a flat campaign) and ``level_figure`` that node's ceiling (units),
+tokens (unit·ns) or credits left (micro-credits) before the decision; ``level`` is -1 when
+no such rule decided (a grant of the whole request, capacity, a deadline) and in every other
+record. The two fields come last: a journal written before them (SQLite rows of the shorter
+:data:`RECORD_DTYPE_UNLEVELLED`, JSON lines without them) reads with ``level``
+:data:`LEVEL_UNRECORDED`, which names no level and which replay does not compare.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ from ..admission.state import LIMITS, REASONS   # the core's reason codes and ru
 
 __all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "REASONS", "LIMIT_FIELDS",
            "to_dict", "from_dict", "new_rows", "deadline_field", "deadline_of",
-           "LEVEL_FIELDS", "RECORD_DTYPE_UNLEVELLED", "from_unlevelled", "binding_rule",
+           "LEVEL_FIELDS", "LEVEL_UNRECORDED", "RECORD_DTYPE_UNLEVELLED", "from_unlevelled",
+           "binding_rule",
            "level_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
@@ -65,6 +76,7 @@ RECORD_DTYPE = np.dtype([
     ("level", "i8"), ("level_figure", "i8"),
 ])
 LEVEL_FIELDS = ("level", "level_figure")
+LEVEL_UNRECORDED = -2    # the level of a record written before records named one (no level)
 # the records of journals written before they named the binding level: the same fields, in
 # the same order, without LEVEL_FIELDS (the new fields come last, so an old record's bytes
 # are a prefix of a new one's)
@@ -124,10 +136,12 @@ def new_rows(n: int) -> np.ndarray:
 
 def from_unlevelled(old: np.ndarray) -> np.ndarray:
     """Records of the earlier layout (:data:`RECORD_DTYPE_UNLEVELLED`) as records of this
-    one: every field kept, and no binding level (``level`` -1, ``level_figure`` 0)."""
+    one: every field kept, and no binding level (``level`` :data:`LEVEL_UNRECORDED`,
+    ``level_figure`` 0; replay does not compare what was not recorded)."""
     rows = new_rows(old.shape[0])
     for f in RECORD_DTYPE_UNLEVELLED.names:  # type: ignore[union-attr]
         rows[f] = old[f]
+    rows["level"] = LEVEL_UNRECORDED
     return rows
 
 
@@ -178,8 +192,9 @@ def from_dict(d: dict) -> tuple[np.ndarray, str | None]:
     """Inverse of :func:`to_dict` (extra keys ignored)."""
     row = new_rows(1)
     for f in FIELDS:
-        if f in LEVEL_FIELDS and f not in d:
-            continue                # a record written before levels: none (new_rows)
+        if f in LEVEL_FIELDS and f not in d:    # a record written before levels: none
+            row[f] = LEVEL_UNRECORDED if f == "level" else 0
+            continue
         v = d[f]
         if f == "op":
             v = OP[v]
