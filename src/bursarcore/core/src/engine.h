@@ -513,8 +513,9 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
         q.left = k_path_left_tree(e, c, &credit_lv);
         k_path_limits(e, c, d, dur, t, xlim, xlv);
         err = bc_size(&q, nmin, nmax, exact, xlim, o);
-        k_decision_levels(o, c, xlv, credit_lv,
-                          max_spend >= 0 && (q.free_when_broke || max_spend <= q.left));
+        if (err == 0)
+            k_decision_levels(o, c, xlv, credit_lv,
+                              max_spend >= 0 && (q.free_when_broke || max_spend <= q.left));
     } else {
         err = bc_size(&q, nmin, nmax, exact, NULL, o);
     }
