@@ -30,7 +30,8 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport rint, isfinite, fabs
 
 from ._engine cimport (Eng, Dec, _Ctx, _ctx, _pyint, _raise, imin, k_admit, k_advance,
-                       k_cong_mult, k_decide, k_dim_figures, k_free, k_held, k_reusable,
+                       k_binding_rule, k_cong_mult, k_decide, k_dim_figures, k_free, k_held,
+                       k_levels_of, k_reusable,
                        k_ring_advance, k_row, E_HEAPFULL, MAXV, NCOL, O_GRANTED, O_REFUSED,
                        PREEMPT, RANK, ROW_MASK, R_CAPACITY, R_TOKENS, BC_LIMITS)
 from ._results cimport (_Results, _ExpiredRun, _slot_offsets, _div, bc_slot, bc_set,
@@ -109,12 +110,12 @@ cdef inline bint _sec_ns(object x, int64_t* out):
 
 
 cdef tuple _acquire_record(tuple head, const int64_t *lim, int64_t T, int64_t left,
-                           int64_t H):
+                           int64_t H, int64_t level, int64_t figure):
     """An acquire's journal record: ``head`` (its fields up to the unmet guarantees), the
     decision's limits (one per rule, capped at MAXV), then tokens, credits and holding
-    after, in one tuple."""
+    after, and the level whose rule bound it with its figure, in one tuple."""
     cdef Py_ssize_t nh = len(head), j
-    cdef object out = PyTuple_New(nh + BC_LIMITS + 3), x
+    cdef object out = PyTuple_New(nh + BC_LIMITS + 5), x
     for j in range(nh):
         x = head[j]
         Py_INCREF(x)
@@ -133,6 +134,12 @@ cdef tuple _acquire_record(tuple head, const int64_t *lim, int64_t T, int64_t le
     x = H
     Py_INCREF(x)
     PyTuple_SET_ITEM(out, j + 2, x)
+    x = level
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, j + 3, x)
+    x = figure
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, j + 4, x)
     return <tuple>out
 
 
@@ -233,7 +240,7 @@ cdef class FastAcquire:
         from .journal import records as _jr
         from .journal.base import Journal
         if (_jr.OP["acquire"], _jr.OP["expire"], _jr.OP["advance"]) != \
-                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 33 \
+                (J_ACQUIRE, J_EXPIRE, J_ADVANCE) or len(_jr.FIELDS) != 35 \
                 or (_jr.deadline_field(None), _jr.deadline_field(-1)) != (-1, _dl_field(1, -1)):
             raise RuntimeError("FastAcquire: journal record codes moved")
         self.Journal, self.replace = Journal, dataclasses.replace
@@ -584,6 +591,9 @@ cdef class FastAcquire:
         cdef Eng* e
         cdef Dec dc
         cdef int64_t buf[4]
+        cdef int64_t lvs[BC_LIMITS]
+        cdef int64_t figs[BC_LIMITS]
+        cdef int64_t rule
         try:
             cx = self._cx()
             e = &cx.e
@@ -598,7 +608,8 @@ cdef class FastAcquire:
             if note:
                 seq = jn.next_seq
                 self._jadd(jn, (seq, t, J_ADVANCE, 4, 0, 0, 0, 0, -1, -1, -1, 0, 0, 0, -1, -1,
-                                -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+                                -1, 0, -1, -1, 0, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                -1, 0))
             # -- Broker._acquire_ns: the request row (rule inputs before the decision)
             iid_obj = self._get(CU_NEXT)
             iid = iid_obj
@@ -616,6 +627,7 @@ cdef class FastAcquire:
                 _raise(err)
             i = c * e.D + d
             tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
+            k_levels_of(e, c, d, &dc, lvs, figs)
             # -- Broker._decide_one
             name = self.names[c]
             if has_dl and dl < t:
@@ -667,10 +679,12 @@ cdef class FastAcquire:
             # -- Broker._record_decision, journal.add
             i = c * e.D + d
             seq = jn.next_seq
+            rule = k_binding_rule(dc.lim, outcome == 1, units, nmax, reason)
             self._jadd(jn, _acquire_record(
                 (seq, t, J_ACQUIRE, outcome, reason, path, rank, 0, d, k, c, nmin, nmax, dur,
                  spend, _dl_field(has_dl, dl), ttl, units, lease, iid, cost, deficit, tb, cb,
-                 fr, un), dc.lim, e.cd[i].T, e.cr[c].left, k_held(e, c, d)))
+                 fr, un), dc.lim, e.cd[i].T, e.cr[c].left, k_held(e, c, d),
+                 -1 if rule < 0 else lvs[rule], 0 if rule < 0 else figs[rule]))
             if dec is not None:
                 return self.replace(dec, seq=seq)
             if outcome == 1:
@@ -763,7 +777,7 @@ cdef class FastAcquire:
                     self._jadd(jn, (seq, e.lr[r].t_end, J_EXPIRE, 0, 0, 0, 0, 0, d, e.lr[r].lcls,
                                     c, 0, 0, 0, -1, -1, -1, e.lr[r].units, lid, e.lr[r].intent,
                                     e.lr[r].cost, _NAN, 0, 0, 0, 0, 0, 0, 0, 0, e.cd[i].T,
-                                    e.cr[c].left, k_held(e, c, d)))
+                                    e.cr[c].left, k_held(e, c, d), -1, 0))
             if err:
                 _raise(err, "a lease id in the expiry heap")
             if m < chunk:

@@ -289,6 +289,25 @@ def decide(st: Any, c: int, d: int, k: int, nmin: int, nmax: int, dur: int, max_
             tuple(int(out[4 + i]) for i in range(lib.BC_LIMITS)))
 
 
+def decide_levels(st: Any, c: int, d: int, k: int, nmin: int, nmax: int, dur: int,
+                  max_spend: int, t: int) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                   tuple[int, ...]]:
+    """An intent's decision as a journal records it before it is taken (SPEC §9, §14.2):
+    the rules' limits, the node of the campaign's path whose limit each is (-1 for
+    capacity) and that node's figure for the rule; the core's ``k_decide`` and
+    ``k_levels_of``."""
+    x = _ctx(st)
+    _cd(x, c, d)
+    _kk(x, k)
+    L = lib.BC_LIMITS
+    out = ffi.new("int64_t[]", 3 * L)
+    err = lib.bce_decide_levels(x.e, c, d, k, nmin, nmax, dur, max_spend, t, out)
+    if err:
+        raise engine_error(err)
+    return (tuple(int(out[i]) for i in range(L)), tuple(int(out[L + i]) for i in range(L)),
+            tuple(int(out[2 * L + i]) for i in range(L)))
+
+
 def decide_keys(st: Any, keys: Any, t: int, out_reason: Any) -> int:
     """The pending pass's probe (; the core's ``k_decide_keys``):
     the first row of ``keys`` (K × 6) that could be granted, or -1 with every row's

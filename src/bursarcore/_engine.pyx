@@ -373,6 +373,27 @@ def decide(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t n
     return (r.n, r.reason, r.path, r.pm, tuple([r.lim[li] for li in range(BC_LIMITS)]))
 
 
+def decide_levels(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, int64_t nmax,
+                  int64_t dur, int64_t max_spend, int64_t t):
+    """An intent's decision as a journal records it before it is taken (SPEC §9, §14.2):
+    the rules' limits, the node of the campaign's path whose limit each is (-1 for
+    capacity, the pool's rule) and that node's figure for the rule, each a tuple in
+    ``LIMITS`` order; the core's ``k_decide`` and ``k_levels_of``."""
+    cdef _Ctx x = _ctx(st)
+    cdef Dec r
+    cdef int64_t lv[BC_LIMITS]
+    cdef int64_t fig[BC_LIMITS]
+    _cd(x, c, d)
+    _kk(x, k)
+    cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r, NULL)
+    if err:
+        _raise(err)
+    k_levels_of(&x.e, c, d, &r, lv, fig)
+    return (tuple([r.lim[li] for li in range(BC_LIMITS)]),
+            tuple([lv[li] for li in range(BC_LIMITS)]),
+            tuple([fig[li] for li in range(BC_LIMITS)]))
+
+
 def decide_keys(st, keys, int64_t t, out_reason):
     """The pending pass's "can anything be granted" probe: row j of ``keys`` (int64, shape
     (K, 6): campaign, dim, class, nmin, duration, max_spend) is decided at nmin = nmax =

@@ -52,6 +52,8 @@ cdef packed struct Rec:
     int64_t tokens_after
     int64_t credits_after
     int64_t held_after
+    int64_t level
+    int64_t level_figure
 
 
 DEF OP_ACQUIRE = 2
@@ -77,6 +79,7 @@ def layout():
         "credits_before": <char*>&r.credits_before - b, "free": <char*>&r.free - b,
         "unmet": <char*>&r.unmet - b, "tokens_after": <char*>&r.tokens_after - b,
         "credits_after": <char*>&r.credits_after - b, "held_after": <char*>&r.held_after - b,
+        "level": <char*>&r.level - b, "level_figure": <char*>&r.level_figure - b,
     }
     for q, name in enumerate(_LIMITS):
         off[f"lim_{name}"] = <char*>&r.lim[q] - b
@@ -97,7 +100,7 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
     cdef int64_t c, k, lid, row
     cdef Py_ssize_t nc = deficit.shape[0], nk = rank.shape[0], nl = cost.shape[0]
     if (j0 < 0 or j0 + m > ci.shape[0] or j0 + m > rec.shape[0]
-            or rec.shape[1] != 7 + BC_LIMITS):
+            or rec.shape[1] != 9 + BC_LIMITS):
         raise IndexError("fill_acquire: batch slice out of range")
     with nogil:
         for i in range(m):
@@ -148,6 +151,8 @@ def fill_acquire(uint8_t[::1] raw, int64_t seq0, Py_ssize_t j0, int64_t t, int64
             r.tokens_after = x[4 + BC_LIMITS]
             r.credits_after = x[5 + BC_LIMITS]
             r.held_after = x[6 + BC_LIMITS]
+            r.level = x[7 + BC_LIMITS]
+            r.level_figure = x[8 + BC_LIMITS]
             r += 1
 
 
@@ -216,34 +221,36 @@ from cpython.long cimport PyLong_AsLongLong
 from cpython.float cimport PyFloat_AsDouble
 from libc.string cimport memcpy
 
+DEF NFIELDS = 35      # the fields of a record (RECORD_DTYPE)
 cdef tuple _NAMES = ()
 cdef tuple _DEFAULTS = ()
-cdef int[33] _KIND     # 0: int64, 1: int32, 2: int16, 3: int8, 4: float64
-cdef Py_ssize_t[33] _OFF
+cdef int[NFIELDS] _KIND     # 0: int64, 1: int32, 2: int16, 3: int8, 4: float64
+cdef Py_ssize_t[NFIELDS] _OFF
 cdef Py_ssize_t _NF = 0
 
 
 def setup(fields, defaults, kinds, offsets):
     """The record's field names, defaults, kinds and offsets (from RECORD_DTYPE)."""
     global _NAMES, _DEFAULTS, _NF
-    if len(fields) != 33 or len(defaults) != 33 or len(kinds) != 33 or len(offsets) != 33:
-        raise ValueError("setup: a record has 33 fields")
+    if (len(fields) != NFIELDS or len(defaults) != NFIELDS or len(kinds) != NFIELDS
+            or len(offsets) != NFIELDS):
+        raise ValueError(f"setup: a record has {NFIELDS} fields")
     _NAMES, _DEFAULTS = tuple(fields), tuple(defaults)
-    for i in range(33):
+    for i in range(NFIELDS):
         _KIND[i] = kinds[i]
         _OFF[i] = offsets[i]
-    _NF = 33
+    _NF = NFIELDS
 
 
 def as_tuple(dict fields):
     """The record's values in field order, defaults where ``fields`` has none."""
-    if _NF != 33:
+    if _NF != NFIELDS:
         raise RuntimeError("as_tuple: setup() first")
-    cdef tuple out = PyTuple_New(33)
+    cdef tuple out = PyTuple_New(NFIELDS)
     cdef PyObject* v
     cdef object o
     cdef Py_ssize_t i
-    for i in range(33):
+    for i in range(NFIELDS):
         v = PyDict_GetItem(fields, _NAMES[i])
         o = <object>v if v != NULL else _DEFAULTS[i]
         Py_INCREF(o)
@@ -252,7 +259,7 @@ def as_tuple(dict fields):
 
 
 def pack_tuples(list tuples, uint8_t[::1] raw, Py_ssize_t itemsize):
-    """Write each 33-tuple into ``raw`` as a record. Returns False (``raw`` partly written)
+    """Write each NFIELDS-tuple into ``raw`` as a record. Returns False (``raw`` partly written)
     at the first value that is not a number in its field's range, so the caller lets numpy
     decide what such a value means."""
     cdef Py_ssize_t n = len(tuples), i, f
@@ -264,15 +271,15 @@ def pack_tuples(list tuples, uint8_t[::1] raw, Py_ssize_t itemsize):
     cdef int8_t x1
     cdef double y
     cdef object o
-    if _NF != 33 or raw.shape[0] != n * itemsize:
+    if _NF != NFIELDS or raw.shape[0] != n * itemsize:
         raise ValueError("pack_tuples: setup() first, and raw must hold len(tuples) records")
     for i in range(n):
         o = tuples[i]
-        if type(o) is not tuple or PyTuple_GET_SIZE(o) != 33:
+        if type(o) is not tuple or PyTuple_GET_SIZE(o) != NFIELDS:
             return False
         tp = <tuple>o
         p = &raw[i * itemsize]
-        for f in range(33):
+        for f in range(NFIELDS):
             o = tp[f]
             try:
                 if _KIND[f] == 4:

@@ -37,6 +37,9 @@ def test_compiled_record_layout_is_record_dtype():
     assert fill.BACKEND == "compiled"
 
 
+W = fill.REC_WIDTH      # the loop's per-item record: rule inputs, state after, level
+
+
 @st.composite
 def batches(draw):
     n = draw(st.integers(1, 40))
@@ -52,8 +55,8 @@ def batches(draw):
         nmin=col(I64), nmax=col(I64), dur=col(I64), out_n=col(I64),
         out_r=col(st.integers(-200, 200)),             # wraps into int8 the same way
         out_l=col(st.integers(-1, L - 1)),
-        rec=np.array(draw(st.lists(st.lists(I64, min_size=11, max_size=11),
-                                   min_size=n, max_size=n)), dtype=np.int64).reshape(n, 11),
+        rec=np.array(draw(st.lists(st.lists(I64, min_size=W, max_size=W),
+                                   min_size=n, max_size=n)), dtype=np.int64).reshape(n, W),
         rank=np.array(draw(st.lists(st.integers(-300, 300), min_size=K, max_size=K))),
         deficit=np.array(draw(st.lists(st.floats(allow_nan=True), min_size=C, max_size=C))),
         cost=np.array(draw(st.lists(I64, min_size=L, max_size=L)), dtype=np.int64),
@@ -106,7 +109,7 @@ def test_fill_acquire_refuses_out_of_range_items():
     b = dict(seq0=0, j0=0, m=2, t=0, d=0, ttl=0, iid0=0, ci=np.array([0, 5]),
              ks=np.zeros(2, np.int64), nmin=np.ones(2, np.int64), nmax=np.ones(2, np.int64),
              dur=np.ones(2, np.int64), out_n=np.ones(2, np.int64), out_r=np.zeros(2, np.int64),
-             out_l=np.array([0, -1]), rec=np.zeros((2, 11), np.int64), rank=np.zeros(1, np.int64),
+             out_l=np.array([0, -1]), rec=np.zeros((2, W), np.int64), rank=np.zeros(1, np.int64),
              deficit=np.zeros(2), cost=np.zeros(1, np.int64))
     for fn in {fill.fill_acquire, fill.reference_fill_acquire}:
         with pytest.raises(IndexError):
@@ -339,7 +342,7 @@ def field_values(draw, wild=False):
 def test_as_tuple_and_pack_tuples_equal_the_reference(recs):
     tuples = [fill.as_tuple(dict(r)) for r in recs]
     assert tuples == [fill.reference_as_tuple(dict(r)) for r in recs]
-    assert all(len(t) == 33 for t in tuples)
+    assert all(len(t) == len(FIELDS) for t in tuples)
     mine, ref = np.empty(len(tuples), RECORD_DTYPE), np.empty(len(tuples), RECORD_DTYPE)
     fill.pack_tuples(tuples, mine)
     fill.reference_pack_tuples(tuples, ref)

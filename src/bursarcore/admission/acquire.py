@@ -165,15 +165,19 @@ class AcquireMixin(BrokerBase):
         row["ttl"], row["intent"] = ttl, iid
         row["rank"] = int(st.cls[k, 0])
         row["deficit"] = self._cur.deficit_last[c]
-        _, _, _, _, lims = kern.decide(st, c, d, k, nmin, nmax, dur, spend, t)
+        lims, lv, fig = kern.decide_levels(st, c, d, k, nmin, nmax, dur, spend, t)
         row["tokens_before"], row["credits_before"] = int(st.T[c, d]), int(st.left[c])
         row["free"], row["unmet"] = kern.free_now(st, d), int(st.U[d])
         row.update(zip(J.LIMIT_FIELDS, (min(x, MAXV) for x in lims)))
+        row["level"] = (lv, fig)      # per rule, until the decision names its rule
         return row
 
     def _record_decision(self, row: dict[str, Any], dec: "Decision", c: int, d: int) -> None:
         row["outcome"] = {GRANTED_OUT: 1, PENDING_OUT: 2, REFUSED_OUT: 3}.get(dec.outcome, 4)
         row["reason"] = REASONS.index(dec.reason) if dec.reason else 0
+        rule = J.binding_rule(dec.outcome, dec.reason or "", dec.units, row["nmax"],
+                              [row[f] for f in J.LIMIT_FIELDS])
+        row["level"], row["level_figure"] = J.level_of(rule, *row["level"])
         row["path"] = J.PATH_CODE.get(dec.path or "", 0)
         row["units"] = dec.units
         if dec.lease is not None:

@@ -16,6 +16,7 @@ from ..batchprep import finish, minmax
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards
 from ..journal.base import Journal
+from ..journal.fill import REC_WIDTH
 from .._brokerbase import (_DUR_RULE, _MAX_DURATION, _MIN_DURATION, _OUTCOME_CODE, NS,
                            BrokerBase, _op)
 
@@ -150,7 +151,7 @@ class BatchMixin(BrokerBase):
         out_l = np.empty(n, dtype=np.int64)
         slow = []                        # (item, outcome code) decided by the single path
         cur = self._cur
-        rec = np.empty((n, 11), dtype=np.int64) if cur.journal is not None else None
+        rec = np.empty((n, REC_WIDTH), dtype=np.int64) if cur.journal is not None else None
         dims = self._constant(d, n)
         iid0 = cur.next_intent
         cur.next_intent += n
@@ -302,7 +303,7 @@ class BatchMixin(BrokerBase):
         out_n = np.empty(m, dtype=np.int64)
         out_r = np.empty(m, dtype=np.int64)
         out_l = np.empty(m, dtype=np.int64)
-        rec = np.empty((m, _H_AFTER + 1), dtype=np.int64)
+        rec = np.empty((m, REC_WIDTH), dtype=np.int64)
         dims = self._constant(d, m)
         iid0 = cur.next_intent
         cur.next_intent += m

@@ -167,6 +167,8 @@ class SignalsMixin(BrokerBase):
             rec.setdefault("class_name", self.classes[rec["cls"]].name)
         if 0 <= rec.get("campaign", -1) < len(self._names):
             rec.setdefault("campaign_name", self._names[rec["campaign"]])
+        if 0 <= rec.get("level", -1) < len(self._names):                 # SPEC §14.2
+            rec.setdefault("level_name", self._names[rec["level"]])
         return _explain(rec)
 
     @_op

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._abi import LIMITS
+from .records import binding_rule
 
 __all__ = ["explain"]
 
@@ -114,9 +115,13 @@ def _because(rec: dict, dim: str, granted: bool = False) -> str:
     lims = {name: rec[f"lim_{name}"] for name in LIMITS}
     reason = rec["reason"]
     if granted or not reason:
-        reason = min(lims, key=lambda k: lims[k])
+        reason = LIMITS[binding_rule("granted" if granted else rec["outcome"], reason,
+                                     rec["units"], rec["nmax"], list(lims.values()))]
     n = lims.get(reason, 0)
     held_before = rec["held_after"] - (rec["units"] if rec["outcome"] == "granted" else 0)
+    level = rec.get("level", -1)
+    if reason in ("ceiling", "tokens", "credits") and level >= 0 and level != rec["campaign"]:
+        return _above(rec, reason, level, n, dim)
     if reason == "ceiling":
         return (f"the ceiling binds — {who_holds(held_before, dim)} and the ceiling allows "
                 f"{_u(n)} more.")
@@ -148,6 +153,23 @@ def _because(rec: dict, dim: str, granted: bool = False) -> str:
     if reason in lims:
         return f"the {reason} rule binds — it allows at most {_u(n)} {dim} here."
     return f"rule {reason}."
+
+
+def _above(rec: dict, rule: str, level: int, n: int, dim: str) -> str:
+    """The reason when a level above the node bound the decision (SPEC §14.2): that level's
+    rule, named with its figure (``level_figure``), not the node's own."""
+    above = "`" + (rec.get("level_name") or f"campaign {level}") + "`"
+    own = "`" + (rec.get("campaign_name") or f"campaign {rec['campaign']}") + "`'s own"
+    fig = rec.get("level_figure", 0)
+    if rule == "ceiling":
+        return (f"the ceiling of {above} ({_u(fig)} {dim}) binds, not {own} — with what its "
+                f"subtree holds and the guarantees reserved in it, it allows {_u(n)} more.")
+    if rule == "tokens":
+        return (f"the prepaid token bucket of {above} binds, not {own} — it holds "
+                f"{_tok(fig)} unit-seconds, which pay for at most {_u(n)} {dim} (those "
+                f"within the sustained rates on the path are free) for {_s(rec['dur'])}.")
+    return (f"the budget of {above} binds, not {own} — {_cr(fig)} credits left pay for at "
+            f"most {_u(n)} {dim} at this price.")
 
 
 def who_holds(h: int, dim: str) -> str:

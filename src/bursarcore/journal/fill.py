@@ -4,7 +4,8 @@ and a compiled twin (``bursarcore._journalfill``) that must produce the same byt
 :func:`fill_acquire` writes the ``acquire`` records of a batch's items (the ones the
 compiled admission loop decided) straight from the loop's per-item outputs — the rule
 inputs and state after in ``rec`` (``REC_WIDTH`` columns: tokens, credits, free,
-unmet, the rules' limits in their order, then tokens, credits and held after) — into rows a sink handed
+unmet, the rules' limits in their order, then tokens, credits and held after, and the level
+whose rule bound the decision with its figure) — into rows a sink handed
 out with :meth:`~bursarcore.journal.Journal.reserve`. Each record equals, field for
 field, what the single path (``Broker._acquire_ns``, which replay uses) writes.
 
@@ -30,7 +31,7 @@ __all__ = ["fill_acquire", "crc32_rows", "as_tuple", "pack_tuples", "reference_f
            "REC_WIDTH"]
 
 _REC_FIELDS = ("tokens_before", "credits_before", "free", "unmet", *LIMIT_FIELDS,
-               "tokens_after", "credits_after", "held_after")
+               "tokens_after", "credits_after", "held_after", "level", "level_figure")
 REC_WIDTH = len(_REC_FIELDS)
 _I64 = np.int64
 

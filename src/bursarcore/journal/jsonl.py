@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import JournalCorrupt
 from .base import Journal, check_rows, crc
 from .memory import MemoryJournal
-from .records import RECORD_DTYPE, from_dict, to_dict
+from .records import LEVEL_FIELDS, RECORD_DTYPE, RECORD_DTYPE_UNLEVELLED, from_dict, to_dict
 
 __all__ = ["export_jsonl", "import_jsonl"]
 
@@ -44,7 +44,10 @@ def import_jsonl(path: str | os.PathLike) -> MemoryJournal:
             except (ValueError, KeyError, TypeError, OverflowError, AttributeError) as e:
                 raise JournalCorrupt(expect, f"line {lineno} is unreadable: {e}") from None
             seq = int(row["seq"][0])
-            if crc(row.tobytes(), payload) != d.get("crc"):
+            raw = row.tobytes()
+            if not any(f in d for f in LEVEL_FIELDS):    # written before records named a
+                raw = raw[:RECORD_DTYPE_UNLEVELLED.itemsize]   # level: checked as written
+            if crc(raw, payload) != d.get("crc"):
                 raise JournalCorrupt(seq, f"line {lineno}: checksum mismatch")
             rows.append(row)
             if payload is not None:

@@ -17,6 +17,16 @@ deadline collides with it or with -1). Write it with :func:`deadline_field`, rea
 :func:`deadline_of`. (Journals written before this escape hold -1 for "none" too, and
 read the same; there the -1 ns deadline was indistinguishable from none.) A ``preempt``
 record's ``deadline`` is the revocation instant, always present, stored as is.
+
+An ``acquire`` record names the level of a tree of envelopes whose rule decided it (SPEC
+§14.2): ``level`` is the campaign index of the node of the path whose ceiling, bucket or
+budget bound it (:func:`binding_rule` picks the rule; the node itself when its own limit is
+the least, as always for a flat campaign) and ``level_figure`` that node's ceiling (units),
+tokens (unit·ns) or credits left (micro-credits) before the decision; ``level`` is -1 when
+no such rule decided (a grant of the whole request, capacity, a deadline) and in every other
+record. The two fields come last: a journal written before them (SQLite rows of the shorter
+:data:`RECORD_DTYPE_UNLEVELLED`, JSON lines without them) reads with ``level``
+:data:`LEVEL_UNRECORDED`, which names no level and which replay does not compare.
 """
 
 from __future__ import annotations
@@ -24,14 +34,16 @@ from __future__ import annotations
 import json
 import math
 from operator import itemgetter
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..admission.state import LIMITS, REASONS   # the core's reason codes and rules, by code
 
-__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "PATH_CODE", "REASONS", "LIMIT_FIELDS",
-           "to_dict", "from_dict", "new_rows", "deadline_field", "deadline_of"]
+__all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "PATH_CODE", "REASONS",
+           "LIMIT_FIELDS", "to_dict", "from_dict", "new_rows", "deadline_field", "deadline_of",
+           "LEVEL_FIELDS", "LEVEL_UNRECORDED", "RECORD_DTYPE_UNLEVELLED", "from_unlevelled",
+           "binding_rule", "level_of"]
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
        "activate", "release", "renew", "cancel", "advance", "consume", "add_nodes",
@@ -61,7 +73,18 @@ RECORD_DTYPE = np.dtype([
     *[(f"lim_{name}", "i8") for name in LIMITS],
     # state after
     ("tokens_after", "i8"), ("credits_after", "i8"), ("held_after", "i8"),
+    # the level of a tree of envelopes whose rule bound the decision (SPEC §14.2): the
+    # campaign index of that node, -1 when none did, and its figure for that rule
+    ("level", "i8"), ("level_figure", "i8"),
 ])
+LEVEL_FIELDS = ("level", "level_figure")
+LEVEL_UNRECORDED = -2    # the level of a record written before records named one (no level)
+# the records of journals written before they named the binding level: the same fields, in
+# the same order, without LEVEL_FIELDS (the new fields come last, so an old record's bytes
+# are a prefix of a new one's)
+RECORD_DTYPE_UNLEVELLED = np.dtype([(f, RECORD_DTYPE.fields[f][0])  # type: ignore[index]
+                                    for f in RECORD_DTYPE.names  # type: ignore[union-attr]
+                                    if f not in LEVEL_FIELDS])
 # a structured dtype always has both (numpy's stubs type them as optional)
 assert RECORD_DTYPE.names is not None and RECORD_DTYPE.fields is not None
 FIELDS: tuple[str, ...] = RECORD_DTYPE.names
@@ -73,7 +96,7 @@ _MICRO = 1e6
 
 DEFAULTS: dict[str, int | float] = {f: 0 for f in FIELDS}
 DEFAULTS.update({f: -1 for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend",
-                                 "deadline", "ttl")})
+                                 "deadline", "ttl", "level")})
 DEFAULTS["deficit"] = math.nan
 
 NO_DEADLINE = -1
@@ -106,10 +129,46 @@ def as_tuple(fields: dict) -> tuple:
 def new_rows(n: int) -> np.ndarray:
     """n blank records: -1 in ids and optional request fields, 0 elsewhere."""
     r = np.zeros(n, dtype=RECORD_DTYPE)
-    for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend", "deadline", "ttl"):
+    for f in ("campaign", "dim", "cls", "lease", "intent", "max_spend", "deadline", "ttl",
+              "level"):
         r[f] = -1
     r["deficit"] = np.nan
     return r
+
+
+def from_unlevelled(old: np.ndarray) -> np.ndarray:
+    """Records of the earlier layout (:data:`RECORD_DTYPE_UNLEVELLED`) as records of this
+    one: every field kept, and no binding level (``level`` :data:`LEVEL_UNRECORDED`,
+    ``level_figure`` 0; replay does not compare what was not recorded)."""
+    rows = new_rows(old.shape[0])
+    for f in RECORD_DTYPE_UNLEVELLED.names:  # type: ignore[union-attr]
+        rows[f] = old[f]
+    rows["level"] = LEVEL_UNRECORDED
+    return rows
+
+
+def binding_rule(outcome: str, reason: str, units: int, nmax: int,
+                 lims: Sequence[int]) -> int:
+    """The rule that decided a decision, as an index of ``LIMITS`` (-1: none): the rule a
+    refusal or a pending intent names, or for a grant sized down (and a refusal naming no
+    rule) the rule with the smallest limit (the first of equals, in ``LIMITS`` order); a
+    grant of the whole request, or a reason that is not a rule (deadline, ttl...), has none.
+    ``lims``: the record's ``lim_*``, in ``LIMITS`` order."""
+    if outcome == "granted":
+        if units >= nmax:
+            return -1
+    elif reason:
+        return LIMITS.index(reason) if reason in LIMITS else -1
+    return min(range(len(lims)), key=lambda q: lims[q])
+
+
+def level_of(rule: int, levels: Sequence[int], figures: Sequence[int]) -> tuple[int, int]:
+    """A record's ``level`` and ``level_figure`` for the rule that decided (:func:`binding_rule`)
+    given, per rule in ``LIMITS`` order, the node whose limit it was and that node's figure:
+    none (-1, 0) for no rule and for capacity, the pool's rule."""
+    if rule < 0 or LIMITS[rule] == "capacity":
+        return -1, 0
+    return levels[rule], figures[rule]
 
 
 def to_dict(row: Any, payload: str | None = None, names: list[str] | None = None,
@@ -135,6 +194,9 @@ def from_dict(d: dict) -> tuple[np.ndarray, str | None]:
     """Inverse of :func:`to_dict` (extra keys ignored)."""
     row = new_rows(1)
     for f in FIELDS:
+        if f in LEVEL_FIELDS and f not in d:    # a record written before levels: none
+            row[f] = LEVEL_UNRECORDED if f == "level" else 0
+            continue
         v = d[f]
         if f == "op":
             v = OP[v]

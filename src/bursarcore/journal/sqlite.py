@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import InvalidArgument, JournalCorrupt, JournalUnavailable
 from .base import Journal, RowStore, _as_bytes, check_rows, crc
 from .fill import crc32_rows, pack_tuples
-from .records import OP, RECORD_DTYPE, RECORD_FIELDS
+from .records import OP, RECORD_DTYPE, RECORD_DTYPE_UNLEVELLED, RECORD_FIELDS, from_unlevelled
 
 __all__ = ["SQLiteJournal", "HighWaterMark"]
 
@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 _INSERT = "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?)"
 _SIZE = RECORD_DTYPE.itemsize
+_OLD_SIZE = RECORD_DTYPE_UNLEVELLED.itemsize   # rows written before records named a level
 _OP_AT = RECORD_FIELDS["op"][1]
 PAGE_RECORDS = 8192      # at most this many records in one page row (1.7 MB)
 PAGE_SIZE = 16384        # SQLite page size of a new file (pages of records are large BLOBs:
@@ -376,7 +377,8 @@ class SQLiteJournal(Journal):
         if first != expect:
             raise JournalCorrupt(first, f"out of sequence: expected seq {expect}")
         got = len(rec) if isinstance(rec, (bytes, str)) else 0
-        if not isinstance(rec, bytes) or got != k * _SIZE:
+        size = _OLD_SIZE if isinstance(rec, bytes) and got == k * _OLD_SIZE else _SIZE
+        if not isinstance(rec, bytes) or got != k * size:
             bad = first + min(got // _SIZE, k - 1)
             what = (f"record is {got} bytes, expected {_SIZE}" if k == 1 else
                     f"page of records {first}..{seq} is {got} bytes, expected {k * _SIZE}")
@@ -387,10 +389,12 @@ class SQLiteJournal(Journal):
         else:
             if payload is not None:
                 raise JournalCorrupt(first, f"page of records {first}..{seq} has a payload")
-            torn = np.flatnonzero(crc32_rows(rec, _SIZE) != np.frombuffer(c, dtype="<u4"))
+            torn = np.flatnonzero(crc32_rows(rec, size) != np.frombuffer(c, dtype="<u4"))
             if torn.size:
                 raise JournalCorrupt(first + int(torn[0]),
                                      "checksum mismatch (the record was altered or torn)")
+        if size != _SIZE:             # checked as written; read as records naming no level
+            rec = from_unlevelled(np.frombuffer(rec, dtype=RECORD_DTYPE_UNLEVELLED)).tobytes()
         parts.append(rec)
         if payload is not None:
             self._payloads[seq] = payload

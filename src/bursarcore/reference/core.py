@@ -492,6 +492,14 @@ class BrokerCore:
         return limits(self._path(c), d, self._dim[d], self._terms[k], dur, spend,
                       self._unit_price(d, k), self._instant, firm, E, borrow)
 
+    def _levels(self, c: Campaign, d: int, k: int, dur: int,
+                spend: int | None) -> tuple[list[int], list[int]]:
+        """SPEC §14.2: per rule, the node of c's path whose limit it is, and its figure
+        (:func:`tree.binding_levels`); after :meth:`_limits` at the same time (settled)."""
+        E = tree.absorbed(self._camps, [x.hold[d].K for x in self._camps], c, d)
+        return tree.binding_levels(self._path(c), d, E, dur, self._instant, spend,
+                                   self._terms[k].free_when_broke)
+
     def _never(self, c: Campaign, d: int, k: int, nmin: int, dur: int, price: int) -> int:
         """SPEC §4.4: the rule by which an intent can never be met, else OK."""
         bound = tree.firm_bound(self._camps, self._dim[d].cap, c, d)        # SPEC §14

@@ -77,7 +77,8 @@ class JournalWriter:
         return {"rank": b._terms[k].rank, "deficit": self.deficits[c.index],
                 "tokens_before": c.hold[d].T, "credits_before": c.left,
                 "free": b._dim[d].free_now(), "unmet": b._unmet(d),
-                **{f"lim_{name}": min(v, UNLIMITED) for name, v in lim.by_rule.items()}}
+                **{f"lim_{name}": min(v, UNLIMITED) for name, v in lim.by_rule.items()},
+                "level": b._levels(c, d, k, dur, spend)}
 
     def acquire(self, dec: Any, before: dict[str, Any], c: int, d: int, k: int, nmin: int,
                 nmax: int, dur: int, spend: int | None, deadline: int | None, ttl: int, t: int,
@@ -95,6 +96,9 @@ class JournalWriter:
             row["lease"] = dec.lease.id
             rec = self.b._leases.get(dec.lease.id)
             row["cost"] = rec.cost if rec is not None else 0
+        rule = J.binding_rule(dec.outcome, dec.reason or "", dec.units, nmax,
+                              [row[f] for f in J.LIMIT_FIELDS])
+        row["level"], row["level_figure"] = J.level_of(rule, *row["level"])
         self._after(row, c, d)
         return dataclasses.replace(dec, seq=self.j.add(row))
 

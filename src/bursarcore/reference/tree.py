@@ -31,10 +31,11 @@ from typing import Sequence
 
 from ..admission.paths import check_name, parent_name, refuse_guarantee
 from .leases import Campaign
+from .rules import token_limit
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
            "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child",
-           "check_guarantee"]
+           "check_guarantee", "binding_levels"]
 
 
 def commitments(camps: Sequence[Campaign], d: int) -> list[int]:
@@ -188,3 +189,30 @@ def borrow_room(camps: Sequence[Campaign], c: Campaign, d: int) -> tuple[int, in
     lend = sum(min(x.hold[d].lend, idle(camps, R, x.index, d)) for x in siblings)
     lent = c.hold[d].borrowed + sum(x.hold[d].borrowed for x in siblings)
     return max(0, min(left, lend - lent)), left
+
+
+def binding_levels(path: Sequence[Campaign], d: int, absorbed: Sequence[int], dur: int,
+                   instant: bool, spend: int | None,
+                   free_when_broke: bool) -> tuple[list[int], list[int]]:
+    """SPEC §14.2: for each rule of a decision on node ``path[0]`` (its path, c first), in
+    ``LIMITS`` order, the node of the path whose limit is the rule's (the one with the
+    least, the nearest of equals: c itself when its own limit is the least) and that node's
+    figure for the rule: its ceiling b_v (units) for the ceiling, whose limit at v is
+    E_v + b_v − K_v; its tokens T_v for the bucket, whose limit at v is E_v + the token
+    limit at K_v; its credits left for the budget, the least of which binds — unless the
+    request's spending cap does (a cap at most that, or a class that runs free when broke:
+    c itself). Capacity is the pool's rule: no node (-1, figure 0). Holdings are settled
+    to now; ``absorbed`` is E_v per node of the path (:func:`absorbed`)."""
+    hs = [v.hold[d] for v in path]
+
+    def nearest_least(values: list[int]) -> int:
+        return values.index(min(values))
+
+    ceiling = nearest_least([e + h.b - h.K for h, e in zip(hs, absorbed)])
+    tokens = nearest_least([e + token_limit(h.K, h.s, h.T, dur, instant)
+                            for h, e in zip(hs, absorbed)])
+    budget = nearest_least([v.left for v in path])
+    if spend is not None and (free_when_broke or spend <= path[budget].left):
+        budget = 0
+    return ([path[ceiling].index, -1, path[tokens].index, path[budget].index],
+            [hs[ceiling].b, 0, hs[tokens].T, path[budget].left])

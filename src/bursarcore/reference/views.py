@@ -514,6 +514,8 @@ class BrokerViews(BrokerCore):
             rec.setdefault("class_name", self.classes[rec["cls"]].name)
         if 0 <= rec.get("campaign", -1) < len(self._camps):
             rec.setdefault("campaign_name", self._camps[rec["campaign"]].name)
+        if 0 <= rec.get("level", -1) < len(self._camps):                 # SPEC §14.2
+            rec.setdefault("level_name", self._camps[rec["level"]].name)
         return explain(rec)
 
     # ------------------------------------------------------------------ introspection

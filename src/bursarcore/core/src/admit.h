@@ -225,7 +225,8 @@ BC_WALK int k_admit_node(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmi
  * per item: units (on), reason (orz), lease id or -1 (ol). The intent id of item j is
  * intent0 + j. With rec != NULL (a journal), each item's rule inputs are
  * recorded, BC_REC_WIDTH per item: tokens, credits left, free capacity, U, the rules'
- * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after. */
+ * limits in BC_LIMIT_* order (capped at BC_MAXV) before, and tokens, credits left and holding after,
+ * then the level whose rule bound it and that level's figure before (§14.2, k_levels_of). */
 __attribute__((always_inline)) static inline int64_t k_batch(
     bc_eng *e, const int64_t *camps, const int64_t *ks, const int64_t *dims,
     const int64_t *nmins, const int64_t *nmaxs, const int64_t *durs, int64_t t,
@@ -233,6 +234,7 @@ __attribute__((always_inline)) static inline int64_t k_batch(
     int64_t *rec)
 {
     int64_t buf[4] = {0, 0, 0, 0}, nbuf[4] = {0, 0, 0, 0}, before[4 + BC_LIMITS] = {0};
+    int64_t lvs[BC_LIMITS] = {0}, figs[BC_LIMITS] = {0}, rule;
     int64_t c, d, k, pc, pd, pr, i;
     int64_t D = e->D, K = e->K, calloc = e->calloc;
     int rc, q;
@@ -279,6 +281,7 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             before[3] = e->U[d];
             for (q = 0; q < BC_LIMITS; q++)
                 before[4 + q] = bc_cap_maxv(x.lim[q]);
+            k_levels_of(e, c, d, &x, lvs, figs);
         }
         rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
                         BC_FLAT_ONLY);
@@ -307,6 +310,9 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             rec[j * BC_REC_WIDTH + 4 + BC_LIMITS] = e->cd[i].T;
             rec[j * BC_REC_WIDTH + 5 + BC_LIMITS] = e->cr[c].left;
             rec[j * BC_REC_WIDTH + 6 + BC_LIMITS] = k_held(e, c, d);
+            rule = k_binding_rule(before + 4, buf[2] >= 0, buf[0], nmaxs[j], buf[1]);
+            rec[j * BC_REC_WIDTH + 7 + BC_LIMITS] = rule < 0 ? -1 : lvs[rule];
+            rec[j * BC_REC_WIDTH + 8 + BC_LIMITS] = rule < 0 ? 0 : figs[rule];
         }
         j += 1;
     }

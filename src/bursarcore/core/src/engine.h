@@ -62,7 +62,7 @@ enum {
 
 enum {
     BC_ROW_BITS = 32,  /* lease id = row | generation << BC_ROW_BITS */
-    BC_REC_WIDTH = 7 + BC_LIMITS, /* journal inputs per batch item (k_batch's rec) */
+    BC_REC_WIDTH = 9 + BC_LIMITS, /* journal inputs per batch item (k_batch's rec) */
     BC_PF_AHEAD = 6,   /* the batch loop reads the campaign records this far ahead */
     BC_PF_ROWS = 12    /* ... and the lease record this many grants ahead */
 };
@@ -492,7 +492,7 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
                               int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int64_t free, xlim[BC_LIMITS], pm, cn = -1, ccost = 0;
+    int64_t free, xlim[BC_LIMITS], xlv[BC_LIMITS], credit_lv, pm, cn = -1, ccost = 0;
     bc_i128 p;
     bc_req q;
     int err;
@@ -528,9 +528,12 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
         q.free = bc_min64(q.free, k_borrow_left(e, c, d));
     }
     if (tree > 0) {             /* §14.2: every level of the path binds */
-        q.left = k_path_left_tree(e, c);
-        k_path_limits(e, c, d, dur, t, xlim);
+        q.left = k_path_left_tree(e, c, &credit_lv);
+        k_path_limits(e, c, d, dur, t, xlim, xlv);
         err = bc_size(&q, nmin, nmax, exact, xlim, o);
+        if (err == 0)
+            k_decision_levels(o, c, xlv, credit_lv,
+                              max_spend >= 0 && (q.free_when_broke || max_spend <= q.left));
     } else {
         err = bc_size(&q, nmin, nmax, exact, NULL, o);
     }

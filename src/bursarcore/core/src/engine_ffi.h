@@ -39,6 +39,9 @@ static bce_wide bce_price(bc_eng *e, int64_t d, int64_t k);
 static bce_wide bce_cost(int64_t n, int64_t dur, int64_t pm);
 static int bce_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin, int64_t nmax,
                       int64_t dur, int64_t max_spend, int64_t t, int64_t *out);
+static int bce_decide_levels(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                             int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                             int64_t *out);
 static int64_t bce_decide_keys(bc_eng *e, const int64_t *keys, int64_t K, int64_t t,
                                int64_t *out_reason, int *err);
 static int64_t bce_never(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
@@ -98,6 +101,22 @@ static int bce_decide(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin, 
     out[3] = r.pm;
     for (i = 0; i < BC_LIMITS; i++)
         out[4 + i] = r.lim[i];
+    return 0;
+}
+
+/* out = [the rules' limits, the node whose limit each is (-1: none), that node's figure],
+ * each in BC_LIMIT_* order (§14.2, k_levels_of) */
+static int bce_decide_levels(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+                             int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
+                             int64_t *out)
+{
+    bc_dec r;
+    int i, err = k_decide(e, c, d, k, nmin, nmax, dur, max_spend, t, 1, &r, NULL);
+    if (err)
+        return err;
+    for (i = 0; i < BC_LIMITS; i++)
+        out[i] = r.lim[i];
+    k_levels_of(e, c, d, &r, out + BC_LIMITS, out + 2 * BC_LIMITS);
     return 0;
 }
 

@@ -215,11 +215,16 @@ typedef struct {
 
 /* A decision and the limits that made it: lim[i] the most units rule i allows one more
  * lease (BC_LIMIT_*, BC_MAXV when it does not bind), warm the units the capacity rule allows
- * from those free now. */
+ * from those free now. With another level's limits (bc_size's xlim, §14.2): xwin has bit i
+ * set when rule i's limit is another level's, strictly less than the request's own, and
+ * lv[i] is the node whose limit lim[i] is (the engine fills it, k_decision_levels; -1 for
+ * capacity, the pool's rule). Neither is written for a flat campaign. */
 typedef struct {
     int64_t n, reason, path, pm;
     int64_t lim[BC_LIMITS];
     int64_t warm;
+    int64_t xwin;
+    int64_t lv[BC_LIMITS];
 } bc_dec;
 
 enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_allows) */
@@ -371,8 +376,10 @@ static inline int bc_size_pass1(const bc_req *q, const bc_credit *ct, int i, int
     if (rc < 0)
         return rc;
     lazy[i] = rc == BC_LAZY;
-    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i])
+    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i]) {
         o->lim[i] = xlim[i];
+        o->xwin |= (int64_t)1 << i;
+    }
     if (!lazy[i])
         *m = bc_min64(*m, o->lim[i]);
     return 0;
@@ -409,8 +416,10 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
     if (rc < 0)
         return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
-    if (xlim != NULL)
+    if (xlim != NULL) {
         exact = 1;
+        o->xwin = 0;
+    }
     if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, xlim, o, lazy, &m)) < 0
             || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, xlim, o, lazy, &m)) < 0
             || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, xlim, o, lazy, &m)) < 0

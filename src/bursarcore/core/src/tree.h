@@ -188,32 +188,41 @@ static inline int64_t k_held(const bc_eng *e, int64_t c, int64_t d)
 }
 
 /* §14.2, §4.3 the least credits left over node c's path (BC_MAXV: no budget anywhere on
- * it): the budget that binds a cost escrowed in every one. */
-BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c)
+ * it): the budget that binds a cost escrowed in every one; to *lv (unless NULL) the node
+ * whose budget it is, the nearest of equals. */
+BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c, int64_t *lv)
 {
-    int64_t left = e->cr[c].left;
+    int64_t left = e->cr[c].left, at = c;
     for (c = k_parent_of(e, c); c >= 0; c = k_parent_of(e, c))
-        left = e->cr[c].left < left ? e->cr[c].left : left;
+        if (e->cr[c].left < left) {
+            left = e->cr[c].left;
+            at = c;
+        }
+    if (lv != NULL)
+        *lv = at;
     return left;
 }
 
 /* The credits left that bind a charge to c (tree: c is a node of a tree). */
 static inline int64_t k_path_left_at(const bc_eng *e, int64_t c, int tree)
 {
-    return tree > 0 ? k_path_left_tree(e, c) : e->cr[c].left;
+    return tree > 0 ? k_path_left_tree(e, c, NULL) : e->cr[c].left;
 }
 
 /* §14.2 what the ancestors of node c allow one more lease of c on d for dur ns at t, their
  * buckets settled to t first: to xlim[BC_LIMIT_CEILING] min over them of E_v + b_v − K_v,
  * to xlim[BC_LIMIT_TOKENS] min of E_v + the token limit at K_v (a grant of n raises K_v by
- * max(0, n − E_v), E_v the guarantees the path below v leaves unused); BC_MAXV elsewhere. */
+ * max(0, n − E_v), E_v the guarantees the path below v leaves unused); BC_MAXV elsewhere.
+ * To xlv[q] the ancestor whose limit xlim[q] is (the nearest of equals; -1: none). */
 BC_WALK void k_path_limits(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t t,
-                           int64_t *xlim)
+                           int64_t *xlim, int64_t *xlv)
 {
     int64_t D = e->D, i = c * D + d, v, E, H, s, lim;
     int instant = e->scal[1] != 0, q;
-    for (q = 0; q < BC_LIMITS; q++)
+    for (q = 0; q < BC_LIMITS; q++) {
         xlim[q] = BC_MAXV;
+        xlv[q] = -1;
+    }
     E = bc_unmet(e->cd[i].g, e->cd[i].H);
     for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v)) {
         k_settle(e, v, d, t);
@@ -221,12 +230,18 @@ BC_WALK void k_path_limits(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t
         H = e->cd[i].H;
         s = e->cd[i].s;
         lim = bc_cap_maxv((bc_i128)E + bc_ceiling_room(e->cd[i].b, H));
-        xlim[BC_LIMIT_CEILING] = bc_min64(xlim[BC_LIMIT_CEILING], lim);
+        if (lim < xlim[BC_LIMIT_CEILING]) {
+            xlim[BC_LIMIT_CEILING] = lim;
+            xlv[BC_LIMIT_CEILING] = v;
+        }
         if (instant || dur != 0) {          /* (dur 0: the node's own rule refuses it) */
             lim = instant ? bc_token_limit_instant(H, s, e->cd[i].T)
                           : bc_token_limit(H, s, e->cd[i].T, dur);
             lim = bc_cap_maxv((bc_i128)E + lim);
-            xlim[BC_LIMIT_TOKENS] = bc_min64(xlim[BC_LIMIT_TOKENS], lim);
+            if (lim < xlim[BC_LIMIT_TOKENS]) {
+                xlim[BC_LIMIT_TOKENS] = lim;
+                xlv[BC_LIMIT_TOKENS] = v;
+            }
         }
         E += bc_unmet(e->cd[i].g, H);
     }
@@ -403,6 +418,77 @@ BC_WALK int64_t k_borrow_room(const bc_eng *e, int64_t c, int64_t d)
         lent += x[BC_BOR_HELD];
     }
     return bc_max64(0, bc_min64(room, lend - lent));
+}
+
+/* -- the level that binds (§14.2) -------------------------------------------------------- */
+
+/* §14.2 which node of c's path each rule's limit of a decision *o of node c is, from where
+ * the minima were taken: for the ceiling and the tokens the ancestor of xlv (k_path_limits)
+ * when bc_size took its limit (o->xwin), else c itself; for the credits the node whose budget
+ * is the least (credit_lv, k_path_left_tree), unless the request's spending cap binds
+ * (spend_binds: a cap at most that budget, or a class that runs free when broke; c itself);
+ * capacity, the pool's rule, none (-1). Ties go to the
+ * nearest level, c first. */
+static inline void k_decision_levels(bc_dec *o, int64_t c, const int64_t *xlv,
+                                     int64_t credit_lv, int spend_binds)
+{
+    o->lv[BC_LIMIT_CEILING] = (o->xwin >> BC_LIMIT_CEILING) & 1 ? xlv[BC_LIMIT_CEILING] : c;
+    o->lv[BC_LIMIT_TOKENS] = (o->xwin >> BC_LIMIT_TOKENS) & 1 ? xlv[BC_LIMIT_TOKENS] : c;
+    o->lv[BC_LIMIT_CREDITS] = spend_binds ? c : credit_lv;
+    o->lv[BC_LIMIT_CAPACITY] = -1;
+}
+
+/* §14.2 node v's figure for rule q on d, as a journal names the level that binds: its
+ * ceiling (units), its bucket's tokens (unit·ns, as settled) or its credits left
+ * (micro-credits); 0 for capacity or no node (v < 0). */
+static inline int64_t k_level_figure(const bc_eng *e, int64_t v, int64_t d, int64_t q)
+{
+    if (v < 0)
+        return 0;
+    switch (q) {
+    case BC_LIMIT_CEILING:
+        return e->cd[v * e->D + d].b;
+    case BC_LIMIT_TOKENS:
+        return e->cd[v * e->D + d].T;
+    case BC_LIMIT_CREDITS:
+        return e->cr[v].left;
+    }
+    return 0;
+}
+
+/* The rule that decided a decision whose limits were lim (BC_LIMIT_*; -1: none), as a journal
+ * record names it: the rule of a refusal's reason, or for a grant sized down (granted, n
+ * below nmax) the rule with the smallest limit (the first of equals); none for a grant of
+ * the whole request or a reason that is no rule. lim capped at BC_MAXV, as recorded. */
+static inline int64_t k_binding_rule(const int64_t *lim, int granted, int64_t n, int64_t nmax,
+                                     int64_t reason)
+{
+    int64_t q, best = 0;
+    if (granted && n >= nmax)
+        return -1;
+    if (!granted && reason != BC_REASON_NONE) {
+        for (q = 0; q < BC_LIMITS; q++)
+            if (bc_limit_reason[q] == reason)
+                return q;
+        return -1;
+    }
+    for (q = 1; q < BC_LIMITS; q++)
+        if (bc_cap_maxv(lim[q]) < bc_cap_maxv(lim[best]))
+            best = q;
+    return best;
+}
+
+/* Per rule q of decision *o of (c, d): to lv[q] the node whose limit lim[q] is (c itself for
+ * a flat campaign, whose levels are not walked; -1 for capacity, the pool's rule), to fig[q]
+ * that node's figure for the rule (k_level_figure). Read before a grant moves the figures. */
+static inline void k_levels_of(const bc_eng *e, int64_t c, int64_t d, const bc_dec *o,
+                               int64_t *lv, int64_t *fig)
+{
+    int tree = e->cd[c * e->D + d].up != 0, q;
+    for (q = 0; q < BC_LIMITS; q++) {
+        lv[q] = q == BC_LIMIT_CAPACITY ? -1 : tree ? o->lv[q] : c;
+        fig[q] = k_level_figure(e, lv[q], d, q);
+    }
 }
 
 #endif /* BURSARCORE_TREE_H */
