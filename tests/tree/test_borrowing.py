@@ -12,6 +12,7 @@ import pytest
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal.memory import MemoryJournal
+from abi_engine import MAXV, NS, abi_engine
 
 pytestmark = pytest.mark.tree
 
@@ -181,22 +182,7 @@ def test_borrow_grace_must_be_positive():
 
 def test_the_abi_sets_borrowing():
     """``bc_engine_set_borrowing``: a flat C-ABI broker borrows as the Python one does."""
-    pytest.importorskip("_cffi_backend")
-    try:
-        from bursarcore._cffi_core import ffi, lib
-    except ImportError:
-        pytest.skip("the cffi binding is not built")
-    NS, MAXV = 10**9, 1 << 62
-    cfg = ffi.new("bc_engine_config *")
-    keep = [ffi.new("int64_t[]", [100]), ffi.new("int64_t[]", [0]), ffi.new("int64_t[]", [0]),
-            ffi.new("int64_t[]", [0, 10**6, 0, 0, 0, 0]), ffi.new("int64_t[]", [10**6])]
-    cfg.dims, cfg.capacity, cfg.headroom, cfg.price = 1, keep[0], keep[1], keep[2]
-    cfg.classes, cfg.class_table, cfg.thresholds = 1, keep[3], 0
-    cfg.cong_thresholds, cfg.cong_mult = ffi.NULL, keep[4]
-    cfg.window_ns, cfg.bins, cfg.instant, cfg.half_life_ns, cfg.reuse_after = NS, 1, 0, NS, -1
-    out = ffi.new("bc_engine **")
-    assert lib.bc_engine_new(cfg, out) == lib.BC_OK
-    e = ffi.gc(out[0], lib.bc_engine_free)
+    ffi, lib, e = abi_engine(100)
     idx = ffi.new("int64_t *")
     for g in (50, 50):
         a = [ffi.new("int64_t[]", [x]) for x in (g, 100, 100, MAXV)]

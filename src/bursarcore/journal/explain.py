@@ -127,8 +127,8 @@ def _because(rec: dict, dim: str, granted: bool = False) -> str:
                 f"{_u(n)} more.")
     if reason == "capacity":
         return (f"capacity binds — {rec['free']:,} {dim} are free now and {rec['unmet']:,} "
-                f"are kept for campaigns' unmet guarantees (only opportunistic leases may "
-                f"borrow them), so at most {_u(n)} could be granted here.")
+                f"are kept for campaigns' unmet guarantees (only opportunistic and borrowed "
+                f"leases may use them), so at most {_u(n)} could be granted here.")
     if reason == "tokens":
         return (f"the prepaid token bucket binds — it holds {_tok(rec['tokens_before'])} "
                 f"unit-seconds, which pay for at most {_u(n)} {dim} (those within the "
