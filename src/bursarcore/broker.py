@@ -370,6 +370,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         c = self.st.add_campaign(g, s, b, Bcap, budget, t, top=parent is None)
         self.st.bor[c, :, BOR_LIMIT] = bl
         self.st.bor[c, :, BOR_LEND] = ll
+        if parent is None and any(bl):      # SPEC §14.8: decided through the tree's walk
+            self.st.make_root(c)
         if parent is not None:              # SPEC §14.1: its guarantee joins its parent's path
             if not self.st.in_tree(parent):
                 self._queue.wake_campaign(parent)   # its pending keys: decided at every pass

@@ -102,9 +102,11 @@ static inline int k_preempt(bc_eng *e, int64_t lid, int64_t t, int64_t grace)
  * out = [units, reason, lease id or -1, charge]. BC_E_HEAPFULL comes back before anything
  * but the (idempotent) settle changed: grow the heap and call again. `tree`: c is a node of
  * a tree (k_decide_at). */
-BC_WALK int k_admit_borrowed(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+enum { BC_KEEP_FIRM = 3 };   /* k_borrow_instead: no borrowed lease, the firm decision stands */
+
+BC_WALK int k_borrow_instead(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                              int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                             int64_t intent, int64_t *out, bc_memo *mo, int64_t firm_n);
+                             int64_t intent, int64_t *out, int batch, int64_t firm_n);
 
 static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                              int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
@@ -116,14 +118,12 @@ static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
     int priced;
     if (err)
         return err;
-    if (__builtin_expect(r.n < nmax, 0) && k_borrower(e, c, d, k)) {
-        /* §14.8: a borrower cut short by its firm room may borrow what gives it more (in a
-           batch, mo != NULL, the single path weighs it: its record names the path) */
-        if (mo != NULL)
-            return BC_DEFERRED;
-        err = k_admit_borrowed(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out, NULL,
-                               r.n < nmin ? 0 : r.n);
-        if (err != BC_DEFERRED)
+    /* §14.8: a borrower (a node of a tree: a flat campaign with a borrow limit is the root
+       of a tree of its own) cut short by its firm room may borrow what gives it more */
+    if (tree > 0 && r.n < nmax && k_borrower(e, c, d, k)) {
+        err = k_borrow_instead(e, c, d, k, nmin, nmax, dur, max_spend, t, intent, out,
+                               mo != NULL, r.n < nmin ? 0 : r.n);
+        if (err != BC_KEEP_FIRM)
             return err;
     }
     out[0] = r.n;
@@ -161,21 +161,25 @@ static inline int k_admit_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
 }
 
 /* §14.8 a borrower's request that its firm room cut short to firm_n units (0: below its
- * minimum), decided again with the capacity rule of a borrowed lease: granted borrowed
- * (BC_GRANTED, out as k_admit_at's) when that gives at least nmin units and more than
- * firm_n; else BC_DEFERRED, nothing changed but the settle (the firm decision stands), or an
- * error code. */
-BC_WALK int k_admit_borrowed(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
+ * minimum), decided again with the capacity rule of a
+ * borrowed lease: granted borrowed (BC_GRANTED, out as k_admit_at's) when that gives at
+ * least nmin units and more than firm_n; else BC_KEEP_FIRM, nothing changed but the settle
+ * (the firm decision stands), or an error code. In a batch (`batch`) BC_DEFERRED before
+ * anything: the single path weighs it, and its record names the path. */
+BC_WALK int k_borrow_instead(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                              int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
-                             int64_t intent, int64_t *out, bc_memo *mo, int64_t firm_n)
+                             int64_t intent, int64_t *out, int batch, int64_t firm_n)
 {
     bc_dec r;
     int64_t lid;
-    int err = k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, 1, &r, NULL, BC_BORROW);
+    int err;
+    if (batch)
+        return BC_DEFERRED;
+    err = k_decide_at(e, c, d, k, nmin, nmax, dur, max_spend, t, 1, &r, NULL, BC_BORROW);
     if (err)
         return err;
     if (r.n < nmin || r.n <= firm_n)
-        return BC_DEFERRED;
+        return BC_KEEP_FIRM;
     err = k_room(e, d, r.n, 1, 1);
     if (err)
         return err;
@@ -183,7 +187,7 @@ BC_WALK int k_admit_borrowed(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
         return BC_E_HEAPFULL;
     if (r.n < nmax && e->cls[k * BC_K_NCOL + BC_K_PRICED] != 0
             && r.lim[BC_LIMIT_CAPACITY] < nmax)
-        k_shortfall_m(e, d, nmax - r.n, mo);
+        k_shortfall(e, d, nmax - r.n);
     lid = k_commit_at(e, c, d, k, r.n, dur, r.pm, t, BC_C_BORROWED, intent, NULL,
                       e->cd[c * e->D + d].up != 0);
     out[0] = r.n;

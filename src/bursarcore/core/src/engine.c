@@ -361,7 +361,8 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
 int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_limit,
                             const int64_t *lend_limit)
 {
-    int64_t d, *b;
+    int64_t d, i, *b;
+    int borrows = 0;
     if (x == NULL || borrow_limit == NULL || lend_limit == NULL)
         return BC_EINVAL;
     if (index < 0 || index >= x->C)
@@ -369,6 +370,23 @@ int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_l
     for (d = 0; d < x->e.D; d++)
         if (borrow_limit[d] < 0 || borrow_limit[d] > BC_MAX_AMOUNT || lend_limit[d] < 0)
             return BC_ERANGE;
+    for (d = 0; d < x->e.D; d++)
+        borrows |= borrow_limit[d] > 0;
+    if (borrows && x->e.cd[index * x->e.D].up == 0) {
+        /* a flat borrower is the root of a tree of its own: its decisions take the tree's
+           walk, which weighs borrowing (a flat campaign pays nothing for it) */
+        if (x->e.lex == NULL) {
+            x->e.lex = engine_zalloc((size_t)x->e.L * (BC_TREE_DEPTH - 1), sizeof(int64_t));
+            if (x->e.lex == NULL)
+                return BC_ENOMEM;
+        }
+        for (d = 0; d < x->e.D; d++) {
+            i = index * x->e.D + d;
+            x->e.cd[i].up = BC_UP_ROOT;
+            x->e.Hsub[i] = x->e.cd[i].H;
+            x->e.bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = x->e.cd[i].Hf;
+        }
+    }
     for (d = 0; d < x->e.D; d++) {
         b = x->e.bor + (index * x->e.D + d) * BC_BOR_NCOL;
         b[BC_BOR_LIMIT] = borrow_limit[d];

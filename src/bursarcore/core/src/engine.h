@@ -486,10 +486,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
  * when they may bind) and its path. `tree`: 1 when c is a node of a tree (its up != 0); 0 for
  * a flat campaign, the tree's figures folded away; BC_FLAT_ONLY the same, but a node of a
  * tree is not decided (BC_E_TREE, nothing changed but the settle), and BC_BORROW decides a
- * borrowed lease (§14.8). Returns 0 or an error code. Always inlined: beside a borrowed
- * decision's call site the compiler would otherwise call it out of line from the batch
- * loop. */
-__attribute__((always_inline))
+ * borrowed lease (§14.8). Returns 0 or an error code. */
 static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t nmin,
                               int64_t nmax, int64_t dur, int64_t max_spend, int64_t t,
                               int exact, bc_dec *o, bc_memo *mo, int tree)
