@@ -238,6 +238,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self._draining = [0] * len(self.dims)  # retired slots still held by leases
         self._names: list[str] = []
         self._cindex: dict[str, int] = {}
+        self._removed: set[int] = set()       # SPEC §14.9: removed nodes' indices
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
         self._queue = PendingQueue(self, len(self.dims))
@@ -468,6 +469,49 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["change"], t, c, 4
             self.journal.add(row, payload)
 
+    def remove(self, name: str) -> None:
+        """Remove a node (SPEC §14.9), as a journaled decision: one with no children, no
+        live leases (starting, active or revoking) and no pending intents. Its guarantee
+        leaves its parent's and the pool's figures as a change of it to 0 would; its index
+        is never reused; its name becomes unknown and may be registered again as a new
+        node. Its past usage still counts in its parent's subtree usage (SPEC §14.6).
+
+        Raises
+        ------
+        UnknownCampaign
+            ``name`` is not registered.
+        InvalidArgument
+            Naming ``name``: it has children, live leases or pending intents.
+        """
+        c = self.campaign_index(name)
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        up = st.up[:st.C, 0] if st.D else np.zeros(st.C, np.int64)
+        if any(int(v) not in self._removed for v in np.flatnonzero(up == c + 1)):
+            raise InvalidArgument("name", "has children: remove them first", name)
+        if self.leases(name):
+            raise InvalidArgument("name", "has live leases (starting, active or revoking): "
+                                  "remove it when they end", name)
+        if self._queue.by_campaign.get(c):
+            raise InvalidArgument("name", "has pending intents: remove it when they are "
+                                  "decided or cancelled", name)
+        D = len(self.dims)
+        self._k.change_node(st, c, np.zeros(D, np.int64), np.array(st.s[c, :D]),
+                            np.array(st.b[c, :D]), np.array(st.Bcap[c, :D]),
+                            int(st.budget[c]), t)
+        st.bor[c, :, BOR_LIMIT] = 0
+        st.bor[c, :, BOR_LEND] = 0
+        self._share[c] = 0.0
+        self._removed.add(c)
+        del self._cindex[name]
+        del self.envelopes[name]
+        self._queue._wake_all()     # its guarantee left its parent's and the pool's
+        if self.journal is not None:
+            row = {}
+            row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["remove"], t, c, 4
+            self.journal.add(row, json.dumps({"name": name}, sort_keys=True))
+
     def campaign_index(self, name: str) -> int:
         try:
             return self._cindex[name]
@@ -476,6 +520,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
 
     @property
     def campaigns(self) -> list[str]:
+        if self._removed:
+            return [n for c, n in enumerate(self._names) if c not in self._removed]
         return list(self._names)
 
     # ------------------------------------------------------------------ time
@@ -583,7 +629,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         A query: it does not move the fair-share state."""
         t = self._now()
         self._advance(t)
-        return dict(zip(self._names, self._deficit_array(t, commit=False).tolist()))
+        deficit = self._deficit_array(t, commit=False).tolist()
+        return {n: deficit[c] for c, n in enumerate(self._names) if c not in self._removed}
 
     def _deficit_array(self, t: int, commit: bool = True) -> np.ndarray:
         """Deficits at t. Decisions (queue order, victims) ``commit`` them as the deficits

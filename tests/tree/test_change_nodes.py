@@ -160,3 +160,99 @@ def test_replay_reproduces_the_state_after_changes():
     assert ops.count("change") == 3
     assert "changed to credits" in b.explain(ops.index("change"))
     assert Broker.replay(j).state() == b.state()
+
+
+# -- removing a node ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name, rule", [
+    ("astro", "has children"),
+    ("astro/a", "has live leases"),
+])
+def test_a_refused_removal_names_the_node_and_changes_nothing(name, rule):
+    b = astro_bio()
+    before = b.state()
+    with pytest.raises(InvalidArgument) as e:
+        b.remove(name)
+    assert e.value.field == "name" and rule in str(e.value)
+    assert b.state() == before
+
+
+def test_a_node_with_pending_intents_cannot_be_removed():
+    b = astro_bio()
+    b.change("bio", env(30, 60, 60))
+    d = b.acquire(Intent("bio", units={"gpu": (40, 40)}, duration=60, ttl=600))
+    assert d.outcome == "pending"
+    with pytest.raises(InvalidArgument, match="^name: has pending intents"):
+        b.remove("bio")
+    b.cancel(d.intent_id)
+    b.remove("bio")
+
+
+def test_removing_a_leaf_frees_its_guarantee_for_a_new_sibling():
+    b = astro_bio()
+    with pytest.raises(InvalidArgument):
+        b.register("astro/c", env(20))
+    u = unmet(b)
+    b.remove("astro/b")                 # R_astro = max(60, 50) = 60: Σ_top R 90
+    assert unmet(b) == u - 10
+    assert "astro/b" not in b.state()["campaigns"] and "astro/b" not in b.campaigns
+    assert "astro/b" not in b.deficits()
+    assert b.register("astro/c", env(20)) == 4      # an index is never reused
+    assert unmet(b) == u
+
+
+def test_a_removed_name_is_unknown_and_may_be_registered_again():
+    b = astro_bio()
+    b.remove("bio")
+    with pytest.raises(UnknownCampaign):
+        b.acquire(Intent("bio", units={"gpu": (1, 1)}, duration=60))
+    with pytest.raises(UnknownCampaign):
+        b.supply("bio")
+    with pytest.raises(UnknownCampaign):
+        b.remove("bio")
+    with pytest.raises(UnknownCampaign):
+        b.change("bio", env(1))
+    assert b.register("bio", env(25)) == 4
+    assert b.state()["campaigns"]["bio"]["envelope"]["guaranteed"]["gpu"] == 25
+
+
+def test_a_parent_whose_children_are_removed_may_be_removed():
+    b = astro_bio()
+    b.remove("astro/b")
+    with pytest.raises(InvalidArgument, match="^name: has children"):
+        b.remove("astro")
+    lease = b.leases("astro/a")[0]
+    b.release(lease.id)
+    b.remove("astro/a")
+    b.remove("astro")
+    assert b.campaigns == ["bio"]
+    assert unmet(b) == 30
+    assert b.register("astro", env(70)) == 4
+
+
+def test_replay_reproduces_the_state_after_removals():
+    j = MemoryJournal()
+    b = astro_bio(j)
+    b.clock.advance(5)
+    b.remove("astro/b")
+    b.register("astro/b", env(15, 20, 30, 100))
+    b.change("astro/b", env(10, 20, 30, 100))
+    b.clock.advance(5)
+    b.remove("bio")
+    assert b.acquire(Intent("astro/b", units={"gpu": (5, 20)}, duration=60)).granted
+    ops = [j.record(i)["op"] for i in range(len(j))]
+    assert ops.count("remove") == 2
+    assert "was removed" in b.explain(ops.index("remove"))
+    r = Broker.replay(j)
+    assert r.state() == b.state() and r.campaigns == b.campaigns
+
+
+def test_siblings_share_sums_do_not_count_a_removed_node():
+    """SPEC §14.6: astro/a and astro/b share astro's part equally until astro/b is removed;
+    then astro/a has it all (no usage yet: its level deficit is its share's fraction)."""
+    b = Broker(Pool(gpu=100), clock=ManualClock(0.0))
+    b.register("astro", env(60))
+    b.register("astro/a", Envelope(credits=1e6, guaranteed={"gpu": 10}, share=1.0))
+    b.register("astro/b", Envelope(credits=1e6, guaranteed={"gpu": 10}, share=1.0))
+    assert b.deficits()["astro/a"] == 0.5
+    b.remove("astro/b")
+    assert b.deficits() == {"astro": 1.0, "astro/a": 1.0}

@@ -4,6 +4,7 @@ and the lease lifecycle, written from docs/spec.md (see :mod:`.broker`)."""
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from typing import Any, Callable, Iterable, Mapping
 
@@ -313,6 +314,42 @@ class BrokerCore:
         if self._jw is not None:
             self._jw.change(t, c, payload)
 
+    def remove(self, name: str) -> None:
+        """SPEC §14.9: remove a node with no children, no live leases and no pending
+        intents. Its guarantee leaves the figures as a change of it to 0 would (it stays in
+        its parent's children, guaranteed 0, holding nothing, so that every definition
+        reads as if it were gone, its past usage still counting in its parent's subtree);
+        its index is never reused and its name may be registered again."""
+        try:
+            self._remove(name)
+        finally:
+            self._end_op()
+
+    def _remove(self, name: str) -> None:
+        camp = self._camps[self.campaign_index(name)]
+        t = self._now()
+        self._advance(t)
+        if any(not self._camps[ch].removed for ch in camp.children):
+            raise InvalidArgument("name", "has children: remove them first", name)
+        if any(x.campaign == camp.index for x in self._leases.live()):
+            raise InvalidArgument("name", "has live leases (starting, active or revoking): "
+                                  "remove it when they end", name)
+        if self._queue.of_campaign(camp.index):
+            raise InvalidArgument("name", "has pending intents: remove it when they are "
+                                  "decided or cancelled", name)
+        for i in range(len(self.dims)):
+            self._settle_path(camp, i, t)
+            h = camp.hold[i]
+            h.g, h.borrow, h.lend = 0, 0, 0
+        camp.share = 0.0
+        camp.removed = True
+        for i in range(len(self.dims)):
+            self._reload(i)
+        del self._cindex[name]
+        del self.envelopes[name]
+        if self._jw is not None:
+            self._jw.remove(t, camp.index, json.dumps({"name": name}, sort_keys=True))
+
     def _path(self, c: Campaign) -> list[Campaign]:
         """SPEC §14: c and its ancestors, c first."""
         return [self._camps[v] for v in c.path]
@@ -340,7 +377,7 @@ class BrokerCore:
 
     @property
     def campaigns(self) -> list[str]:
-        return [c.name for c in self._camps]
+        return [c.name for c in self._camps if not c.removed]
 
     # ------------------------------------------------------------------ time (§2)
     _t_force: int | None = None       # replay runs each input at its recorded time
@@ -501,7 +538,8 @@ class BrokerCore:
         try:
             t = self._now()
             self._advance(t)
-            return dict(zip(self.campaigns, self._deficits(t)))
+            deficit = self._deficits(t)
+            return {c.name: deficit[c.index] for c in self._camps if not c.removed}
         finally:
             self._end_op()
 

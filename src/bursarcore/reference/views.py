@@ -538,6 +538,8 @@ class BrokerViews(BrokerCore):
                             "warm_headroom": dm.headroom}
             camps: dict[str, dict[str, Any]] = {}
             for c in self._camps:
+                if c.removed:                   # SPEC §14.9
+                    continue
                 for h in c.hold:
                     h.settle(t, self._instant)
                 env = self.envelopes[c.name].to_json()
