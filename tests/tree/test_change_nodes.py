@@ -256,3 +256,13 @@ def test_siblings_share_sums_do_not_count_a_removed_node():
     assert b.deficits()["astro/a"] == 0.5
     b.remove("astro/b")
     assert b.deficits() == {"astro": 1.0, "astro/a": 1.0}
+
+
+def test_a_batch_may_not_name_a_removed_node():
+    b = astro_bio()
+    b.remove("bio")
+    before = b.state()
+    with pytest.raises(InvalidArgument) as e:
+        b.admit_batch([2, 3], [1, 1], 60.0)
+    assert e.value.field == "campaign_idx" and "removed" in str(e.value)
+    assert b.state() == before

@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from .. import units
 from .._abi import TREE_DEPTH
 from ..errors import InvalidArgument
 
 __all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees",
-           "refuse_change", "check_change", "change_budget", "borrowing_limits"]
+           "refuse_change", "check_change", "change_budget", "refuse_removed",
+           "borrowing_limits"]
 
 
 def parent_name(name: str) -> str | None:
@@ -135,6 +138,16 @@ def change_budget(old: float, new: float, old_budget: int, new_budget: int, left
     if not math.isinf(new) and left + (new_budget - old_budget) < 0:
         raise InvalidArgument("credits", "would leave the credits left below 0 (the new "
                               "budget must cover what was spent and is escrowed)", new)
+
+
+def refuse_removed(ci: Any, removed: set[int] | frozenset[int]) -> None:
+    """SPEC §14.9: a batch's campaign indices may not name a removed node (its index is
+    never reused, and it decides nothing more). InvalidArgument naming ``campaign_idx``."""
+    if removed:
+        hit = np.isin(ci, np.fromiter(removed, np.int64, len(removed)))
+        if hit.any():
+            raise InvalidArgument("campaign_idx", "names a removed campaign",
+                                  int(ci[int(np.flatnonzero(hit)[0])]))
 
 
 def borrowing_limits(envelope: Any, dim_index: Mapping[str, int],
