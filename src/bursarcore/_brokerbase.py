@@ -141,6 +141,7 @@ class BrokerBase:
         st: EngineState
         _k: Any
         _names: list[str]
+        _removed: set[int]
         _cindex: dict[str, int]
         _cls_index: dict[str, int]
         _dim_index: dict[str, int]

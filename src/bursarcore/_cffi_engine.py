@@ -23,7 +23,7 @@ from ._cffi_core import ffi, lib
 from ._corestatus import engine_error
 from .admission import state as _state
 
-__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "free_now", "ring_advance",
+__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "change_node", "free_now", "ring_advance",
            "congestion_ppm", "congestion_mult", "price_pm", "cost", "decide", "decide_keys",
            "never", "dim_figures", "token_wait", "quote", "grant", "activate", "preempt", "end_lease",
            "renew", "heap_push", "heap_pop", "next_expiry", "advance", "admit", "admit_batch"]
@@ -236,6 +236,24 @@ def link(st: Any, c: int, p: int, t: int) -> None:
     if x.e.lex == ffi.NULL:
         raise ValueError("EngineState.lex: keep_ancestor_excess() before a node is linked")
     lib.bce_link(x.e, c, p, t)
+
+
+def change_node(st: Any, c: int, g: Any, s: Any, b: Any, Bcap: Any, budget: int,
+                t: int) -> None:
+    """SPEC §14.9: node c's envelope becomes (g, s, b, Bcap, budget) at t: its guarantees
+    move through its parent's figures and its path's commitments and loads, its buckets
+    are settled and clipped to their new sizes, its credits left move by the change of its
+    budget. The caller checked every rule."""
+    x = _ctx(st)
+    if not 0 <= c < st.C:
+        raise IndexError(f"node {c} out of range")
+    arrs = [np.ascontiguousarray(a, dtype=np.int64) for a in (g, s, b, Bcap)]
+    if any(a.shape != (x.D,) for a in arrs):
+        raise ValueError("one figure per held dimension")
+    if x.D == 0:
+        return
+    ptrs = [ffi.cast("const int64_t *", ffi.from_buffer(a)) for a in arrs]
+    lib.bce_change_node(x.e, c, ptrs[0], ptrs[1], ptrs[2], ptrs[3], budget, t)
 
 
 def free_now(st: Any, d: int) -> int:

@@ -322,6 +322,23 @@ def link(st, Py_ssize_t c, Py_ssize_t p, int64_t t):
     k_link(&x.e, c, p, t)
 
 
+def change_node(st, Py_ssize_t c, const int64_t[::1] g, const int64_t[::1] s,
+                const int64_t[::1] b, const int64_t[::1] Bcap, int64_t budget, int64_t t):
+    """SPEC §14.9: node c's envelope becomes (g, s, b, Bcap, budget) at t: its guarantees
+    move through its parent's figures and its path's commitments and loads, its buckets
+    are settled and clipped to their new sizes, its credits left move by the change of its
+    budget. The caller checked every rule."""
+    cdef _Ctx x = _ctx(st)
+    if not 0 <= c < st.C:
+        raise IndexError(f"node {c} out of range")
+    if g.shape[0] != x.e.D or s.shape[0] != x.e.D or b.shape[0] != x.e.D \
+            or Bcap.shape[0] != x.e.D:
+        raise ValueError("one figure per held dimension")
+    if x.e.D == 0:
+        return
+    k_change_node(&x.e, c, &g[0], &s[0], &b[0], &Bcap[0], budget, t)
+
+
 def free_now(st, Py_ssize_t d):
     """Units a warm grant may take now, counting units promised to starting leases."""
     cdef _Ctx x = _ctx(st)

@@ -35,7 +35,8 @@ from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from .admission.fairshare import fair_tree_keys, level_deficits
-from .admission.paths import borrowing_limits, check_guarantees, check_name
+from .admission.paths import (borrowing_limits, change_budget, check_change,
+                               check_guarantees, check_name)
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
                                 Supply)
@@ -237,6 +238,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self._draining = [0] * len(self.dims)  # retired slots still held by leases
         self._names: list[str] = []
         self._cindex: dict[str, int] = {}
+        self._removed: set[int] = set()       # SPEC §14.9: removed nodes' indices
         self.envelopes: dict[str, Envelope] = {}
         self._share = np.zeros(0)
         self._queue = PendingQueue(self, len(self.dims))
@@ -322,33 +324,9 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         if name in self._cindex:
             raise InvalidArgument("name", "is already registered", name)
         parent = check_name(name, self._cindex)                           # SPEC §14.1
-        if not isinstance(envelope, Envelope):
-            raise InvalidArgument("envelope", "must be an Envelope", envelope)
-        if envelope.service_class not in self._cls_index:
-            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
-                                  envelope.service_class)
-        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
-                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
-            for d in m:
-                if d not in self._dim_index and d not in self._flow_index:
-                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
-        bl, ll = borrowing_limits(envelope, self._dim_index, MAXV)         # SPEC §14.8
         t = self._now()
-        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
-        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
-        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
+        bl, ll, g, s, b, Bcap, budget = self._figures(envelope)
         check_guarantees(self.st, self._k, self.dims, self._names, parent, g)
-        Bcap = []
-        for d in self.dims:
-            B = envelope.B(d)
-            if math.isinf(B):
-                Bcap.append(MAXV)
-            else:
-                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
-                           what="a number of unit-seconds")
-                Bcap.append(round(B * NS))
-        credits = envelope.credits
-        budget = MAXV if math.isinf(credits) else round(credits * CREDIT)
         payload = None
         if self.journal is not None:
             # built before anything changes: a payload that cannot be written refuses the
@@ -394,6 +372,148 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             self.journal.add(row, payload)
         return c
 
+    def _figures(self, envelope: Envelope) -> tuple[list[int], list[int], list[int],
+                                                   list[int], list[int], list[int], int]:
+        """An envelope's figures in engine units, per held dimension: borrow and lend
+        limits, g, s, b, bucket sizes, and its budget (MAXV: unlimited). InvalidArgument
+        naming the field of an envelope the pool cannot hold; changes nothing."""
+        if not isinstance(envelope, Envelope):
+            raise InvalidArgument("envelope", "must be an Envelope", envelope)
+        if envelope.service_class not in self._cls_index:
+            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                  envelope.service_class)
+        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
+                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
+            for d in m:
+                if d not in self._dim_index and d not in self._flow_index:
+                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
+        bl, ll = borrowing_limits(envelope, self._dim_index, MAXV)         # SPEC §14.8
+        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
+        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
+        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
+        Bcap = []
+        for d in self.dims:
+            B = envelope.B(d)
+            if math.isinf(B):
+                Bcap.append(MAXV)
+            else:
+                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
+                           what="a number of unit-seconds")
+                Bcap.append(round(B * NS))
+        credits = envelope.credits
+        budget = MAXV if math.isinf(credits) else round(credits * CREDIT)
+        return bl, ll, g, s, b, Bcap, budget
+
+    def change(self, name: str, envelope: Envelope) -> None:
+        """Replace a registered node's envelope (SPEC §14.9), as a journaled decision.
+
+        Live leases keep running as granted; the new figures bind later decisions.
+
+        Parameters
+        ----------
+        name : str
+            A registered campaign (a node of a tree of envelopes, or a flat campaign).
+        envelope : Envelope
+            Its new envelope.
+
+        Raises
+        ------
+        UnknownCampaign
+            ``name`` is not registered.
+        InvalidArgument
+            Naming the field and the rule, changing nothing: the new guarantee would not
+            nest (its children's guarantees above it, or it with its siblings above its
+            parent's guarantee or the pool's capacity), a raise would not fit the reserve
+            or the loads on its parent's path now (``"guaranteed[gpu]"``, as a
+            registration's); a figure of a flow dimension changes; the budget changes
+            between unlimited and finite, or would leave its credits left below 0
+            (``"credits"``); anything :meth:`register` refuses of an envelope.
+        """
+        c = self.campaign_index(name)
+        t = self._now()
+        bl, ll, g, s, b, Bcap, budget = self._figures(envelope)
+        old = self.envelopes[name]
+        for d in self.flow_dims:
+            for label, get in (("guaranteed", Envelope.g), ("sustained", Envelope.s),
+                               ("ceiling", Envelope.b), ("burst", Envelope.B)):
+                if get(old, d) != get(envelope, d):
+                    raise InvalidArgument(f"{label}[{d}]", "a flow dimension's figures are "
+                                          "fixed at registration", get(envelope, d))
+        check_change(self.st, self._k, self.dims, self._names, c, g)      # SPEC §14.9
+        change_budget(old.credits, envelope.credits, int(self.st.budget[c]), budget,
+                      int(self.st.left[c]))
+        payload = None
+        if self.journal is not None:
+            try:
+                payload = json.dumps({"name": name, "envelope": envelope.to_json()},
+                                     sort_keys=True, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgument("envelope", f"must be JSON-serialisable ({e})",
+                                      envelope) from None
+        self._advance(t)
+        i64 = np.int64
+        self._k.change_node(self.st, c, np.array(g, i64), np.array(s, i64), np.array(b, i64),
+                            np.array(Bcap, i64), budget, t)
+        self.st.bor[c, :, BOR_LIMIT] = bl
+        self.st.bor[c, :, BOR_LEND] = ll
+        self.envelopes[name] = envelope
+        self._share[c] = float(envelope.share if envelope.share is not None
+                               else (g[0] if g[0] > 0 else 1))
+        kc = self._cls_index[envelope.service_class]
+        self._cur.default_cls[c] = kc
+        if self.classes[kc].preemptible:
+            self._opp_default = True
+        if self._one_cls != kc:
+            self._one_cls = None
+        self._queue._wake_all()     # the new figures bind its pending keys and their paths
+        if self.journal is not None:
+            row = {}
+            row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["change"], t, c, 4
+            self.journal.add(row, payload)
+
+    def remove(self, name: str) -> None:
+        """Remove a node (SPEC §14.9), as a journaled decision: one with no children, no
+        live leases (starting, active or revoking) and no pending intents. Its guarantee
+        leaves its parent's and the pool's figures as a change of it to 0 would; its index
+        is never reused; its name becomes unknown and may be registered again as a new
+        node. Its past usage still counts in its parent's subtree usage (SPEC §14.6).
+
+        Raises
+        ------
+        UnknownCampaign
+            ``name`` is not registered.
+        InvalidArgument
+            Naming ``name``: it has children, live leases or pending intents.
+        """
+        c = self.campaign_index(name)
+        t = self._now()
+        self._advance(t)
+        st = self.st
+        up = st.up[:st.C, 0] if st.D else np.zeros(st.C, np.int64)
+        if any(int(v) not in self._removed for v in np.flatnonzero(up == c + 1)):
+            raise InvalidArgument("name", "has children: remove them first", name)
+        if self.leases(name):
+            raise InvalidArgument("name", "has live leases (starting, active or revoking): "
+                                  "remove it when they end", name)
+        if self._queue.by_campaign.get(c):
+            raise InvalidArgument("name", "has pending intents: remove it when they are "
+                                  "decided or cancelled", name)
+        D = len(self.dims)
+        self._k.change_node(st, c, np.zeros(D, np.int64), np.array(st.s[c, :D]),
+                            np.array(st.b[c, :D]), np.array(st.Bcap[c, :D]),
+                            int(st.budget[c]), t)
+        st.bor[c, :, BOR_LIMIT] = 0
+        st.bor[c, :, BOR_LEND] = 0
+        self._share[c] = 0.0
+        self._removed.add(c)
+        del self._cindex[name]
+        del self.envelopes[name]
+        self._queue._wake_all()     # its guarantee left its parent's and the pool's
+        if self.journal is not None:
+            row = {}
+            row["op"], row["t"], row["campaign"], row["outcome"] = J.OP["remove"], t, c, 4
+            self.journal.add(row, json.dumps({"name": name}, sort_keys=True))
+
     def campaign_index(self, name: str) -> int:
         try:
             return self._cindex[name]
@@ -402,6 +522,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
 
     @property
     def campaigns(self) -> list[str]:
+        if self._removed:
+            return [n for c, n in enumerate(self._names) if c not in self._removed]
         return list(self._names)
 
     # ------------------------------------------------------------------ time
@@ -509,7 +631,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         A query: it does not move the fair-share state."""
         t = self._now()
         self._advance(t)
-        return dict(zip(self._names, self._deficit_array(t, commit=False).tolist()))
+        deficit = self._deficit_array(t, commit=False).tolist()
+        return {n: deficit[c] for c, n in enumerate(self._names) if c not in self._removed}
 
     def _deficit_array(self, t: int, commit: bool = True) -> np.ndarray:
         """Deficits at t. Decisions (queue order, victims) ``commit`` them as the deficits

@@ -258,3 +258,51 @@ def test_the_abi_registers_nodes():
     held = ffi.new("int64_t *")
     assert lib.bc_engine_balance(e, 0, 0, 0, ffi.NULL, held, ffi.NULL) == lib.BC_OK
     assert held[0] == 70                                              # astro's subtree
+
+
+def test_the_abi_changes_nodes():
+    """``bc_engine_change_node`` (SPEC §14.9): nesting, the reserve and the budget are
+    checked and a refusal changes nothing; a lowering frees a guarantee for a new
+    sibling."""
+    pytest.importorskip("_cffi_backend")
+    try:
+        from bursarcore._cffi_core import ffi, lib
+    except ImportError:
+        pytest.skip("the cffi binding is not built")
+    cfg = ffi.new("bc_engine_config *")
+    keep = [ffi.new("int64_t[]", [100]), ffi.new("int64_t[]", [0]), ffi.new("int64_t[]", [0]),
+            ffi.new("int64_t[]", [0, 10**6, 0, 0, 0, 0]), ffi.new("int64_t[]", [10**6])]
+    cfg.dims, cfg.capacity, cfg.headroom, cfg.price = 1, keep[0], keep[1], keep[2]
+    cfg.classes, cfg.class_table, cfg.thresholds = 1, keep[3], 0
+    cfg.cong_thresholds, cfg.cong_mult = ffi.NULL, keep[4]
+    cfg.window_ns, cfg.bins, cfg.instant, cfg.half_life_ns, cfg.reuse_after = NS, 1, 0, NS, -1
+    out = ffi.new("bc_engine **")
+    assert lib.bc_engine_new(cfg, out) == lib.BC_OK
+    e = ffi.gc(out[0], lib.bc_engine_free)
+    idx = ffi.new("int64_t *")
+
+    def figs(g):
+        return [ffi.new("int64_t[]", [x]) for x in (g, 1000, 1000, MAXV)]
+
+    def add(parent, g, credits=MAXV):
+        return lib.bc_engine_add_node(e, parent, *figs(g), credits, 0, idx)
+
+    def change(c, g, credits=MAXV):
+        return lib.bc_engine_change_node(e, c, *figs(g), credits, 0)
+
+    assert add(-1, 60) == lib.BC_OK                                   # astro 0
+    assert add(0, 40) == lib.BC_OK                                    # astro/a 1
+    assert add(0, 20) == lib.BC_OK                                    # astro/b 2
+    assert add(-1, 30, 10**6) == lib.BC_OK                            # bio 3
+    assert change(2, 25) == lib.BC_ERANGE                             # 65 of astro's 60
+    assert change(0, 50) == lib.BC_ERANGE                             # children 60 > 50
+    assert change(3, 41, 10**6) == lib.BC_ERANGE                      # 101 of 100
+    assert change(3, 30) == lib.BC_ERANGE                             # finite to unlimited
+    assert change(9, 0) == lib.BC_EINDEX
+    assert add(0, 10) == lib.BC_ERANGE
+    assert change(2, 10) == lib.BC_OK
+    assert add(0, 10) == lib.BC_OK                                    # astro/c 4
+    assert change(3, 40, 2 * 10**6) == lib.BC_OK
+    left = ffi.new("int64_t *")
+    assert lib.bc_engine_balance(e, 3, 0, 0, left, ffi.NULL, ffi.NULL) == lib.BC_OK
+    assert left[0] == 2 * 10**6

@@ -449,3 +449,61 @@ def test_subtree_tokens_cannot_reach_the_operator_endpoints(tree_server):
                 assert r.status_code == 403, (who, name, r.text)
     finally:
         http.close()
+
+
+# changing and removing a node (SPEC §14.9): strictly below the token's own node
+TREE_CHANGE = [("PATCH", "/v1/campaigns/{c}"), ("DELETE", "/v1/campaigns/{c}")]
+
+
+@pytest.mark.parametrize("who,node,allowed", SUBTREE,
+                         ids=[f"{w}->{n}" for w, n, _ in SUBTREE])
+def test_subtree_tokens_change_and_remove_only_below_their_node(tree_server, who, node,
+                                                                allowed):
+    """PATCH and DELETE of a node: a token of ``who`` on a leaf below ``node`` answers 200
+    inside its subtree and exactly the 404 of a missing node outside it, changing nothing;
+    on its own node 403; the operator changes and removes any node."""
+    http = httpx.Client(base_url=tree_server.url, timeout=10)
+    tok = tree_server.tokens
+    op = tok["operator"]
+    leaf = f"{node}/leaf-{who.replace('/', '-')}"
+    body = {"credits": 1}
+    try:
+        r = _call(http, op, "POST", "/v1/campaigns", {"name": leaf, "envelope": body})
+        assert r.status_code == 201, r.text
+        for method, path in TREE_CHANGE:
+            r = _call(http, tok[who], method, path, body if method == "PATCH" else None, c=leaf)
+            if allowed:
+                assert r.status_code == 200, (who, leaf, method, r.text)
+            else:
+                missing = _call(http, tok[who], method, path,
+                                body if method == "PATCH" else None, c=f"{who}/nosuch")
+                assert r.status_code == 404 and r.content == missing.content, (who, leaf)
+        listed = _call(http, op, "GET", "/v1/campaigns", None).json()["campaigns"]
+        assert (leaf in listed) is not allowed
+        # its own node: never (403), and nothing changes
+        own = _call(http, tok[who], "PATCH", "/v1/campaigns/{c}", _node_env(TREE_NODES[who]),
+                    c=who)
+        assert own.status_code == 403, own.text
+        assert _call(http, tok[who], "DELETE", "/v1/campaigns/{c}", None,
+                     c=who).status_code == 403
+        # the operator: any node
+        if not allowed:
+            assert _call(http, op, "PATCH", "/v1/campaigns/{c}", body, c=leaf).status_code \
+                == 200
+            assert _call(http, op, "DELETE", "/v1/campaigns/{c}", None, c=leaf).status_code \
+                == 200
+        assert leaf not in _call(http, op, "GET", "/v1/campaigns", None).json()["campaigns"]
+    finally:
+        http.close()
+
+
+def test_tree_change_routes_answer_401_without_a_token(tree_server):
+    http = httpx.Client(base_url=tree_server.url, timeout=10)
+    try:
+        for method, path in TREE_CHANGE:
+            for token in (None, "bsr_wrong"):
+                r = _call(http, token, method, path, {"credits": 1} if method == "PATCH"
+                          else None, c="astro/survey")
+                assert r.status_code == 401, (method, token, r.text)
+    finally:
+        http.close()

@@ -522,3 +522,107 @@ def test_minted_tokens_do_not_multiply_a_tenants_rate():
                         headers=_h(svc.tokens["bio"])).status_code == 200
         ok = http.get("/v1/campaigns/astro/supply", headers=_h(svc.tokens["operator"]))
         assert ok.status_code == 200
+
+
+# ---------------------------------------------------------------------------- change, remove
+def test_a_token_changes_and_removes_nodes_below_its_own_only(svc):
+    """SPEC §14.9 over HTTP: ``astro``'s token changes and removes ``astro/survey`` (below
+    its node); its own node is 403; ``bio`` and ``astro2`` (outside) answer exactly as a
+    missing node, changing nothing; the operator changes and removes any node."""
+    h, op = _h(svc.tokens["astro"]), _h(svc.tokens["operator"])
+    env = {**ENV, "guaranteed": {"gpu": 3}}
+    with svc.client() as http:
+        r = http.patch("/v1/campaigns/astro/survey", json=env, headers=h)
+        assert r.status_code == 200, r.text
+        assert svc.broker.envelopes["astro/survey"].g("gpu") == 3
+        assert http.patch("/v1/campaigns/astro", json=env, headers=h).status_code == 403
+        assert http.delete("/v1/campaigns/astro", headers=h).status_code == 403
+        missing = http.patch("/v1/campaigns/astro/nosuch", json=env, headers=h)
+        before = _state(svc)
+        for name in ("bio", "astro2"):
+            for r in (http.patch(f"/v1/campaigns/{name}", json=env, headers=h),
+                      http.delete(f"/v1/campaigns/{name}", headers=h)):
+                assert r.status_code == 404 and r.content == missing.content, r.text
+        assert _state(svc) == before
+        # a refused change names its field and changes nothing
+        r = http.patch("/v1/campaigns/astro/survey",
+                       json={**ENV, "guaranteed": {"gpu": 7}}, headers=h)
+        assert r.status_code == 422 and "guaranteed[gpu]" in r.text, r.text
+        assert svc.broker.envelopes["astro/survey"].g("gpu") == 3 and _state(svc) == before
+        # removal: the node's tokens stop working, its name is unknown, then registered anew
+        sub = http.post("/v1/campaigns/astro/survey/tokens", headers=h).json()["token"]
+        assert http.get("/v1/campaigns/astro/survey/supply", headers=_h(sub)).status_code \
+            == 200
+        r = http.delete("/v1/campaigns/astro/survey", headers=h)
+        assert r.status_code == 200 and r.json()["removed"] is True, r.text
+        assert http.get("/v1/campaigns/astro/survey/supply", headers=_h(sub)).status_code \
+            in (401, 404)
+        assert http.get("/v1/campaigns/astro/survey/supply", headers=h).status_code == 404
+        assert "astro/survey" not in http.get("/v1/campaigns", headers=op).json()["campaigns"]
+        r = http.post("/v1/campaigns", json={"name": "astro/survey", "envelope": ENV},
+                      headers=h)
+        assert r.status_code == 201, r.text
+        # the operator: any node
+        assert http.patch("/v1/campaigns/bio", json=ENV, headers=op).status_code == 200
+        assert http.delete("/v1/campaigns/astro2", headers=op).status_code == 200
+        assert "astro2" not in svc.broker.campaigns
+
+
+def _env(g: int) -> Envelope:
+    """ENV (whose flow figures are fixed at registration) guaranteeing g GPUs."""
+    return Envelope(credits=10, guaranteed={"gpu": g}, sustained=ENV["sustained"],
+                    ceiling=ENV["ceiling"], burst=ENV["burst"])
+
+
+def test_the_client_changes_and_removes_nodes(svc):
+    with svc.client() as http, BursarClient("http://testserver", svc.tokens["astro"],
+                                            transport=http._transport) as c:
+        c.change_campaign("astro/other", _env(1))
+        assert svc.broker.envelopes["astro/other"].g("gpu") == 1
+        with pytest.raises(Forbidden):
+            c.change_campaign("astro", _env(0))
+        with pytest.raises(UnknownCampaign):
+            c.remove_campaign("bio")
+        with pytest.raises(InvalidArgument) as e:
+            c.change_campaign("astro/other", _env(9))
+        assert e.value.field == "guaranteed[gpu]"
+        c.remove_campaign("astro/other")
+        assert "astro/other" not in svc.broker.campaigns
+
+
+def test_the_async_client_changes_and_removes_nodes(svc):
+    import asyncio
+
+    import httpx
+
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=svc.app)
+        async with AsyncBursarClient("http://testserver", svc.tokens["astro"],
+                                     transport=transport) as c:
+            await c.change_campaign("astro/other", _env(1))
+            assert svc.broker.envelopes["astro/other"].g("gpu") == 1
+            with pytest.raises(Forbidden):
+                await c.remove_campaign("astro")
+            await c.remove_campaign("astro/other")
+            assert "astro/other" not in svc.broker.campaigns
+
+    asyncio.run(run())
+
+
+def test_a_restart_keeps_changes_and_removals(tmp_path):
+    """The journal replays a change and a removal; the configuration does not bring a
+    removed node back."""
+    path = tmp_path / "journal.db"
+    s = InProcessService(copy.deepcopy(TREE), journal=path)
+    with s.client() as http:
+        op = _h(s.tokens["operator"])
+        assert http.patch("/v1/campaigns/astro/survey", json={**ENV, "guaranteed": {"gpu": 3}},
+                          headers=op).status_code == 200
+        assert http.delete("/v1/campaigns/astro2", headers=op).status_code == 200
+    state = s.broker.state()
+    s.service.flush()
+    s.service.journal.close()
+    again = InProcessService(copy.deepcopy(TREE), journal=path)
+    assert "astro2" not in again.broker.campaigns
+    assert again.broker.envelopes["astro/survey"].g("gpu") == 3
+    assert again.broker.state()["campaigns"] == state["campaigns"]

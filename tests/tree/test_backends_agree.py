@@ -59,8 +59,24 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("renew"), st.integers(0, 1000), st.sampled_from([1.0, 120.0])),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
     st.tuples(st.just("quote"), st.integers(0, 19)),
-    st.tuples(st.just("advance"), st.sampled_from([0.5, 1.0, 30.0, 61.0, 700.0]))),
+    st.tuples(st.just("advance"), st.sampled_from([0.5, 1.0, 30.0, 61.0, 700.0])),
+    # SPEC §14.9: a node's envelope changes (g, s, b moved; a bucket size; the budget
+    # moved), or it is removed
+    st.tuples(st.just("change"), st.integers(0, 19), st.integers(-8, 8), st.integers(-8, 8),
+              st.integers(-16, 16), st.sampled_from([0, 500, 20_000, INF]),
+              st.sampled_from([0.0, -10.0, 100.0])),
+    st.tuples(st.just("remove"), st.integers(0, 19))),
     max_size=40)
+
+
+def _changed(env: Envelope, dg: int, ds: int, db: int, B: float, dc: float) -> Envelope:
+    g = max(0, int(env.g("gpu")) + dg)
+    s = max(g, int(env.s("gpu")) + ds)
+    b = max(s, int(env.b("gpu")) + db)
+    credits = env.credits if math.isinf(env.credits) else max(0.0, env.credits + dc)
+    return Envelope(credits=credits, service_class=env.service_class, guaranteed={"gpu": g},
+                    sustained={"gpu": s}, ceiling={"gpu": b}, burst={"gpu": B},
+                    share=env.share, borrow_limit=env.borrow_limit, lend_limit=env.lend_limit)
 
 
 def _run(backend: str, camps, ops) -> tuple[list, dict, bytes]:
@@ -82,7 +98,7 @@ def _run(backend: str, camps, ops) -> tuple[list, dict, bytes]:
             elif kind == "storm":           # a node asks for all its ceiling allows
                 _, c, dur, opp = op
                 name, env = camps[c % len(camps)]
-                top = int(env.b("gpu"))
+                top = int(b.envelopes.get(name, env).b("gpu"))
                 if top >= 1:
                     out.append(b.acquire(Intent(name, units={"gpu": (1, top)}, duration=dur,
                                                 service_class="opportunistic" if opp else None)
@@ -95,6 +111,14 @@ def _run(backend: str, camps, ops) -> tuple[list, dict, bytes]:
                     lid = live[op[1] % len(live)]
                     d = b.release(lid) if kind == "release" else b.renew(lid, op[2])
                     out.append(d.to_dict())
+            elif kind == "change":
+                name, env = camps[op[1] % len(camps)]
+                b.change(name, _changed(b.envelopes.get(name, env), *op[2:]))
+                out.append(("changed", name))
+            elif kind == "remove":
+                name = camps[op[1] % len(camps)][0]
+                b.remove(name)
+                out.append(("removed", name))
             elif kind == "cancel":
                 pend = [p["intent_id"] for p in b.pending()]
                 if pend:

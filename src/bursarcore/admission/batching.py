@@ -17,6 +17,7 @@ from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards
 from ..journal.base import Journal
 from ..journal.fill import REC_WIDTH
+from .paths import refuse_removed
 from .._brokerbase import (_DUR_RULE, _MAX_DURATION, _MIN_DURATION, _OUTCOME_CODE, NS,
                            BrokerBase, _op)
 
@@ -87,6 +88,8 @@ class BatchMixin(BrokerBase):
         """
         st, cur = self.st, self._cur
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
+        if self._removed:                           # SPEC §14.9
+            refuse_removed(ci, self._removed)
         n = ci.shape[0]
         nmin, nmax, top = _batch_units(units_, n)
         if isinstance(durations, (int, float)) and not isinstance(durations, bool):

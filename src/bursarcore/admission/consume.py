@@ -12,6 +12,7 @@ from ..admission.results import Consumption
 from ..admission.state import CAPACITY, CREDIT, CREDITS, MAXV, REASONS, TOKENS, wrap
 from ..errors import InvalidArgument
 from ..journal import records as J
+from .paths import refuse_removed
 from .._brokerbase import NS, BrokerBase, _op
 
 __all__ = ["FlowMixin"]
@@ -131,6 +132,8 @@ class FlowMixin(BrokerBase):
             raise InvalidArgument("dims", "the pool has no flow dimensions")
         st = self.st
         ci = units.index_array(campaign_idx, st.C, "campaign_idx")
+        if self._removed:                           # SPEC §14.9
+            refuse_removed(ci, self._removed)
         n = ci.shape[0]
         di = units.dim_column(dims, self._flow_index, n)
         amt = units.fixed_array(amounts, "amounts", n)

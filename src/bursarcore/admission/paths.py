@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from .. import units
 from .._abi import TREE_DEPTH
 from ..errors import InvalidArgument
 
 __all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees",
+           "refuse_change", "check_change", "change_budget", "refuse_removed",
            "borrowing_limits"]
 
 
@@ -86,6 +89,65 @@ def check_guarantees(st: Any, k: Any, dims: Sequence[str], names: Sequence[str],
                          room=lambda: k.child_room(st, p, i),
                          load_room=None if parent is None
                          else (lambda: k.child_load_room(st, p, i)))
+
+
+def refuse_change(label: str, g0: int, g: int, *, name: str, children: int,
+                  parent: str | None, siblings: int, bound: int, room: Callable[[], int],
+                  load_room: Callable[[], int] | None) -> None:
+    """SPEC §14.9, the rule itself: node ``name``'s guarantee on one dimension changes from
+    g0 to g. ``children`` is Σ of its children's guarantees (they must nest in g),
+    ``siblings`` Σ of its siblings' (Σ of the other top-level g at the top level) and
+    ``bound`` what they nest in with it (the pool's capacity, or ``parent``'s g). A raise
+    must fit as a registration of a new child of ``parent`` of g − g0 would: ``room()`` the
+    reserve rule's room now and ``load_room()`` the loads' room on the parent's path (None
+    at the top level). InvalidArgument naming ``label`` at the first rule broken."""
+    if children > g:
+        raise InvalidArgument(label, f"the children of {name!r} are guaranteed {children} in "
+                              f"all, more than the new guarantee {g}", g)
+    if g <= g0:
+        return
+    refuse_guarantee(label, g, parent=parent, total=siblings + g, bound=bound,
+                     room=lambda: room() + g0, load_room=None if load_room is None
+                     else (lambda: load_room() + g0))
+
+
+def check_change(st: Any, k: Any, dims: Sequence[str], names: Sequence[str], c: int,
+                 g: Sequence[int]) -> None:
+    """:func:`refuse_change` for node c of the compiled broker, on every held dimension,
+    from the figures its core keeps. Changes nothing."""
+    parent = st.parent(c)
+    for i, d in enumerate(dims):
+        g0 = int(st.g[c, i])
+        if parent < 0:
+            siblings, bound = int(st.gsum[i]) - g0, int(st.cap[i])
+        else:
+            siblings, bound = int(st.gch[parent, i]) - g0, int(st.g[parent, i])
+        refuse_change(f"guaranteed[{d}]", g0, g[i], name=names[c], children=int(st.gch[c, i]),
+                      parent=None if parent < 0 else names[parent], siblings=siblings,
+                      bound=bound, room=lambda: k.child_room(st, parent, i),
+                      load_room=None if parent < 0
+                      else (lambda: k.child_load_room(st, parent, i)))
+
+
+def change_budget(old: float, new: float, old_budget: int, new_budget: int, left: int) -> None:
+    """SPEC §14.9: a budget may change between finite values, its credits left moving by
+    the difference (never below 0), but not between unlimited and finite. InvalidArgument
+    naming ``credits`` otherwise."""
+    if math.isinf(old) != math.isinf(new):
+        raise InvalidArgument("credits", "cannot change between unlimited and finite", new)
+    if not math.isinf(new) and left + (new_budget - old_budget) < 0:
+        raise InvalidArgument("credits", "would leave the credits left below 0 (the new "
+                              "budget must cover what was spent and is escrowed)", new)
+
+
+def refuse_removed(ci: Any, removed: set[int] | frozenset[int]) -> None:
+    """SPEC §14.9: a batch's campaign indices may not name a removed node (its index is
+    never reused, and it decides nothing more). InvalidArgument naming ``campaign_idx``."""
+    if removed:
+        hit = np.isin(ci, np.fromiter(removed, np.int64, len(removed)))
+        if hit.any():
+            raise InvalidArgument("campaign_idx", "names a removed campaign",
+                                  int(ci[int(np.flatnonzero(hit)[0])]))
 
 
 def borrowing_limits(envelope: Any, dim_index: Mapping[str, int],

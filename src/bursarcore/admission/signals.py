@@ -194,6 +194,8 @@ class SignalsMixin(BrokerBase):
         held = st.subtree_sums(st.H[:st.C] - st.Xch[:st.C])
         firm_held = st.subtree_sums(st.Hf)
         for c, name in enumerate(self._names):
+            if c in self._removed:          # SPEC §14.9
+                continue
             for d in range(len(self.dims)):
                 k.settle(st, c, d, t)
             left = int(st.left[c])

@@ -280,6 +280,19 @@ class AsyncBursarClient(_Base):
         parent = parent if parent is not None else await self.campaign()
         return await self._do(self._r_register(child_name(parent, child), envelope))
 
+    async def change_campaign(self, campaign: str, envelope: Envelope) -> None:
+        """Replace the envelope of ``campaign`` (SPEC §14.9). The operator changes any node;
+        a campaign token only the nodes strictly below its own (its own node:
+        :class:`Forbidden`; outside its subtree: :class:`UnknownCampaign`, as a missing
+        node). A change the rules refuse raises :class:`InvalidArgument` naming its field."""
+        return await self._do(self._r_change(campaign, envelope))
+
+    async def remove_campaign(self, campaign: str) -> None:
+        """Remove ``campaign`` (SPEC §14.9): a node with no children, no live leases and no
+        pending intents; its tokens stop working and its name may be registered again.
+        Delegation as :meth:`change_campaign`'s."""
+        return await self._do(self._r_remove(campaign))
+
     async def mint_token(self, campaign: str | None = None) -> str:
         """A new token for ``campaign`` (default: the token's own node) — any node of the
         token's subtree; it acts for that node and the nodes below it."""

@@ -493,6 +493,18 @@ class _Base:
                     lambda d: bool(d["revoked"]), campaign, idempotent=True,
                     needs_campaign=True)
 
+    def _r_change(self, campaign: str, envelope: Envelope) -> _Req:
+        if not isinstance(campaign, str) or not campaign:
+            raise InvalidArgument("campaign", "must be a node path", campaign)
+        return _Req("PATCH", "/v1/campaigns/{campaign}", lambda d: None, campaign,
+                    json=_envelope_body(envelope), needs_campaign=True)
+
+    def _r_remove(self, campaign: str) -> _Req:
+        if not isinstance(campaign, str) or not campaign:
+            raise InvalidArgument("campaign", "must be a node path", campaign)
+        return _Req("DELETE", "/v1/campaigns/{campaign}", lambda d: None, campaign,
+                    needs_campaign=True)
+
     def _r_add_nodes(self, dim, nodes) -> _Req:
         return _Req("POST", f"/v1/pool/{_q(dim)}/nodes", lambda d: d["slots"],
                     json={"nodes": [{"name": n, "slots": int(k)} for n, k in nodes]})

@@ -46,6 +46,18 @@ def explain(rec: dict[str, Any]) -> str:
                 f"class {env.get('service_class')}, guaranteed {env.get('guaranteed')}, "
                 f"sustained {env.get('sustained')}, ceiling {env.get('ceiling')} and burst "
                 f"{env.get('burst')}.")
+    if op == "change":
+        env = (rec.get("payload") or {}).get("envelope", {})
+        who = (rec.get("payload") or {}).get("name", who)
+        credits = "unlimited" if env.get("credits") is None else f"{env['credits']:,}"
+        return (f"{at} the envelope of {who} was changed to credits {credits}, "
+                f"class {env.get('service_class')}, guaranteed {env.get('guaranteed')}, "
+                f"sustained {env.get('sustained')}, ceiling {env.get('ceiling')} and burst "
+                f"{env.get('burst')}; its live leases keep running as granted.")
+    if op == "remove":
+        who = (rec.get("payload") or {}).get("name", who)
+        return (f"{at} campaign {who} was removed: its guarantee left its parent's and the "
+                f"pool's figures, and its name is unknown until registered again.")
     if op == "advance":
         return f"{at} time advanced; the pending queue was served in order."
     lease = rec["lease"]

@@ -1,12 +1,12 @@
 """Journal records: one per decision (SPEC §9), columnar.
 
 A record is one row of :data:`RECORD_DTYPE` plus an optional JSON ``payload`` (the
-envelope of a ``register``, the broker configuration of the ``config`` header). Times are
+envelope of a ``register`` or a ``change``, the name of a ``remove``, the broker configuration of the ``config`` header). Times are
 int ns, amounts are the engine's integers (tokens in unit·ns, credits in micro-credits),
 so a journal replays bit for bit. :func:`to_dict` gives the float view people read.
 
 Input records (``config``, ``register``, ``acquire``, ``release``, ``renew``, ``cancel``,
-``advance``, ``consume``) drive :meth:`bursarcore.Broker.replay`; derived records
+``advance``, ``consume``, ``add_nodes``, ``remove_nodes``, ``change``, ``remove``) drive :meth:`bursarcore.Broker.replay`; derived records
 (``grant`` of a pending intent, ``refuse`` at TTL or deadline, ``preempt``, ``revoke``,
 ``expire``, ``activate``) are what the engine did on its own and are checked on replay.
 
@@ -47,11 +47,11 @@ __all__ = ["RECORD_DTYPE", "OPS", "OP", "INPUT_OPS", "OUTCOMES", "PATH_CODE", "R
 
 OPS = ("config", "register", "acquire", "grant", "refuse", "preempt", "revoke", "expire",
        "activate", "release", "renew", "cancel", "advance", "consume", "add_nodes",
-       "remove_nodes")
+       "remove_nodes", "change", "remove")
 OP = {name: i for i, name in enumerate(OPS)}
 INPUT_OPS = frozenset(OP[o] for o in ("config", "register", "acquire", "release", "renew",
                                       "cancel", "advance", "consume", "add_nodes",
-                                      "remove_nodes"))
+                                      "remove_nodes", "change", "remove"))
 OUTCOMES = ("", "granted", "pending", "refused", "ok")
 #: a granted record's ``path``: warm (free units), reclaim (after preemptions), borrow (free
 #: units borrowed from siblings' idle guarantees, SPEC §14.8); 0 for no grant

@@ -127,6 +127,10 @@ def replay_common(b: Any, op: int, r: Any, payload: str | None, t: int) -> bool:
     re-execute through its own decision path (acquire, renew)."""
     if op == J.OP["register"]:
         b.register(*envelope_of(payload))
+    elif op == J.OP["change"]:
+        b.change(*envelope_of(payload))
+    elif op == J.OP["remove"]:
+        b.remove(json.loads(payload or "{}")["name"])
     elif op == J.OP["release"]:
         b.release(int(r["lease"]))
     elif op == J.OP["cancel"]:
@@ -148,7 +152,7 @@ def replay_common(b: Any, op: int, r: Any, payload: str | None, t: int) -> bool:
 
 
 def envelope_of(payload: str | None) -> tuple[str, Envelope]:
-    """A ``register`` record's campaign name and envelope (JSON has no infinity: an
+    """A ``register`` or ``change`` record's campaign name and envelope (JSON has no infinity: an
     unlimited budget or bucket is written as null)."""
     p = json.loads(payload or "{}")
     return p["name"], Envelope.from_dict(p["envelope"])

@@ -4,6 +4,7 @@ and the lease lifecycle, written from docs/spec.md (see :mod:`.broker`)."""
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from typing import Any, Callable, Iterable, Mapping
 
@@ -19,7 +20,7 @@ from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
 from . import fairshare, tree
-from ..admission.paths import borrowing_limits
+from ..admission.paths import borrowing_limits, change_budget
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -241,6 +242,114 @@ class BrokerCore:
             self._jw.register(t, c, payload)
         return c
 
+    def change(self, name: str, envelope: Envelope) -> None:
+        """SPEC §14.9: replace a registered node's envelope. Its new guarantee nests (its
+        children's within it, it with its siblings' within its parent's or the pool's
+        capacity), a raise fits beside the holdings above guarantees now and lifts no load
+        on its parent's path above that node's sustained rate (as a new child of the raise
+        would), the budget changes between finite values only (never leaving credits left
+        below 0), a bucket is settled and clipped to its new size. Live leases keep
+        running as granted."""
+        try:
+            self._change(name, envelope)
+        finally:
+            self._end_op()
+
+    def _change(self, name: str, envelope: Envelope) -> None:
+        camp = self._camps[self.campaign_index(name)]
+        c = camp.index
+        if not isinstance(envelope, Envelope):
+            raise InvalidArgument("envelope", "must be an Envelope", envelope)
+        if envelope.service_class not in self._cls_index:
+            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
+                                  envelope.service_class)
+        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
+                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
+            for d in m:
+                if d not in self._dim_index and d not in self._flow_index:
+                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
+        borrow, lend = borrowing_limits(envelope, self._dim_index, UNLIMITED)
+        t = self._now()
+        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
+        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
+        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
+        buckets = []
+        for d in self.dims:
+            B = envelope.B(d)
+            if math.isinf(B):
+                buckets.append(UNLIMITED)
+            else:
+                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
+                           what="a number of unit-seconds")
+                buckets.append(round(B * NS))
+        old = self.envelopes[name]
+        for d in self.flow_dims:
+            for label, get in (("guaranteed", Envelope.g), ("sustained", Envelope.s),
+                               ("ceiling", Envelope.b), ("burst", Envelope.B)):
+                if get(old, d) != get(envelope, d):
+                    raise InvalidArgument(f"{label}[{d}]", "a flow dimension's figures are "
+                                          "fixed at registration", get(envelope, d))
+        for i, d in enumerate(self.dims):                                 # SPEC §14.9
+            tree.check_change(self._camps, self._dim[i].cap, c, i, g[i], f"guaranteed[{d}]")
+        credits = envelope.credits
+        budget = UNLIMITED if math.isinf(credits) else round(credits * CREDIT)
+        old_budget = UNLIMITED if math.isinf(old.credits) else round(old.credits * CREDIT)
+        change_budget(old.credits, credits, old_budget, budget, camp.left)
+        payload = self._jw.register_payload(name, envelope) if self._jw is not None else None
+        self._advance(t)
+        for i in range(len(self.dims)):
+            self._settle_path(camp, i, t)
+            h = camp.hold[i]
+            h.g, h.s, h.b, h.B = g[i], s[i], b[i], buckets[i]
+            h.T = min(h.T, h.B)
+            h.borrow, h.lend = borrow[i], lend[i]
+        if not camp.unlimited:
+            camp.left += budget - old_budget
+        camp.service_class = envelope.service_class
+        camp.share = float(envelope.share if envelope.share is not None
+                           else (g[0] if g[0] > 0 else 1))
+        for i in range(len(self.dims)):
+            self._reload(i)
+        self.envelopes[name] = envelope
+        if self._jw is not None:
+            self._jw.change(t, c, payload)
+
+    def remove(self, name: str) -> None:
+        """SPEC §14.9: remove a node with no children, no live leases and no pending
+        intents. Its guarantee leaves the figures as a change of it to 0 would (it stays in
+        its parent's children, guaranteed 0, holding nothing, so that every definition
+        reads as if it were gone, its past usage still counting in its parent's subtree);
+        its index is never reused and its name may be registered again."""
+        try:
+            self._remove(name)
+        finally:
+            self._end_op()
+
+    def _remove(self, name: str) -> None:
+        camp = self._camps[self.campaign_index(name)]
+        t = self._now()
+        self._advance(t)
+        if any(not self._camps[ch].removed for ch in camp.children):
+            raise InvalidArgument("name", "has children: remove them first", name)
+        if any(x.campaign == camp.index for x in self._leases.live()):
+            raise InvalidArgument("name", "has live leases (starting, active or revoking): "
+                                  "remove it when they end", name)
+        if self._queue.of_campaign(camp.index):
+            raise InvalidArgument("name", "has pending intents: remove it when they are "
+                                  "decided or cancelled", name)
+        for i in range(len(self.dims)):
+            self._settle_path(camp, i, t)
+            h = camp.hold[i]
+            h.g, h.borrow, h.lend = 0, 0, 0
+        camp.share = 0.0
+        camp.removed = True
+        for i in range(len(self.dims)):
+            self._reload(i)
+        del self._cindex[name]
+        del self.envelopes[name]
+        if self._jw is not None:
+            self._jw.remove(t, camp.index, json.dumps({"name": name}, sort_keys=True))
+
     def _path(self, c: Campaign) -> list[Campaign]:
         """SPEC §14: c and its ancestors, c first."""
         return [self._camps[v] for v in c.path]
@@ -268,7 +377,7 @@ class BrokerCore:
 
     @property
     def campaigns(self) -> list[str]:
-        return [c.name for c in self._camps]
+        return [c.name for c in self._camps if not c.removed]
 
     # ------------------------------------------------------------------ time (§2)
     _t_force: int | None = None       # replay runs each input at its recorded time
@@ -429,7 +538,8 @@ class BrokerCore:
         try:
             t = self._now()
             self._advance(t)
-            return dict(zip(self.campaigns, self._deficits(t)))
+            deficit = self._deficits(t)
+            return {c.name: deficit[c.index] for c in self._camps if not c.removed}
         finally:
             self._end_op()
 

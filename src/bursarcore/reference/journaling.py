@@ -62,6 +62,12 @@ class JournalWriter:
         self.deficits.append(math.nan)
         self.j.add({"op": J.OP["register"], "t": t, "campaign": c, "outcome": 4}, payload)
 
+    def change(self, t: int, c: int, payload: str | None) -> None:
+        self.j.add({"op": J.OP["change"], "t": t, "campaign": c, "outcome": 4}, payload)
+
+    def remove(self, t: int, c: int, payload: str | None) -> None:
+        self.j.add({"op": J.OP["remove"], "t": t, "campaign": c, "outcome": 4}, payload)
+
     def _after(self, row: dict[str, Any], c: int, d: int) -> None:
         """The state after, with c's bucket settled to the record's time."""
         camp = self.b._camps[c]

@@ -79,6 +79,7 @@ class Campaign:
     parent: int | None = None
     path: list[int] = field(default_factory=list)
     children: list[int] = field(default_factory=list)
+    removed: bool = False   # SPEC §14.9: its name unknown, its index never reused
     escrow: int = 0
     spent: int = 0
     refunded: int = 0

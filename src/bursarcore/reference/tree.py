@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..admission.paths import check_name, parent_name, refuse_guarantee
+from ..admission.paths import check_name, parent_name, refuse_change, refuse_guarantee
 from .leases import Campaign
 from .rules import token_limit
 
 __all__ = ["parent_name", "check_name", "commitments", "slack", "reserve", "firm_room",
            "firm_bound", "loads", "idle_loads", "rises", "absorbed", "load_room_for_child",
-           "check_guarantee", "binding_levels"]
+           "check_guarantee", "check_change", "binding_levels"]
 
 
 def commitments(camps: Sequence[Campaign], d: int) -> list[int]:
@@ -170,6 +170,33 @@ def check_guarantee(camps: Sequence[Campaign], cap: int, parent: int | None, d: 
     total = sum(camps[ch].hold[d].g for ch in p.children) + g
     refuse_guarantee(label, g, parent=p.name, total=total, bound=p.hold[d].g, room=room,
                      load_room=lambda: load_room_for_child(camps, under, d))
+
+
+def check_change(camps: Sequence[Campaign], cap: int, c: int, d: int, g: int,
+                 label: str) -> None:
+    """SPEC §14.9: node c's guarantee on d may become g only if its children's guarantees
+    nest in it and it nests with its siblings' in its parent's (the pool's capacity at the
+    top level); a raise by δ must fit as a new child of its parent guaranteed δ would
+    (:func:`room_for_child`, :func:`load_room_for_child`). The rule of ``refuse_change``,
+    over figures computed here from their definitions; changes nothing."""
+    v = camps[c]
+    g0 = v.hold[d].g
+    children = sum(camps[ch].hold[d].g for ch in v.children)
+    parent = v.parent
+
+    def room() -> int:
+        return room_for_child(camps, cap, parent, d)
+
+    if parent is None:
+        siblings = sum(x.hold[d].g for x in camps if x.parent is None) - g0
+        refuse_change(label, g0, g, name=v.name, children=children, parent=None,
+                      siblings=siblings, bound=cap, room=room, load_room=None)
+        return
+    p = camps[parent]
+    siblings = sum(camps[ch].hold[d].g for ch in p.children) - g0
+    refuse_change(label, g0, g, name=v.name, children=children, parent=p.name,
+                  siblings=siblings, bound=p.hold[d].g, room=room,
+                  load_room=lambda: load_room_for_child(camps, parent, d))
 
 
 def idle(camps: Sequence[Campaign], R: Sequence[int], v: int, d: int) -> int:

@@ -13,6 +13,7 @@ from .. import units
 from ..admission.envelope import MAX_DURATION, quote_grid
 from ..clock import ManualClock
 from ..errors import InvalidArgument, TimeWentBackwards, UnknownLease
+from ..admission.paths import refuse_removed
 from .core import _REVOKE, BrokerCore
 from .leases import LIVE, LeaseRecord, inf_or
 from . import tree
@@ -284,6 +285,7 @@ class BrokerViews(BrokerCore):
         ``acquire`` calls (the whole batch is checked first)."""
         try:
             ci = units.index_array(campaign_idx, len(self._camps), "campaign_idx")
+            refuse_removed(ci, {c.index for c in self._camps if c.removed})   # SPEC §14.9
             n = ci.shape[0]
             u = units.column(units_, "units")
             if u.dtype.kind not in "iu":
@@ -399,6 +401,7 @@ class BrokerViews(BrokerCore):
             if self.flow is None:
                 raise InvalidArgument("dims", "the pool has no flow dimensions")
             ci = units.index_array(campaign_idx, len(self._camps), "campaign_idx")
+            refuse_removed(ci, {c.index for c in self._camps if c.removed})   # SPEC §14.9
             n = ci.shape[0]
             di = units.dim_column(dims, self._flow_index, n)
             amt = units.fixed_array(amounts, "amounts", n)
@@ -538,6 +541,8 @@ class BrokerViews(BrokerCore):
                             "warm_headroom": dm.headroom}
             camps: dict[str, dict[str, Any]] = {}
             for c in self._camps:
+                if c.removed:                   # SPEC §14.9
+                    continue
                 for h in c.hold:
                     h.settle(t, self._instant)
                 env = self.envelopes[c.name].to_json()

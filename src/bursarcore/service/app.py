@@ -753,6 +753,49 @@ def create_app(service: BrokerService, tokens: TokenStore,
         ids = await service.call(broker.remove_nodes, dim, list(body.nodes), grace=body.grace)
         return {"revoked": ids}
 
+    # ------------------------------------------------------------------ changing the tree
+    # (after every other route: a node path may end in a route's words, and the routes
+    # below it are matched first)
+    def below(p: Principal, campaign: str) -> str:
+        """The delegation rule for changing and removing nodes: the operator any node, a
+        campaign token only the nodes strictly below its own (its own node: 403; outside
+        its subtree: exactly like a missing node)."""
+        scope(p, campaign)
+        if not p.operator and campaign == p.campaign:
+            raise HTTPException(403, "a campaign token changes and removes only the nodes "
+                                "below its own")
+        return campaign
+
+    @app.patch("/v1/campaigns/{campaign:path}", response_model=M.CampaignChanged,
+               responses={**_SCOPED, 403: {**_ERR, "description": "a campaign token changes "
+                                           "only the nodes below its own"}},
+               tags=["campaigns"])
+    async def change_campaign(campaign: Camp, body: M.EnvelopeIn, p: Who) -> dict:
+        """Replace a node's envelope (SPEC §14.9): its guarantee still nests, a raise fits
+        the reserve now, a budget moves between finite values. Live leases keep running
+        as granted. The operator changes any node; a campaign token the nodes strictly
+        below its own (delegation)."""
+        below(p, campaign)
+        errors = body.dim_errors(broker.dims, list(broker.flow_dims))
+        if errors:
+            raise RequestValidationError(errors)
+        env = envelope_from_json(body.model_dump(), "envelope")
+        await service.call(broker.change, campaign, env)
+        return {"campaign": campaign, "envelope": json_safe(env.to_json())}
+
+    @app.delete("/v1/campaigns/{campaign:path}", response_model=M.CampaignRemoved,
+                responses={**_SCOPED, 403: {**_ERR, "description": "a campaign token removes "
+                                            "only the nodes below its own"}},
+                tags=["campaigns"])
+    async def remove_campaign(campaign: Camp, p: Who) -> dict:
+        """Remove a node with no children, no live leases and no pending intents (SPEC
+        §14.9); its tokens stop working and its name may be registered again. The operator
+        removes any node; a campaign token the nodes strictly below its own."""
+        below(p, campaign)
+        await service.call(broker.remove, campaign)
+        return {"campaign": campaign, "removed": True,
+                "tokens_revoked": tokens.revoke_campaign(campaign)}
+
     reserved.update(route_words(app.routes))
     app.state.reserved_segments = frozenset(reserved)
     # a node registered before (by the configuration or an older journal) whose path holds

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import difflib
+import json
 import logging
 import math
 import os
@@ -283,8 +284,8 @@ class BrokerService:
         short journal raises :class:`~bursarcore.errors.JournalUnavailable`, a damaged
         one :class:`~bursarcore.errors.JournalCorrupt`). ``config`` is the JSON
         configuration; on a replayed journal its pool and classes are ignored (the
-        journal's own config record rules) and only campaigns not yet registered are
-        added. Without ``journal_path`` the journal is in memory."""
+        journal's own config record rules) and only campaigns not yet registered (nor
+        removed by the journal) are added. Without ``journal_path`` the journal is in memory."""
         config = dict(config or {})
         if journal_path is not None:
             journal: Any = GroupCommitJournal(journal_path, synchronous=synchronous,
@@ -320,8 +321,14 @@ class BrokerService:
             clk = clock if clock is not None else WallClock()
             broker = build_broker(config, clk, journal, backend=backend)
         svc = cls(broker, tick=tick)
+        # a node the journal removed (SPEC §14.9) is not brought back by the configuration
+        removed: set[str] = set()
+        if len(journal):
+            pl, rows = journal.payloads(), journal.rows()
+            for i in np.flatnonzero(rows["op"] == J.OP["remove"]).tolist():
+                removed.add(json.loads(pl[int(rows["seq"][i])])["name"])
         for name, env in (config.get("campaigns") or {}).items():
-            if name not in broker.campaigns:
+            if name not in broker.campaigns and name not in removed:
                 broker.register(name, envelope_from_json(env, f"campaigns.{name}"))
         svc.flush()
         return svc

@@ -390,6 +390,17 @@ class TokenRevoked(_Out):
     revoked: bool
 
 
+class CampaignChanged(_Out):
+    campaign: str
+    envelope: dict[str, Any]
+
+
+class CampaignRemoved(_Out):
+    campaign: str
+    removed: bool
+    tokens_revoked: int
+
+
 class CampaignList(_Out):
     campaigns: list[str]
 

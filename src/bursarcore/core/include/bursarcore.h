@@ -267,6 +267,20 @@ int bc_engine_add_node(bc_engine *e, int64_t parent, const int64_t *guaranteed,
                        const int64_t *sustained, const int64_t *ceiling,
                        const int64_t *bucket, int64_t credits, int64_t now, int64_t *index);
 
+/* Changes the envelope of campaign `index` (docs/spec.md §14.9) at `now`, its arguments as
+ * bc_engine_add_campaign's. Its live leases keep what they were granted; the new figures
+ * bind later decisions. A bucket is settled, then clipped to its new size; the credits left
+ * move by the change of the budget. Refused with BC_ERANGE, changing nothing, unless
+ * 0 <= guarantee <= sustained <= ceiling on every dimension, the guarantees of its
+ * children nest in its new guarantee and it with its siblings' in its parent's (of the
+ * top-level nodes: in the capacity), a raise of a guarantee fits the reserve and the loads
+ * of its parent's path now (as a new child of the parent guaranteed the raise would, see
+ * bc_engine_add_node), the budget stays unlimited (BC_MAX_AMOUNT) or finite and leaves the
+ * credits left at 0 or more. BC_EINDEX for an unregistered campaign. */
+int bc_engine_change_node(bc_engine *e, int64_t index, const int64_t *guaranteed,
+                          const int64_t *sustained, const int64_t *ceiling,
+                          const int64_t *bucket, int64_t credits, int64_t now);
+
 /* Borrowing (docs/spec.md §14.8) for campaign `index`, per dimension: borrow_limit, the most
  * units its borrowed leases may hold (0, a new campaign's: it never borrows), and
  * lend_limit, the most of its idle guarantee its siblings may borrow (a new campaign's:

@@ -358,6 +358,39 @@ int bc_engine_add_node(bc_engine *x, int64_t parent, const int64_t *g, const int
     return engine_add(x, parent < 0 ? -1 : parent, g, s, b, bucket, credits, now, index);
 }
 
+int bc_engine_change_node(bc_engine *x, int64_t index, const int64_t *g, const int64_t *s,
+                          const int64_t *b, const int64_t *bucket, int64_t credits, int64_t now)
+{
+    bc_eng *e;
+    int64_t d, D, i, p, g0, budget;
+    if (x == NULL || g == NULL || s == NULL || b == NULL || bucket == NULL)
+        return BC_EINVAL;
+    if (index < 0 || index >= x->C)
+        return BC_EINDEX;
+    e = &x->e;
+    D = e->D;
+    p = k_parent_of(e, index);
+    budget = e->cr[index].budget;
+    if (credits < 0 || credits > BC_MAX_AMOUNT || now < -BC_MAX_TIME || now > BC_MAX_TIME
+            || (credits == BC_MAX_AMOUNT) != (budget == BC_MAX_AMOUNT)
+            || (budget != BC_MAX_AMOUNT && e->cr[index].left + (credits - budget) < 0))
+        return BC_ERANGE;
+    for (d = 0; d < D; d++) {
+        i = index * D + d;
+        g0 = e->cd[i].g;
+        if (g[d] < 0 || s[d] < g[d] || b[d] < s[d] || b[d] > BC_MAX_AMOUNT || bucket[d] < 0
+                || bucket[d] > BC_MAX_AMOUNT || e->gch[i] > g[d]
+                || (p < 0 ? e->gsum[d] - g0 + g[d] > e->cap[d]
+                          : e->gch[p * D + d] - g0 + g[d] > e->cd[p * D + d].g))
+            return BC_ERANGE;
+        if (g[d] > g0 && (g[d] - g0 > k_child_room(e, p, d)
+                          || (p >= 0 && g[d] - g0 > k_child_load_room(e, p, d))))
+            return BC_ERANGE;
+    }
+    k_change_node(e, index, g, s, b, bucket, credits, now);
+    return BC_OK;
+}
+
 int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_limit,
                             const int64_t *lend_limit)
 {

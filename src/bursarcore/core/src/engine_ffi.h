@@ -31,6 +31,8 @@ static int64_t bce_path_slack(bc_eng *e, int64_t c, int64_t d);
 static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d);
 static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d);
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t);
+static void bce_change_node(bc_eng *e, int64_t c, const int64_t *g, const int64_t *s,
+                            const int64_t *b, const int64_t *Bcap, int64_t budget, int64_t t);
 static int64_t bce_free(bc_eng *e, int64_t d);
 static void bce_ring_advance(bc_eng *e, int64_t t);
 static bce_wide bce_cong_ppm(bc_eng *e, int64_t d);
@@ -78,6 +80,11 @@ static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d) { return k_child_
 static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d)
 {
     return k_child_load_room(e, p, d);
+}
+static void bce_change_node(bc_eng *e, int64_t c, const int64_t *g, const int64_t *s,
+                            const int64_t *b, const int64_t *Bcap, int64_t budget, int64_t t)
+{
+    k_change_node(e, c, g, s, b, Bcap, budget, t);
 }
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t) { k_link(e, c, p, t); }
 static int64_t bce_free(bc_eng *e, int64_t d) { return k_free(e, d); }

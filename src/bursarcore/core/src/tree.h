@@ -491,4 +491,56 @@ static inline void k_levels_of(const bc_eng *e, int64_t c, int64_t d, const bc_d
     }
 }
 
+/* -- changing a node (§14.9) --------------------------------------------------------------- */
+
+/* §14.9 node c's guarantee on d becomes g at t, through the walks a registration takes: its
+ * parent's Σ children g (gsum at the top level), the change of its commitment R up its path
+ * (U follows Σ_top R; for a flat campaign U moves by the change of its unmet guarantee) and
+ * the change of what it adds to its parent's load. The caller checked the nesting and, for
+ * a raise, the rooms of its parent (k_child_room, k_child_load_room). */
+static inline void k_change_g(bc_eng *e, int64_t c, int64_t d, int64_t g, int64_t t)
+{
+    int64_t i = c * e->D + d, g0 = e->cd[i].g, up = e->cd[i].up, hf = e->cd[i].Hf, rch, K, dr;
+    if (g == g0)
+        return;
+    rch = up != 0 ? e->cd[i].Rch : 0;
+    dr = bc_commitment(g, hf, rch) - bc_commitment(g0, hf, rch);
+    e->cd[i].g = g;
+    if (up > 0) {
+        K = e->cd[i].H;
+        e->gch[(up - 1) * e->D + d] += g - g0;
+        e->U[d] += k_commit_up(e, up, d, dr);
+        k_measure_up(e, up, d, 0, bc_child_measure(g, K) - bc_child_measure(g0, K), t);
+    } else {
+        e->gsum[d] += g - g0;
+        e->U[d] += dr;
+    }
+}
+
+/* §14.9 node c's envelope becomes (g, s, b, Bcap, budget) at t: its buckets settled first,
+ * its guarantees moved (k_change_g), its bucket sizes changed with its tokens clipped to
+ * them, and its credits left moved by the change of its budget (both finite, or both
+ * BC_MAXV: unlimited). Live leases keep what they were granted. The caller checked every
+ * rule (g <= s <= b, the nesting, the rooms of a raise, a budget that leaves credits >= 0). */
+static inline void k_change_node(bc_eng *e, int64_t c, const int64_t *g, const int64_t *s,
+                                 const int64_t *b, const int64_t *Bcap, int64_t budget,
+                                 int64_t t)
+{
+    int64_t d, i;
+    for (d = 0; d < e->D; d++) {
+        i = c * e->D + d;
+        k_settle(e, c, d, t);
+        k_change_g(e, c, d, g[d], t);
+        e->cd[i].s = s[d];
+        e->cd[i].b = b[d];
+        e->cd[i].Bcap = Bcap[d];
+        if (e->cd[i].T > Bcap[d])
+            e->cd[i].T = Bcap[d];
+    }
+    if (budget != e->cr[c].budget) {
+        e->cr[c].left += budget - e->cr[c].budget;
+        e->cr[c].budget = budget;
+    }
+}
+
 #endif /* BURSARCORE_TREE_H */
