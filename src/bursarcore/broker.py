@@ -456,6 +456,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                             np.array(Bcap, i64), budget, t)
         self.st.bor[c, :, BOR_LIMIT] = bl
         self.st.bor[c, :, BOR_LEND] = ll
+        if any(bl) and self.st.parent(c) < 0:   # SPEC §14.8: decided through the tree's walk
+            self.st.make_root(c)
         self.envelopes[name] = envelope
         self._share[c] = float(envelope.share if envelope.share is not None
                                else (g[0] if g[0] > 0 else 1))

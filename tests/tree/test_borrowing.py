@@ -200,3 +200,16 @@ def test_the_abi_sets_borrowing():
     # a reclaim, which the policy layer runs (deferred), never a refusal for capacity
     assert lib.bc_engine_acquire(e, 1, 0, 0, 50, 50, 600 * NS, -1, 0, 2, dec) == lib.BC_OK
     assert dec.outcome == lib.BC_DEFERRED
+
+
+def test_a_flat_campaign_given_a_borrow_limit_by_a_change_borrows():
+    """SPEC §14.8, §14.9: a borrow limit given later binds the next decisions."""
+    b = Broker(Pool(gpu=100), clock=ManualClock(0.0))
+    b.register("a", env(50, sustained={"gpu": 100}))
+    b.register("b", env(50))
+    assert ask(b, "a", 50, 50).units == 50
+    assert ask(b, "a", 1, 100).reason == "capacity"
+    b.change("a", env(50, sustained={"gpu": 100}, borrow_limit={"gpu": 20}))
+    d = ask(b, "a", 1, 100)
+    assert (d.units, d.path) == (20, "borrow")
+    assert b.state()["campaigns"]["a"]["held"] == {"gpu": 70}
