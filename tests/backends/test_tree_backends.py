@@ -264,21 +264,7 @@ def test_the_abi_changes_nodes():
     """``bc_engine_change_node`` (SPEC §14.9): nesting, the reserve and the budget are
     checked and a refusal changes nothing; a lowering frees a guarantee for a new
     sibling."""
-    pytest.importorskip("_cffi_backend")
-    try:
-        from bursarcore._cffi_core import ffi, lib
-    except ImportError:
-        pytest.skip("the cffi binding is not built")
-    cfg = ffi.new("bc_engine_config *")
-    keep = [ffi.new("int64_t[]", [100]), ffi.new("int64_t[]", [0]), ffi.new("int64_t[]", [0]),
-            ffi.new("int64_t[]", [0, 10**6, 0, 0, 0, 0]), ffi.new("int64_t[]", [10**6])]
-    cfg.dims, cfg.capacity, cfg.headroom, cfg.price = 1, keep[0], keep[1], keep[2]
-    cfg.classes, cfg.class_table, cfg.thresholds = 1, keep[3], 0
-    cfg.cong_thresholds, cfg.cong_mult = ffi.NULL, keep[4]
-    cfg.window_ns, cfg.bins, cfg.instant, cfg.half_life_ns, cfg.reuse_after = NS, 1, 0, NS, -1
-    out = ffi.new("bc_engine **")
-    assert lib.bc_engine_new(cfg, out) == lib.BC_OK
-    e = ffi.gc(out[0], lib.bc_engine_free)
+    ffi, lib, e = abi_engine(100)
     idx = ffi.new("int64_t *")
 
     def figs(g):

@@ -11,18 +11,11 @@ import pytest
 from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
 from bursarcore.errors import InvalidArgument, UnknownCampaign
 from bursarcore.journal.memory import MemoryJournal
+from treegen import env
 
 pytestmark = pytest.mark.tree
 
 INF = math.inf
-
-
-def env(g: int = 0, s: int | None = None, b: int | None = None, B: float = 0,
-        credits: float = 1e6, cls: str = "agent-burst") -> Envelope:
-    s = g if s is None else s
-    b = s if b is None else b
-    return Envelope(credits=credits, service_class=cls, guaranteed={"gpu": g},
-                    sustained={"gpu": s}, ceiling={"gpu": b}, burst={"gpu": B})
 
 
 def astro_bio(journal: MemoryJournal | None = None) -> Broker:

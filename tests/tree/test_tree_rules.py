@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bursarcore import Broker, Envelope, Intent, ManualClock, Pool
+from bursarcore import Broker, Intent, ManualClock, Pool
 from bursarcore.errors import InvalidArgument
 from bursarcore.journal.memory import MemoryJournal
+from treegen import env
 
 pytestmark = pytest.mark.tree
 
@@ -20,14 +21,6 @@ INF = math.inf
 
 def broker(cap: int = 100, **kw) -> Broker:
     return Broker(Pool(gpu=cap), clock=ManualClock(0.0), **kw)
-
-
-def env(g: int = 0, s: int | None = None, b: int | None = None, B: float = 0,
-        credits: float = 1e6, cls: str = "agent-burst") -> Envelope:
-    s = g if s is None else s
-    b = s if b is None else b
-    return Envelope(credits=credits, service_class=cls, guaranteed={"gpu": g},
-                    sustained={"gpu": s}, ceiling={"gpu": b}, burst={"gpu": B})
 
 
 def ask(b: Broker, name: str, lo: int, hi: int | None = None, dur: float = 600.0,

@@ -16,6 +16,15 @@ INF = math.inf
 CAP = 64
 
 
+def env(g: int = 0, s: int | None = None, b: int | None = None, B: float = 0,
+        credits: float = 1e6, cls: str = "agent-burst") -> Envelope:
+    """A one-dimension (gpu) envelope: sustained defaults to g, the ceiling to s."""
+    s = g if s is None else s
+    b = s if b is None else b
+    return Envelope(credits=credits, service_class=cls, guaranteed={"gpu": g},
+                    sustained={"gpu": s}, ceiling={"gpu": b}, burst={"gpu": B})
+
+
 @dataclass
 class Node:
     name: str
