@@ -35,7 +35,7 @@ from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from .admission.fairshare import fair_tree_keys, level_deficits
-from .admission.paths import (borrowing_limits, change_budget, check_change,
+from .admission.paths import (EnvelopeFigures, change_budget, check_change, envelope_figures,
                                check_guarantees, check_name)
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
@@ -372,37 +372,10 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             self.journal.add(row, payload)
         return c
 
-    def _figures(self, envelope: Envelope) -> tuple[list[int], list[int], list[int],
-                                                   list[int], list[int], list[int], int]:
-        """An envelope's figures in engine units, per held dimension: borrow and lend
-        limits, g, s, b, bucket sizes, and its budget (MAXV: unlimited). InvalidArgument
-        naming the field of an envelope the pool cannot hold; changes nothing."""
-        if not isinstance(envelope, Envelope):
-            raise InvalidArgument("envelope", "must be an Envelope", envelope)
-        if envelope.service_class not in self._cls_index:
-            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
-                                  envelope.service_class)
-        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
-                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
-            for d in m:
-                if d not in self._dim_index and d not in self._flow_index:
-                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
-        bl, ll = borrowing_limits(envelope, self._dim_index, MAXV)         # SPEC §14.8
-        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
-        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
-        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
-        Bcap = []
-        for d in self.dims:
-            B = envelope.B(d)
-            if math.isinf(B):
-                Bcap.append(MAXV)
-            else:
-                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
-                           what="a number of unit-seconds")
-                Bcap.append(round(B * NS))
-        credits = envelope.credits
-        budget = MAXV if math.isinf(credits) else round(credits * CREDIT)
-        return bl, ll, g, s, b, Bcap, budget
+    def _figures(self, envelope: Envelope) -> EnvelopeFigures:
+        """An envelope's figures in engine units (:func:`envelope_figures`)."""
+        return envelope_figures(envelope, self._cls_index, self._dim_index, self._flow_index,
+                                MAXV)
 
     def change(self, name: str, envelope: Envelope) -> None:
         """Replace a registered node's envelope (SPEC §14.9), as a journaled decision.

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import units
 from .._abi import TREE_DEPTH
+from .state import CREDIT
 from ..errors import InvalidArgument
 
 __all__ = ["TREE_DEPTH", "parent_name", "check_name", "refuse_guarantee", "check_guarantees",
@@ -166,3 +167,44 @@ def borrowing_limits(envelope: Any, dim_index: Mapping[str, int],
     lend = [unlimited if math.isinf(envelope.lend(d))
             else units.whole(envelope.lend(d), f"lend_limit[{d}]") for d in dims]
     return borrow, lend
+
+
+#: an envelope's figures per held dimension in engine units: borrow and lend limits,
+#: g, s, b, bucket sizes (unit·ns), and its budget (micro-credits)
+EnvelopeFigures = tuple[list[int], list[int], list[int], list[int], list[int], list[int], int]
+
+
+def envelope_figures(envelope: Any, classes: Mapping[str, int], dim_index: Mapping[str, int],
+                     flow_index: Mapping[str, int], unlimited: int) -> EnvelopeFigures:
+    """SPEC §3, §14.8: an envelope's figures in engine units, per held dimension in the
+    order of ``dim_index`` (an unlimited bucket, budget or lend as ``unlimited``), checked
+    against the broker it is for: an Envelope, a class of the table, dimensions of the
+    pool, whole units. InvalidArgument naming the field otherwise; changes nothing."""
+    from .envelope import Envelope
+    if not isinstance(envelope, Envelope):
+        raise InvalidArgument("envelope", "must be an Envelope", envelope)
+    if envelope.service_class not in classes:
+        raise InvalidArgument("service_class", f"must be one of {list(classes)}",
+                              envelope.service_class)
+    for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
+                     ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
+        for d in m:
+            if d not in dim_index and d not in flow_index:
+                raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
+    bl, ll = borrowing_limits(envelope, dim_index, unlimited)
+    dims = sorted(dim_index, key=dim_index.__getitem__)
+    g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in dims]
+    s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in dims]
+    b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in dims]
+    bucket = []
+    for d in dims:
+        B = envelope.B(d)
+        if math.isinf(B):
+            bucket.append(unlimited)
+        else:
+            units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
+                       what="a number of unit-seconds")
+            bucket.append(round(B * units.NS))
+    credits = envelope.credits
+    budget = unlimited if math.isinf(credits) else round(credits * CREDIT)
+    return bl, ll, g, s, b, bucket, budget

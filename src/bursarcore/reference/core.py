@@ -20,7 +20,7 @@ from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
 from . import fairshare, tree
-from ..admission.paths import borrowing_limits, change_budget
+from ..admission.paths import EnvelopeFigures, change_budget, envelope_figures
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -182,35 +182,11 @@ class BrokerCore:
         if name in self._cindex:
             raise InvalidArgument("name", "is already registered", name)
         parent = tree.check_name(name, self._cindex)                     # SPEC §14
-        if not isinstance(envelope, Envelope):
-            raise InvalidArgument("envelope", "must be an Envelope", envelope)
-        if envelope.service_class not in self._cls_index:
-            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
-                                  envelope.service_class)
-        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
-                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
-            for d in m:
-                if d not in self._dim_index and d not in self._flow_index:
-                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
-        borrow, lend = borrowing_limits(envelope, self._dim_index, UNLIMITED)  # SPEC §14.8
+        borrow, lend, g, s, b, buckets, budget = self._figures(envelope)
         t = self._now()
-        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
-        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
-        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
         for i, d in enumerate(self.dims):                                 # SPEC §3, §14
             tree.check_guarantee(self._camps, self._dim[i].cap, parent, i, g[i],
                                  f"guaranteed[{d}]")
-        buckets = []
-        for d in self.dims:
-            B = envelope.B(d)
-            if math.isinf(B):
-                buckets.append(UNLIMITED)
-            else:
-                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
-                           what="a number of unit-seconds")
-                buckets.append(round(B * NS))
-        credits = envelope.credits
-        budget = UNLIMITED if math.isinf(credits) else round(credits * CREDIT)
         payload = self._jw.register_payload(name, envelope) if self._jw is not None else None
         self._advance(t)
         if self.flow is not None:
@@ -258,30 +234,8 @@ class BrokerCore:
     def _change(self, name: str, envelope: Envelope) -> None:
         camp = self._camps[self.campaign_index(name)]
         c = camp.index
-        if not isinstance(envelope, Envelope):
-            raise InvalidArgument("envelope", "must be an Envelope", envelope)
-        if envelope.service_class not in self._cls_index:
-            raise InvalidArgument("service_class", f"must be one of {list(self._cls_index)}",
-                                  envelope.service_class)
-        for label, m in (("guaranteed", envelope.guaranteed), ("sustained", envelope.sustained),
-                         ("ceiling", envelope.ceiling), ("burst", envelope.burst)):
-            for d in m:
-                if d not in self._dim_index and d not in self._flow_index:
-                    raise InvalidArgument(f"{label}[{d}]", "names a dimension the pool lacks", d)
-        borrow, lend = borrowing_limits(envelope, self._dim_index, UNLIMITED)
+        borrow, lend, g, s, b, buckets, budget = self._figures(envelope)
         t = self._now()
-        g = [units.whole(envelope.g(d), f"guaranteed[{d}]") for d in self.dims]
-        s = [units.whole(envelope.s(d), f"sustained[{d}]") for d in self.dims]
-        b = [units.whole(envelope.b(d), f"ceiling[{d}]") for d in self.dims]
-        buckets = []
-        for d in self.dims:
-            B = envelope.B(d)
-            if math.isinf(B):
-                buckets.append(UNLIMITED)
-            else:
-                units.real(B, f"burst[{d}]", hi=units.MAX_BURST, allow_inf=True,
-                           what="a number of unit-seconds")
-                buckets.append(round(B * NS))
         old = self.envelopes[name]
         for d in self.flow_dims:
             for label, get in (("guaranteed", Envelope.g), ("sustained", Envelope.s),
@@ -349,6 +303,12 @@ class BrokerCore:
         del self.envelopes[name]
         if self._jw is not None:
             self._jw.remove(t, camp.index, json.dumps({"name": name}, sort_keys=True))
+
+    def _figures(self, envelope: Envelope) -> EnvelopeFigures:
+        """An envelope's figures in engine units, checked against this broker's pool and
+        classes (SPEC §3, §14.8)."""
+        return envelope_figures(envelope, self._cls_index, self._dim_index, self._flow_index,
+                                UNLIMITED)
 
     def _path(self, c: Campaign) -> list[Campaign]:
         """SPEC §14: c and its ancestors, c first."""
