@@ -35,8 +35,8 @@ from .admission.classes import DEFAULT_CLASSES, Congestion, ServiceClass
 from .admission.consume import FlowMixin
 from .admission.envelope import MAX_DURATION, Envelope, Intent, Pool
 from .admission.fairshare import fair_tree_keys, level_deficits
-from .admission.paths import (EnvelopeFigures, change_budget, check_change, envelope_figures,
-                               check_guarantees, check_name)
+from .admission.paths import (EnvelopeFigures, change_budget, check_change, check_guarantees,
+                               check_name, envelope_figures, flow_unchanged)
 from .admission.pending import PendingQueue
 from .admission.results import (BatchResult, Consumption, Decision, DimSupply, Quote,
                                 Supply)
@@ -406,12 +406,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         t = self._now()
         bl, ll, g, s, b, Bcap, budget = self._figures(envelope)
         old = self.envelopes[name]
-        for d in self.flow_dims:
-            for label, get in (("guaranteed", Envelope.g), ("sustained", Envelope.s),
-                               ("ceiling", Envelope.b), ("burst", Envelope.B)):
-                if get(old, d) != get(envelope, d):
-                    raise InvalidArgument(f"{label}[{d}]", "a flow dimension's figures are "
-                                          "fixed at registration", get(envelope, d))
+        flow_unchanged(old, envelope, self.flow_dims)
         check_change(self.st, self._k, self.dims, self._names, c, g)      # SPEC §14.9
         change_budget(old.credits, envelope.credits, int(self.st.budget[c]), budget,
                       int(self.st.left[c]))

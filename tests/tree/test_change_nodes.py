@@ -259,3 +259,19 @@ def test_a_batch_may_not_name_a_removed_node():
         b.admit_batch([2, 3], [1, 1], 60.0)
     assert e.value.field == "campaign_idx" and "removed" in str(e.value)
     assert b.state() == before
+
+
+def test_a_flow_dimensions_figures_stay_as_registered():
+    """SPEC §14.9: the flow engine fixes a flow dimension's figures at registration."""
+    b = Broker(Pool(gpu=10, flow={"fs": 5.0}), clock=ManualClock(0.0))
+    b.register("a", Envelope(credits=10, guaranteed={"gpu": 1, "fs": 1.0},
+                             sustained={"fs": 2.0}, burst={"fs": 4.0}))
+    before = b.state()
+    with pytest.raises(InvalidArgument) as e:
+        b.change("a", Envelope(credits=10, guaranteed={"gpu": 2, "fs": 1.0},
+                               sustained={"fs": 2.0}, burst={"fs": 8.0}))
+    assert e.value.field == "burst[fs]" and "fixed at registration" in e.value.rule
+    assert b.state() == before
+    b.change("a", Envelope(credits=10, guaranteed={"gpu": 2, "fs": 1.0},
+                           sustained={"fs": 2.0}, burst={"fs": 4.0}))
+    assert b.envelopes["a"].guaranteed["gpu"] == 2

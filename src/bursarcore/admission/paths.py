@@ -208,3 +208,14 @@ def envelope_figures(envelope: Any, classes: Mapping[str, int], dim_index: Mappi
     credits = envelope.credits
     budget = unlimited if math.isinf(credits) else round(credits * CREDIT)
     return bl, ll, g, s, b, bucket, budget
+
+
+def flow_unchanged(old: Any, new: Any, flow_dims: Sequence[str]) -> None:
+    """SPEC §14.9: a change keeps a flow dimension's figures (the flow engine fixes them at
+    registration): InvalidArgument naming the first that differs."""
+    for d in flow_dims:
+        for label, get in (("guaranteed", "g"), ("sustained", "s"), ("ceiling", "b"),
+                           ("burst", "B")):
+            if getattr(old, get)(d) != getattr(new, get)(d):
+                raise InvalidArgument(f"{label}[{d}]", "a flow dimension's figures are fixed "
+                                      "at registration", getattr(new, get)(d))

@@ -20,7 +20,8 @@ from .journaling import JournalWriter
 from .leases import Campaign, Dimension, Holding, LeaseRecord, LeaseStore, seconds
 from .pending import PendingIntent, PendingQueue
 from . import fairshare, tree
-from ..admission.paths import EnvelopeFigures, change_budget, envelope_figures
+from ..admission.paths import (EnvelopeFigures, change_budget, envelope_figures,
+                               flow_unchanged)
 from .rules import (CAPACITY, CREDIT, DEADLINE, NS, OK, PENDING_LIMIT, PPM,
                     REASONS, RECLAIM, TOKENS, TTL, UNLIMITED, WARM, ClassTerms, Limits,
                     congestion_multiplier, excess, lease_cost, limits, never, wrap)
@@ -237,16 +238,10 @@ class BrokerCore:
         borrow, lend, g, s, b, buckets, budget = self._figures(envelope)
         t = self._now()
         old = self.envelopes[name]
-        for d in self.flow_dims:
-            for label, get in (("guaranteed", Envelope.g), ("sustained", Envelope.s),
-                               ("ceiling", Envelope.b), ("burst", Envelope.B)):
-                if get(old, d) != get(envelope, d):
-                    raise InvalidArgument(f"{label}[{d}]", "a flow dimension's figures are "
-                                          "fixed at registration", get(envelope, d))
+        flow_unchanged(old, envelope, self.flow_dims)
         for i, d in enumerate(self.dims):                                 # SPEC §14.9
             tree.check_change(self._camps, self._dim[i].cap, c, i, g[i], f"guaranteed[{d}]")
         credits = envelope.credits
-        budget = UNLIMITED if math.isinf(credits) else round(credits * CREDIT)
         old_budget = UNLIMITED if math.isinf(old.credits) else round(old.credits * CREDIT)
         change_budget(old.credits, credits, old_budget, budget, camp.left)
         payload = self._jw.register_payload(name, envelope) if self._jw is not None else None
