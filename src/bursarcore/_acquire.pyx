@@ -116,6 +116,8 @@ cdef tuple _acquire_record(tuple head, const int64_t *lim, int64_t T, int64_t le
     after, and the level whose rule bound it with its figure, in one tuple."""
     cdef Py_ssize_t nh = len(head), j
     cdef object out = PyTuple_New(nh + BC_LIMITS + 5), x
+    cdef int64_t tail[5]
+    tail[0], tail[1], tail[2], tail[3], tail[4] = T, left, H, level, figure
     for j in range(nh):
         x = head[j]
         Py_INCREF(x)
@@ -124,22 +126,10 @@ cdef tuple _acquire_record(tuple head, const int64_t *lim, int64_t T, int64_t le
         x = imin(lim[j], MAXV)
         Py_INCREF(x)
         PyTuple_SET_ITEM(out, nh + j, x)
-    j = nh + BC_LIMITS
-    x = T
-    Py_INCREF(x)
-    PyTuple_SET_ITEM(out, j, x)
-    x = left
-    Py_INCREF(x)
-    PyTuple_SET_ITEM(out, j + 1, x)
-    x = H
-    Py_INCREF(x)
-    PyTuple_SET_ITEM(out, j + 2, x)
-    x = level
-    Py_INCREF(x)
-    PyTuple_SET_ITEM(out, j + 3, x)
-    x = figure
-    Py_INCREF(x)
-    PyTuple_SET_ITEM(out, j + 4, x)
+    for j in range(5):
+        x = tail[j]
+        Py_INCREF(x)
+        PyTuple_SET_ITEM(out, nh + BC_LIMITS + j, x)
     return <tuple>out
 
 

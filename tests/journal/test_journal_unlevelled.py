@@ -34,6 +34,14 @@ def _tree_run() -> Broker:
     return b
 
 
+def _to_sqlite(b: Broker, path) -> None:
+    """b's journal, copied into a new SQLite journal at path."""
+    j = SQLiteJournal(path, create=True)
+    j.append(b.journal.rows(), b.journal.payloads())
+    j.flush()
+    j.close()
+
+
 def _as_old_sqlite(path) -> None:
     """Rewrite every row of a SQLite journal as the earlier layout wrote it."""
     db = sqlite3.connect(path)
@@ -63,10 +71,7 @@ def _check(j, b: Broker) -> None:
 
 def test_an_older_sqlite_journal_reads_and_replays(tmp_path):
     b = _tree_run()
-    j = SQLiteJournal(tmp_path / "j.db", create=True)
-    j.append(b.journal.rows(), b.journal.payloads())
-    j.flush()
-    j.close()
+    _to_sqlite(b, tmp_path / "j.db")
     db = sqlite3.connect(tmp_path / "j.db")
     assert db.execute("SELECT count(*) FROM journal WHERE op = -1").fetchone()[0] >= 1  # a page
     db.close()
@@ -93,10 +98,7 @@ def test_an_older_jsonl_journal_reads_and_replays(tmp_path):
 
 def test_an_altered_older_record_is_still_caught(tmp_path):
     b = _tree_run()
-    j = SQLiteJournal(tmp_path / "j.db", create=True)
-    j.append(b.journal.rows(), b.journal.payloads())
-    j.flush()
-    j.close()
+    _to_sqlite(b, tmp_path / "j.db")
     _as_old_sqlite(tmp_path / "j.db")
     db = sqlite3.connect(tmp_path / "j.db")
     seq, rec = db.execute("SELECT seq, rec FROM journal ORDER BY seq DESC LIMIT 1").fetchone()

@@ -29,6 +29,15 @@ def _tok(uns: int) -> str:
     return "unlimited" if uns >= _BIG else f"{uns / 1e9:,.0f}"
 
 
+def _envelope(rec: dict[str, Any]) -> str:
+    """A register or change record's envelope, in words."""
+    env = (rec.get("payload") or {}).get("envelope", {})
+    credits = "unlimited" if env.get("credits") is None else f"{env['credits']:,}"
+    return (f"credits {credits}, class {env.get('service_class')}, guaranteed "
+            f"{env.get('guaranteed')}, sustained {env.get('sustained')}, ceiling "
+            f"{env.get('ceiling')} and burst {env.get('burst')}")
+
+
 def explain(rec: dict[str, Any]) -> str:
     """One paragraph for a journal record (a dict from :meth:`Journal.record`)."""
     op = rec["op"]
@@ -39,21 +48,12 @@ def explain(rec: dict[str, Any]) -> str:
     if op == "config":
         return f"{at} the broker started with this configuration: {rec['payload']}."
     if op == "register":
-        env = (rec.get("payload") or {}).get("envelope", {})
         who = (rec.get("payload") or {}).get("name", who)
-        credits = "unlimited" if env.get("credits") is None else f"{env['credits']:,}"
-        return (f"{at} campaign {who} was registered with credits {credits}, "
-                f"class {env.get('service_class')}, guaranteed {env.get('guaranteed')}, "
-                f"sustained {env.get('sustained')}, ceiling {env.get('ceiling')} and burst "
-                f"{env.get('burst')}.")
+        return f"{at} campaign {who} was registered with {_envelope(rec)}."
     if op == "change":
-        env = (rec.get("payload") or {}).get("envelope", {})
         who = (rec.get("payload") or {}).get("name", who)
-        credits = "unlimited" if env.get("credits") is None else f"{env['credits']:,}"
-        return (f"{at} the envelope of {who} was changed to credits {credits}, "
-                f"class {env.get('service_class')}, guaranteed {env.get('guaranteed')}, "
-                f"sustained {env.get('sustained')}, ceiling {env.get('ceiling')} and burst "
-                f"{env.get('burst')}; its live leases keep running as granted.")
+        return (f"{at} the envelope of {who} was changed to {_envelope(rec)}; its live "
+                f"leases keep running as granted.")
     if op == "remove":
         who = (rec.get("payload") or {}).get("name", who)
         return (f"{at} campaign {who} was removed: its guarantee left its parent's and the "
