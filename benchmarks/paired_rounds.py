@@ -17,6 +17,8 @@ build_ext --inplace``: the modules that compile the engine's rules). Workloads
 
 - ``summary-batch``: ``admit_batch`` at 10,000 campaigns, every intent granted, the lease
   store grown beforehand (so no round pays for a growth): a round is one batch of 10,000;
+- ``tree-batch``: ``admit_batch`` of 10,000 intents over the 10,000 leaves of a tree of
+  envelopes of depth 3 (``test_tree_batch``), the lease store grown beforehand;
 - ``batch``: the realistic ``admit_batch`` of 10,000 plus ``poll()`` (expiries, pending);
 - ``summary-acquire``: 10,000 ``acquire`` calls at 10,000 campaigns plus ``poll()``;
 - ``acquire``: the realistic ``acquire`` (``test_acquire``) at 10,000 campaigns, 1,000
@@ -96,6 +98,17 @@ def _child(src: str, workload: str, rounds: int, seed: int) -> None:
             for w in work[i * per:(i + 1) * per]:
                 clock["t"] += 0.01 / per
                 b.admit_batch(w, u, 5.0, now=clock["t"])
+    elif workload == "tree-batch":
+        from test_bench_engine import tree_broker
+        b, leaves = tree_broker("compiled")
+        b.st.grow_leases(rounds * N + 2 * N)
+        u = np.full(N, 2, dtype=np.int64)
+        work = [leaves[rng.integers(0, N, N)] for _ in range(rounds)]
+        clock = {"t": 0.0}
+
+        def one(i):
+            clock["t"] += 0.01
+            b.admit_batch(work[i], u, 5.0, now=clock["t"])
     elif workload == "batch":
         b, rng = make_broker("compiled", n, seed=7 + seed)
         clock = {"t": warm(b, rng, n)}
@@ -234,7 +247,7 @@ def main() -> None:
     ap.add_argument("a", help="the src directory of the first (old) build")
     ap.add_argument("b", help="the src directory of the second (new) build")
     ap.add_argument("--workload", default="summary-batch",
-                    choices=("summary-batch", "batch", "summary-acquire", "acquire",
+                    choices=("summary-batch", "tree-batch", "batch", "summary-acquire", "acquire",
                              "summary-batch-100", "batch-100", "summary-acquire-100",
                              "acquire-100", "journal-memory", "journal-sqlite", "sim",
                              "buckets-batch", "buckets-single", "flow-batch"))

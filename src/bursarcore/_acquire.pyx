@@ -617,7 +617,7 @@ cdef class FastAcquire:
                 _raise(err)
             i = c * e.D + d
             tb, cb, fr, un = e.cd[i].T, e.cr[c].left, k_free(e, d), e.U[d]
-            k_levels_of(e, c, d, &dc, lvs, figs)
+            k_levels_of(e, c, d, k, dur, spend, lvs, figs)
             # -- Broker._decide_one
             name = self.names[c]
             if has_dl and dl < t:

@@ -131,7 +131,6 @@ cdef extern from "engine.h" nogil:
         int64_t n, reason, path, pm
         int64_t lim[BC_LIMITS]       # the rules' limits, in BC_LIMIT_* order
         int64_t warm
-        int64_t lv[BC_LIMITS]        # a node of a tree's: the node whose limit each is
     ctypedef struct Memo "bc_memo":
         pass
 
@@ -163,8 +162,8 @@ cdef extern from "engine.h" nogil:
     int64_t k_path_slack(const Eng* e, int64_t c, int64_t d)
     int64_t k_held(const Eng* e, int64_t c, int64_t d)
     # §14.2 the level whose rule bound a decision, as a journal record names it (tree.h)
-    void k_levels_of(const Eng* e, int64_t c, int64_t d, const Dec* o, int64_t* lv,
-                     int64_t* fig)
+    void k_levels_of(const Eng* e, int64_t c, int64_t d, int64_t k, int64_t dur,
+                     int64_t max_spend, int64_t* lv, int64_t* fig)
     int64_t k_binding_rule(const int64_t* lim, int granted, int64_t n, int64_t nmax,
                            int64_t reason)
     int64_t k_child_room(const Eng* e, int64_t p, int64_t d)

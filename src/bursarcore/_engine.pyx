@@ -405,7 +405,7 @@ def decide_levels(st, Py_ssize_t c, Py_ssize_t d, Py_ssize_t k, int64_t nmin, in
     cdef int err = k_decide(&x.e, c, d, k, nmin, nmax, dur, max_spend, t, True, &r, NULL)
     if err:
         _raise(err)
-    k_levels_of(&x.e, c, d, &r, lv, fig)
+    k_levels_of(&x.e, c, d, k, dur, max_spend, lv, fig)
     return (tuple([r.lim[li] for li in range(BC_LIMITS)]),
             tuple([lv[li] for li in range(BC_LIMITS)]),
             tuple([fig[li] for li in range(BC_LIMITS)]))

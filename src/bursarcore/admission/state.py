@@ -88,7 +88,8 @@ L_WIDTH = 16
 LEX_WIDTH = _abi.TREE_DEPTH - 1
 # Borrowing (SPEC §14.8), per (campaign, dimension), ``bor[c, d]``: the borrow limit, the
 # lend limit (MAXV: none), the units the campaign's borrowed leases hold, and a node of a
-# tree's subtree firm holding (what its idle guarantee is measured against).
+# tree's descendants' firm holding (with its own, what its idle guarantee is measured
+# against).
 BOR_LIMIT, BOR_LEND, BOR_HELD, BOR_FSUB = range(4)
 BOR_WIDTH = 4
 _VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
@@ -282,7 +283,7 @@ class EngineState:
         self._set_rows(cd, cr, cd.shape[0])
         if "bor" not in d:                 # pickled before borrowing: none, lending unlimited
             self.bor[:self.C, :, BOR_LEND] = MAXV
-            self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf)
+            self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf) - self.Hf[:self.C]
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
         buf = _aligned_buf(lr.shape[0] * L_WIDTH)
@@ -410,7 +411,7 @@ class EngineState:
             return
         self.keep_ancestor_excess()
         self.Hsub[c] = self.H[c]
-        self.bor[c, :, BOR_FSUB] = self.Hf[c]
+        self.bor[c, :, BOR_FSUB] = 0        # (no descendants)
         self.up[c] = -1                     # BC_UP_ROOT
 
     def borrowed(self, r: int) -> bool:

@@ -285,7 +285,7 @@ __attribute__((always_inline)) static inline int64_t k_batch(
             before[3] = e->U[d];
             for (q = 0; q < BC_LIMITS; q++)
                 before[4 + q] = bc_cap_maxv(x.lim[q]);
-            k_levels_of(e, c, d, &x, lvs, figs);
+            k_levels_of(e, c, d, k, durs[j], -1, lvs, figs);
         }
         rc = k_admit_at(e, c, d, k, nmins[j], nmaxs[j], durs[j], -1, t, intent0 + j, buf, &mo,
                         BC_FLAT_ONLY);

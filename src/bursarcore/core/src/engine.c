@@ -417,7 +417,7 @@ int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_l
             i = index * x->e.D + d;
             x->e.cd[i].up = BC_UP_ROOT;
             x->e.Hsub[i] = x->e.cd[i].H;
-            x->e.bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = x->e.cd[i].Hf;
+            x->e.bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = 0;     /* (no descendants) */
         }
     }
     for (d = 0; d < x->e.D; d++) {

@@ -35,8 +35,8 @@ enum { BC_K_RANK, BC_K_MULT, BC_K_PRICED, BC_K_PREEMPT, BC_K_GRACE, BC_K_FREEBRO
 enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD, BC_P_BORROW };
 
 /* borrowing columns per (campaign, dimension) (§14.8): the borrow limit, the lend limit
- * (BC_MAXV: none), the units its borrowed leases hold, and a node of a tree's subtree firm
- * holding */
+ * (BC_MAXV: none), the units its borrowed leases hold, and a node of a tree's descendants'
+ * firm holding */
 enum { BC_BOR_LIMIT, BC_BOR_LEND, BC_BOR_HELD, BC_BOR_FSUB, BC_BOR_NCOL };
 
 /* k_decide_at's `tree` beyond 0 and 1: the capacity rule of a borrowed lease (§14.8) */
@@ -310,8 +310,8 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
     e->cd[i].H = h + delta;
     if (tree > 0) {
         e->Hsub[i] += delta;
-        k_measure_up(e, e->cd[i].up, d, delta,
-                     bc_rise_through(g, h, delta), e->cd[i].tlast);
+        k_measure_up(e, e->cd[i].up, d, delta, bc_rise_through(g, h, delta),
+                     firm ? delta : 0, e->cd[i].tlast);
     }
     if (firm) {
         hf = e->cd[i].Hf;
@@ -321,7 +321,6 @@ static inline void k_hold_at(bc_eng *e, int64_t c, int64_t d, int64_t delta, int
         if (tree > 0) {
             dr = bc_commitment(g, hf + delta, rch) - bc_commitment(g, hf, rch);
             e->U[d] += k_commit_up(e, e->cd[i].up, d, dr) - delta;
-            k_firm_up(e, c, d, delta);
         } else {        /* R − Hf of a node without children is its slack, g − Hf above 0 */
             e->U[d] += bc_slack(g, hf + delta, 0) - bc_slack(g, hf, 0);
         }
@@ -446,7 +445,8 @@ static inline bc_i128 k_charge(const bc_eng *e, int64_t c, const int64_t *kc, bc
 /* -- the decision (§4.4) ------------------------------------------------------------------ */
 
 /* What the rules read for a request of class k on (c, d) for dur ns at price pm, spending
- * at most max_spend (bc_req). */
+ * at most max_spend (bc_req); for a node of a tree (`tree`) its own figures, which a decision
+ * completes with its path's (k_path_read: the ancestors' slack, the least budget). */
 static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t dur,
                              int64_t max_spend, int64_t pm, int64_t free, bc_req *q, int tree)
 {
@@ -458,7 +458,7 @@ static inline void k_request(const bc_eng *e, int64_t c, int64_t d, int64_t k, i
     q->T = e->cd[i].T;
     q->Bcap = e->cd[i].Bcap;
     q->g = e->cd[i].g;
-    q->unmet = k_path_slack_at(e, c, d, tree);
+    q->unmet = bc_slack(q->g, e->cd[i].Hf, tree > 0 ? e->cd[i].Rch : 0);
     q->left = e->cr[c].left;
     q->escrow = e->cr[c].escrow;
     q->cap = e->cap[d];
@@ -492,7 +492,7 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
                               int exact, bc_dec *o, bc_memo *mo, int tree)
 {
     const int64_t *kc = e->cls + k * BC_K_NCOL;
-    int64_t free, xlim[BC_LIMITS], xlv[BC_LIMITS], credit_lv, pm, cn = -1, ccost = 0;
+    int64_t free, xlim[BC_LIMITS], pm, cn = -1, ccost = 0;
     bc_i128 p;
     bc_req q;
     int err;
@@ -522,18 +522,14 @@ static inline int k_decide_at(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_
     k_request(e, c, d, k, dur, max_spend, pm, free, &q, tree);
     q.cn = cn;
     q.ccost = ccost;
-    if (tree == BC_BORROW) {    /* §14.8: free units within the firm room and the borrow room */
-        q.firm = 2;
-        q.unmet = bc_cap_maxv((bc_i128)q.unmet + k_borrow_room(e, c, d));
-        q.free = bc_min64(q.free, k_borrow_left(e, c, d));
-    }
-    if (tree > 0) {             /* §14.2: every level of the path binds */
-        q.left = k_path_left_tree(e, c, &credit_lv);
-        k_path_limits(e, c, d, dur, t, xlim, xlv);
+    if (tree > 0) {     /* §14.2: every level of the path binds; §14.3 its slack is c's room */
+        q.unmet += k_path_read(e, c, d, dur, t, xlim, &q.left);
+        if (tree == BC_BORROW) {  /* §14.8: free units within the firm room and the borrow room */
+            q.firm = 2;
+            q.unmet = bc_cap_maxv((bc_i128)q.unmet + k_borrow_room(e, c, d));
+            q.free = bc_min64(q.free, k_borrow_left(e, c, d));
+        }
         err = bc_size(&q, nmin, nmax, exact, xlim, o);
-        if (err == 0)
-            k_decision_levels(o, c, xlv, credit_lv,
-                              max_spend >= 0 && (q.free_when_broke || max_spend <= q.left));
     } else {
         err = bc_size(&q, nmin, nmax, exact, NULL, o);
     }

@@ -123,7 +123,7 @@ static int bce_decide_levels(bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t
         return err;
     for (i = 0; i < BC_LIMITS; i++)
         out[i] = r.lim[i];
-    k_levels_of(e, c, d, &r, out + BC_LIMITS, out + 2 * BC_LIMITS);
+    k_levels_of(e, c, d, k, dur, max_spend, out + BC_LIMITS, out + 2 * BC_LIMITS);
     return 0;
 }
 

@@ -214,17 +214,13 @@ typedef struct {
 } bc_req;
 
 /* A decision and the limits that made it: lim[i] the most units rule i allows one more
- * lease (BC_LIMIT_*, BC_MAXV when it does not bind), warm the units the capacity rule allows
- * from those free now. With another level's limits (bc_size's xlim, §14.2): xwin has bit i
- * set when rule i's limit is another level's, strictly less than the request's own, and
- * lv[i] is the node whose limit lim[i] is (the engine fills it, k_decision_levels; -1 for
- * capacity, the pool's rule). Neither is written for a flat campaign. */
+ * lease (BC_LIMIT_*, BC_MAXV when it does not bind; with another level's limits, bc_size's
+ * xlim, the smaller of the two), warm the units the capacity rule allows from those free
+ * now. Which level's limit each is, the engine finds when asked (k_levels_of, §14.2). */
 typedef struct {
     int64_t n, reason, path, pm;
     int64_t lim[BC_LIMITS];
     int64_t warm;
-    int64_t xwin;
-    int64_t lv[BC_LIMITS];
 } bc_dec;
 
 enum { BC_LAZY = 1 };   /* bc_limit: the limit is only compared with a size (bc_allows) */
@@ -376,10 +372,8 @@ static inline int bc_size_pass1(const bc_req *q, const bc_credit *ct, int i, int
     if (rc < 0)
         return rc;
     lazy[i] = rc == BC_LAZY;
-    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i]) {
+    if (xlim != NULL && !lazy[i] && xlim[i] < o->lim[i])
         o->lim[i] = xlim[i];
-        o->xwin |= (int64_t)1 << i;
-    }
     if (!lazy[i])
         *m = bc_min64(*m, o->lim[i]);
     return 0;
@@ -416,10 +410,8 @@ static inline int bc_size(const bc_req *q, int64_t nmin, int64_t nmax, int exact
     if (rc < 0)
         return rc;
     o->warm = 0;                    /* (the capacity rule sets it) */
-    if (xlim != NULL) {
+    if (xlim != NULL)
         exact = 1;
-        o->xwin = 0;
-    }
     if ((rc = bc_size_pass1(q, &ct, BC_LIMIT_CEILING, exact, xlim, o, lazy, &m)) < 0
             || (rc = bc_size_pass1(q, &ct, BC_LIMIT_CAPACITY, exact, xlim, o, lazy, &m)) < 0
             || (rc = bc_size_pass1(q, &ct, BC_LIMIT_TOKENS, exact, xlim, o, lazy, &m)) < 0

@@ -25,31 +25,89 @@ enum { BC_UP_ROOT = -1, BC_FLAT_ONLY = -1 };
 #define BC_WALK static
 #endif
 
-/* §14.3 Σ slack_v over node c and its ancestors on d (tree: c is a node of a tree; 0: a
- * flat campaign, its unmet guarantee). */
-static inline int64_t k_path_slack_at(const bc_eng *e, int64_t c, int64_t d, int tree)
+/* §14.2, §14.3 one walk up node c's path on d for a lease of c for dur ns at t (with
+ * `settle`, each ancestor's bucket settled to t first; without, the walk writes nothing):
+ * what the ancestors allow it, to xlim[BC_LIMIT_CEILING] the least over them of
+ * E_v + b_v − K_v and to xlim[BC_LIMIT_TOKENS] the least of E_v + the token limit at K_v (a
+ * grant of n raises K_v by max(0, n − E_v), E_v the guarantees the path below v leaves
+ * unused), BC_MAXV for the other rules; to *left the least credits left over the path, c's
+ * own included (§4.3: the budget that binds a cost escrowed in every one). Returns Σ of the
+ * ancestors' slack (c's firm room beyond its own slack, §14.3). With lv (not NULL), to
+ * lv[q] the node of the path whose figure each least is, c's own limits for the ceiling and
+ * the tokens and its budget first, an ancestor only when strictly less (the nearest of
+ * equals); -1 for capacity. */
+static inline int64_t k_path_at(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t t,
+                                int settle, int64_t *xlim, int64_t *left, int64_t *lv)
 {
-    int64_t D = e->D, i = c * D + d, up = tree > 0 ? e->cd[i].up : 0;
-    int64_t sum = bc_slack(e->cd[i].g, e->cd[i].Hf, tree > 0 ? e->cd[i].Rch : 0);
-    while (up > 0) {
-        i = (up - 1) * D + d;
-        sum += bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
-        up = e->cd[i].up;
+    int64_t D = e->D, i = c * D + d, v, E, H, s, lim, slack = 0;
+    int instant = e->scal[1] != 0, tokens = instant || dur != 0, q;
+    for (q = 0; q < BC_LIMITS; q++)
+        xlim[q] = BC_MAXV;
+    *left = e->cr[c].left;
+    if (lv != NULL) {               /* c's own limits, which an ancestor's must be below */
+        for (q = 0; q < BC_LIMITS; q++)
+            lv[q] = q == BC_LIMIT_CAPACITY ? -1 : c;
+        xlim[BC_LIMIT_CEILING] = bc_ceiling_room(e->cd[i].b, e->cd[i].H);
+        if (tokens)                 /* (dur 0: the node's own rule refuses it) */
+            xlim[BC_LIMIT_TOKENS] = instant
+                ? bc_token_limit_instant(e->cd[i].H, e->cd[i].s, e->cd[i].T)
+                : bc_token_limit(e->cd[i].H, e->cd[i].s, e->cd[i].T, dur);
     }
-    return sum;
+    E = bc_unmet(e->cd[i].g, e->cd[i].H);
+    for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v)) {
+        if (settle)
+            k_settle(e, v, d, t);
+        i = v * D + d;
+        H = e->cd[i].H;
+        s = e->cd[i].s;
+        slack += bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch);
+        if (e->cr[v].left < *left) {
+            *left = e->cr[v].left;
+            if (lv != NULL)
+                lv[BC_LIMIT_CREDITS] = v;
+        }
+        lim = bc_cap_maxv((bc_i128)E + bc_ceiling_room(e->cd[i].b, H));
+        if (lim < xlim[BC_LIMIT_CEILING]) {
+            xlim[BC_LIMIT_CEILING] = lim;
+            if (lv != NULL)
+                lv[BC_LIMIT_CEILING] = v;
+        }
+        if (tokens) {
+            lim = instant ? bc_token_limit_instant(H, s, e->cd[i].T)
+                          : bc_token_limit(H, s, e->cd[i].T, dur);
+            lim = bc_cap_maxv((bc_i128)E + lim);
+            if (lim < xlim[BC_LIMIT_TOKENS]) {
+                xlim[BC_LIMIT_TOKENS] = lim;
+                if (lv != NULL)
+                    lv[BC_LIMIT_TOKENS] = v;
+            }
+        }
+        E += bc_unmet(e->cd[i].g, H);
+    }
+    return slack;
 }
 
-BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
+/* k_path_at for a decision: the ancestors' buckets settled to t, no levels. */
+BC_WALK int64_t k_path_read(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t t,
+                            int64_t *xlim, int64_t *left)
 {
-    return k_path_slack_at(e, c, d, 1);
+    return k_path_at(e, c, d, dur, t, 1, xlim, left, NULL);
 }
 
 /* §14.3 Σ slack_v over node c and its ancestors on d: what a firm grant to c may take beyond
  * cap − Σ_top R (c's unmet guarantee, for a flat campaign). */
+BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
+{
+    int64_t i = c * e->D + d, xlim[BC_LIMITS], left;
+    return bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch)
+        + k_path_at((bc_eng *)e, c, d, 0, 0, 0, xlim, &left, NULL);   /* (writes nothing) */
+}
+
 static inline int64_t k_path_slack(const bc_eng *e, int64_t c, int64_t d)
 {
-    if (__builtin_expect(e->cd[c * e->D + d].up == 0, 1))
-        return k_path_slack_at(e, c, d, 0);
+    int64_t i = c * e->D + d;
+    if (__builtin_expect(e->cd[i].up == 0, 1))
+        return bc_slack(e->cd[i].g, e->cd[i].Hf, 0);
     return k_path_slack_tree(e, c, d);
 }
 
@@ -85,16 +143,20 @@ BC_WALK int64_t k_commit_up(bc_eng *e, int64_t up, int64_t d, int64_t dr)
     return dr;
 }
 
-/* §14.2 the holding below node `up` (<= 0: none, the pool) moved by dh on d and what a child
- * adds to its load by dm: every ancestor's subtree holding moves by dh, and its load K (H)
- * and Xch by what its child adds, as far as a change reaches; a bucket is settled at t
- * before its load moves (its refill follows it). */
-BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t dm, int64_t t)
+/* §14.2, §14.8 the holding below node `up` (<= 0: none, the pool) moved by dh on d, df of it
+ * firm, and what a child adds to its load by dm: every ancestor's subtree holding moves by
+ * dh and its descendants' firm holding by df, and its load K (H) and Xch by what its child
+ * adds, as far as a change reaches (df != 0 only with dh); a bucket is settled at t before
+ * its load moves (its refill follows it). */
+BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t dm, int64_t df,
+                          int64_t t)
 {
     int64_t i, h, g;
     while (up > 0 && (dh != 0 || dm != 0)) {
         i = (up - 1) * e->D + d;
         e->Hsub[i] += dh;
+        if (df != 0)
+            e->bor[i * BC_BOR_NCOL + BC_BOR_FSUB] += df;
         if (dm != 0) {
             k_settle(e, up - 1, d, t);
             h = e->cd[i].H;
@@ -105,14 +167,6 @@ BC_WALK void k_measure_up(bc_eng *e, int64_t up, int64_t d, int64_t dh, int64_t 
         }
         up = e->cd[i].up;
     }
-}
-
-/* §14.8 the firm units held in the subtree of node c (a node of a tree) and of each of its
- * ancestors moved by df on d. */
-BC_WALK void k_firm_up(bc_eng *e, int64_t c, int64_t d, int64_t df)
-{
-    for (; c >= 0; c = k_parent_of(e, c))
-        e->bor[(c * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] += df;
 }
 
 /* §14.1 the largest guarantee a new child of node p may have on d now without raising the
@@ -153,11 +207,11 @@ static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
         if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
             e->cd[p * e->D + d].up = BC_UP_ROOT;
             e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
-            e->bor[(p * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] = e->cd[p * e->D + d].Hf;
+            e->bor[(p * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] = 0;
         }
         e->gch[p * e->D + d] += g;
         e->U[d] += k_commit_up(e, p + 1, d, g);
-        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), t);
+        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), 0, t);
     }
 }
 
@@ -188,63 +242,19 @@ static inline int64_t k_held(const bc_eng *e, int64_t c, int64_t d)
 }
 
 /* §14.2, §4.3 the least credits left over node c's path (BC_MAXV: no budget anywhere on
- * it): the budget that binds a cost escrowed in every one; to *lv (unless NULL) the node
- * whose budget it is, the nearest of equals. */
-BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c, int64_t *lv)
+ * it): the budget that binds a cost escrowed in every one. */
+BC_WALK int64_t k_path_left_tree(const bc_eng *e, int64_t c)
 {
-    int64_t left = e->cr[c].left, at = c;
+    int64_t left = e->cr[c].left;
     for (c = k_parent_of(e, c); c >= 0; c = k_parent_of(e, c))
-        if (e->cr[c].left < left) {
-            left = e->cr[c].left;
-            at = c;
-        }
-    if (lv != NULL)
-        *lv = at;
+        left = bc_min64(left, e->cr[c].left);
     return left;
 }
 
 /* The credits left that bind a charge to c (tree: c is a node of a tree). */
 static inline int64_t k_path_left_at(const bc_eng *e, int64_t c, int tree)
 {
-    return tree > 0 ? k_path_left_tree(e, c, NULL) : e->cr[c].left;
-}
-
-/* §14.2 what the ancestors of node c allow one more lease of c on d for dur ns at t, their
- * buckets settled to t first: to xlim[BC_LIMIT_CEILING] min over them of E_v + b_v − K_v,
- * to xlim[BC_LIMIT_TOKENS] min of E_v + the token limit at K_v (a grant of n raises K_v by
- * max(0, n − E_v), E_v the guarantees the path below v leaves unused); BC_MAXV elsewhere.
- * To xlv[q] the ancestor whose limit xlim[q] is (the nearest of equals; -1: none). */
-BC_WALK void k_path_limits(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_t t,
-                           int64_t *xlim, int64_t *xlv)
-{
-    int64_t D = e->D, i = c * D + d, v, E, H, s, lim;
-    int instant = e->scal[1] != 0, q;
-    for (q = 0; q < BC_LIMITS; q++) {
-        xlim[q] = BC_MAXV;
-        xlv[q] = -1;
-    }
-    E = bc_unmet(e->cd[i].g, e->cd[i].H);
-    for (v = k_parent_of(e, c); v >= 0; v = k_parent_of(e, v)) {
-        k_settle(e, v, d, t);
-        i = v * D + d;
-        H = e->cd[i].H;
-        s = e->cd[i].s;
-        lim = bc_cap_maxv((bc_i128)E + bc_ceiling_room(e->cd[i].b, H));
-        if (lim < xlim[BC_LIMIT_CEILING]) {
-            xlim[BC_LIMIT_CEILING] = lim;
-            xlv[BC_LIMIT_CEILING] = v;
-        }
-        if (instant || dur != 0) {          /* (dur 0: the node's own rule refuses it) */
-            lim = instant ? bc_token_limit_instant(H, s, e->cd[i].T)
-                          : bc_token_limit(H, s, e->cd[i].T, dur);
-            lim = bc_cap_maxv((bc_i128)E + lim);
-            if (lim < xlim[BC_LIMIT_TOKENS]) {
-                xlim[BC_LIMIT_TOKENS] = lim;
-                xlv[BC_LIMIT_TOKENS] = v;
-            }
-        }
-        E += bc_unmet(e->cd[i].g, H);
-    }
+    return tree > 0 ? k_path_left_tree(e, c) : e->cr[c].left;
 }
 
 /* §14.2 a grant of n units to node c on d for dur ns at t, charged `charge`: each ancestor
@@ -371,13 +381,14 @@ BC_WALK bc_i128 k_token_wait_tree(bc_eng *e, int64_t c, int64_t d, int64_t n, in
 /* -- borrowing (§14.8) --------------------------------------------------------------------- */
 
 /* §14.8 what node v's subtree leaves idle of its guarantee on d: Σ of the slack over the
- * subtree, R_v less its subtree's firm units (max(0, g − Hf) for a flat campaign). */
+ * subtree, R_v less its own firm units and its descendants' (max(0, g − Hf) for a flat
+ * campaign). */
 static inline int64_t k_idle(const bc_eng *e, int64_t v, int64_t d)
 {
     int64_t i = v * e->D + d;
     if (e->cd[i].up == 0)
         return bc_slack(e->cd[i].g, e->cd[i].Hf, 0);
-    return bc_commitment(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch)
+    return bc_commitment(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch) - e->cd[i].Hf
         - e->bor[i * BC_BOR_NCOL + BC_BOR_FSUB];
 }
 
@@ -422,22 +433,6 @@ BC_WALK int64_t k_borrow_room(const bc_eng *e, int64_t c, int64_t d)
 
 /* -- the level that binds (§14.2) -------------------------------------------------------- */
 
-/* §14.2 which node of c's path each rule's limit of a decision *o of node c is, from where
- * the minima were taken: for the ceiling and the tokens the ancestor of xlv (k_path_limits)
- * when bc_size took its limit (o->xwin), else c itself; for the credits the node whose budget
- * is the least (credit_lv, k_path_left_tree), unless the request's spending cap binds
- * (spend_binds: a cap at most that budget, or a class that runs free when broke; c itself);
- * capacity, the pool's rule, none (-1). Ties go to the
- * nearest level, c first. */
-static inline void k_decision_levels(bc_dec *o, int64_t c, const int64_t *xlv,
-                                     int64_t credit_lv, int spend_binds)
-{
-    o->lv[BC_LIMIT_CEILING] = (o->xwin >> BC_LIMIT_CEILING) & 1 ? xlv[BC_LIMIT_CEILING] : c;
-    o->lv[BC_LIMIT_TOKENS] = (o->xwin >> BC_LIMIT_TOKENS) & 1 ? xlv[BC_LIMIT_TOKENS] : c;
-    o->lv[BC_LIMIT_CREDITS] = spend_binds ? c : credit_lv;
-    o->lv[BC_LIMIT_CAPACITY] = -1;
-}
-
 /* §14.2 node v's figure for rule q on d, as a journal names the level that binds: its
  * ceiling (units), its bucket's tokens (unit·ns, as settled) or its credits left
  * (micro-credits); 0 for capacity or no node (v < 0). */
@@ -478,17 +473,28 @@ static inline int64_t k_binding_rule(const int64_t *lim, int granted, int64_t n,
     return best;
 }
 
-/* Per rule q of decision *o of (c, d): to lv[q] the node whose limit lim[q] is (c itself for
- * a flat campaign, whose levels are not walked; -1 for capacity, the pool's rule), to fig[q]
- * that node's figure for the rule (k_level_figure). Read before a grant moves the figures. */
-static inline void k_levels_of(const bc_eng *e, int64_t c, int64_t d, const bc_dec *o,
-                               int64_t *lv, int64_t *fig)
+/* §14.2 per rule q of the decision just taken (k_decide at t, nothing changed since) on a
+ * request of class k for (c, d) for dur ns, spending at most max_spend: to lv[q] the node
+ * whose limit bound it, to fig[q] that node's figure for the rule (k_level_figure). For a
+ * flat campaign c itself; for a node of a tree the level of its path k_path_at names, but
+ * for the credits c itself when the request's spending cap binds (a cap at most the least
+ * budget on the path, or a class that runs free when broke); -1 for capacity, the pool's
+ * rule. Read before a grant moves the figures. */
+BC_WALK void k_levels_of(const bc_eng *e, int64_t c, int64_t d, int64_t k, int64_t dur,
+                         int64_t max_spend, int64_t *lv, int64_t *fig)
 {
-    int tree = e->cd[c * e->D + d].up != 0, q;
-    for (q = 0; q < BC_LIMITS; q++) {
-        lv[q] = q == BC_LIMIT_CAPACITY ? -1 : tree ? o->lv[q] : c;
-        fig[q] = k_level_figure(e, lv[q], d, q);
+    int64_t xlim[BC_LIMITS], left, q;
+    if (e->cd[c * e->D + d].up != 0) {
+        /* (settle 0: the walk writes nothing; the decision settled the path at t) */
+        k_path_at((bc_eng *)e, c, d, dur, 0, 0, xlim, &left, lv);
+        if (max_spend >= 0 && (e->cls[k * BC_K_NCOL + BC_K_FREEBROKE] != 0 || max_spend <= left))
+            lv[BC_LIMIT_CREDITS] = c;
+    } else {
+        for (q = 0; q < BC_LIMITS; q++)
+            lv[q] = q == BC_LIMIT_CAPACITY ? -1 : c;
     }
+    for (q = 0; q < BC_LIMITS; q++)
+        fig[q] = k_level_figure(e, lv[q], d, q);
 }
 
 /* -- changing a node (§14.9) --------------------------------------------------------------- */
@@ -510,7 +516,7 @@ static inline void k_change_g(bc_eng *e, int64_t c, int64_t d, int64_t g, int64_
         K = e->cd[i].H;
         e->gch[(up - 1) * e->D + d] += g - g0;
         e->U[d] += k_commit_up(e, up, d, dr);
-        k_measure_up(e, up, d, 0, bc_child_measure(g, K) - bc_child_measure(g0, K), t);
+        k_measure_up(e, up, d, 0, bc_child_measure(g, K) - bc_child_measure(g0, K), 0, t);
     } else {
         e->gsum[d] += g - g0;
         e->U[d] += dr;
