@@ -238,6 +238,18 @@ def link(st: Any, c: int, p: int, t: int) -> None:
     lib.bce_link(x.e, c, p, t)
 
 
+def make_root(st: Any, c: int) -> None:
+    """SPEC §14.8: flat campaign c becomes the root of a tree of its own (no children): its
+    decisions take the tree's walk, which weighs borrowing; its figures stay a flat
+    campaign's. Nothing for a node of a tree."""
+    x = _ctx(st)
+    if not 0 <= c < st.C:
+        raise IndexError(f"campaign {c} out of range")
+    if x.e.lex == ffi.NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a root is made")
+    lib.bce_make_root(x.e, c)
+
+
 def change_node(st: Any, c: int, g: Any, s: Any, b: Any, Bcap: Any, budget: int,
                 t: int) -> None:
     """SPEC §14.9: node c's envelope becomes (g, s, b, Bcap, budget) at t: its guarantees

@@ -322,6 +322,18 @@ def link(st, Py_ssize_t c, Py_ssize_t p, int64_t t):
     k_link(&x.e, c, p, t)
 
 
+def make_root(st, Py_ssize_t c):
+    """SPEC §14.8: flat campaign c becomes the root of a tree of its own (no children): its
+    decisions take the tree's walk, which weighs borrowing; its figures stay a flat
+    campaign's. Nothing for a node of a tree."""
+    cdef _Ctx x = _ctx(st)
+    if not 0 <= c < st.C:
+        raise IndexError(f"campaign {c} out of range")
+    if x.e.lex == NULL:
+        raise ValueError("EngineState.lex: keep_ancestor_excess() before a root is made")
+    k_make_root(&x.e, c)
+
+
 def change_node(st, Py_ssize_t c, const int64_t[::1] g, const int64_t[::1] s,
                 const int64_t[::1] b, const int64_t[::1] Bcap, int64_t budget, int64_t t):
     """SPEC §14.9: node c's envelope becomes (g, s, b, Bcap, budget) at t: its guarantees

@@ -349,7 +349,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self.st.bor[c, :, BOR_LIMIT] = bl
         self.st.bor[c, :, BOR_LEND] = ll
         if parent is None and any(bl):      # SPEC §14.8: decided through the tree's walk
-            self.st.make_root(c)
+            self._make_root(c)
         if parent is not None:              # SPEC §14.1: its guarantee joins its parent's path
             if not self.st.in_tree(parent):
                 self._queue.wake_campaign(parent)   # its pending keys: decided at every pass
@@ -425,7 +425,7 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
         self.st.bor[c, :, BOR_LIMIT] = bl
         self.st.bor[c, :, BOR_LEND] = ll
         if any(bl) and self.st.parent(c) < 0:   # SPEC §14.8: decided through the tree's walk
-            self.st.make_root(c)
+            self._make_root(c)
         self.envelopes[name] = envelope
         self._share[c] = float(envelope.share if envelope.share is not None
                                else (g[0] if g[0] > 0 else 1))
@@ -505,6 +505,12 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
             raise TimeWentBackwards("clock", f"must not run backwards (last {self._cur.t / NS})",
                                     t / NS)
         return t
+
+    def _make_root(self, c: int) -> None:
+        """SPEC §14.8: flat campaign c becomes the root of a tree of its own, decided through
+        the tree's walk (the core's ``make_root``)."""
+        self.st.keep_ancestor_excess()
+        self._k.make_root(self.st, c)
 
     def _advance(self, t: int) -> None:
         """Run every event up to t in time order, then serve the pending queue."""

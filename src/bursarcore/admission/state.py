@@ -402,18 +402,6 @@ class EngineState:
         if not self.lex.shape[0]:
             self.lex = np.zeros(self.lrow.shape[0] * LEX_WIDTH, dtype=np.int64)
 
-    def make_root(self, c: int) -> None:
-        """SPEC §14.8: flat campaign c becomes the root of a tree of its own (no children):
-        its decisions take the tree's walk, which weighs borrowing, so a flat campaign
-        without a borrow limit pays nothing for it. Its figures are a flat campaign's: its
-        subtree's holdings are its own."""
-        if int(self.up[c, 0]) != 0:
-            return
-        self.keep_ancestor_excess()
-        self.Hsub[c] = self.H[c]
-        self.bor[c, :, BOR_FSUB] = 0        # (no descendants)
-        self.up[c] = -1                     # BC_UP_ROOT
-
     def borrowed(self, r: int) -> bool:
         """Whether the lease in row r is borrowed (SPEC §14.8): not firm, of a firm class."""
         return int(self.firm[r]) == 0 and int(self.cls[int(self.lcls[r]), 3]) == 0

@@ -413,12 +413,7 @@ int bc_engine_set_borrowing(bc_engine *x, int64_t index, const int64_t *borrow_l
             if (x->e.lex == NULL)
                 return BC_ENOMEM;
         }
-        for (d = 0; d < x->e.D; d++) {
-            i = index * x->e.D + d;
-            x->e.cd[i].up = BC_UP_ROOT;
-            x->e.Hsub[i] = x->e.cd[i].H;
-            x->e.bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = 0;     /* (no descendants) */
-        }
+        k_make_root(&x->e, index);
     }
     for (d = 0; d < x->e.D; d++) {
         b = x->e.bor + (index * x->e.D + d) * BC_BOR_NCOL;

@@ -215,6 +215,23 @@ static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
     }
 }
 
+/* §14.8 flat campaign c becomes the root of a tree of its own (no children): its decisions
+ * take the tree's walk, which weighs borrowing, so a flat campaign without a borrow limit
+ * pays nothing for it. Its figures stay a flat campaign's: its subtree's holding is its own
+ * and its descendants hold nothing. The caller made room for what ancestors prepay (lex). */
+static inline void k_make_root(bc_eng *e, int64_t c)
+{
+    int64_t d, i;
+    if (e->cd[c * e->D].up != 0)
+        return;
+    for (d = 0; d < e->D; d++) {
+        i = c * e->D + d;
+        e->cd[i].up = BC_UP_ROOT;
+        e->Hsub[i] = e->cd[i].H;
+        e->bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = 0;
+    }
+}
+
 /* -- every level binds (§14.2) ------------------------------------------------------------ */
 
 /* Node v's parent, or -1 for a top-level node. */
