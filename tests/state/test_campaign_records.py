@@ -152,3 +152,30 @@ def test_a_build_with_other_records_does_not_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.startswith("refused:") and "records differ" in out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loaded_state_keeps_the_descendants_firm_holding(backend):
+    """SPEC §14.8: a node's idle guarantee is measured against its own firm holding and its
+    descendants' (``bor[c, d, BOR_FSUB]``, which the core keeps on every firm grant and end
+    below the node). A loaded state has it from the holdings, whatever the pickle held: a
+    leaf's is 0, a parent's the sum of its descendants' firm units."""
+    b = Broker(Pool(gpu=64), clock=ManualClock(0.0), backend=backend)
+    env = lambda g: Envelope(credits=float("inf"), service_class="agent-burst",  # noqa: E731
+                             guaranteed={"gpu": g}, sustained={"gpu": 16}, ceiling={"gpu": 32},
+                             burst={"gpu": float("inf")})
+    b.register("p", env(12))
+    b.register("p/a", env(4))
+    b.register("p/a/x", env(2))
+    b.register("p/b", env(4))
+    for name, n in (("p/a/x", 3), ("p/a", 2), ("p/b", 1), ("p", 1)):
+        b.acquire(Intent(name, {"gpu": n}, duration=30.0))
+    st, ix = b.st, b.campaign_index
+    want = {"p": 6, "p/a": 3, "p/a/x": 0, "p/b": 0}
+    assert {n: int(st.bor[ix(n), 0, S.BOR_FSUB]) for n in want} == want
+    d = dict(st.__getstate__())
+    d["bor"] = np.array(d["bor"])
+    d["bor"][:, :, S.BOR_FSUB] = 99                   # whatever a pickle kept
+    back = S.EngineState.__new__(S.EngineState)
+    back.__setstate__(pickle.loads(pickle.dumps(d)))
+    assert {n: int(back.bor[ix(n), 0, S.BOR_FSUB]) for n in want} == want

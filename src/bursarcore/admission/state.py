@@ -283,7 +283,8 @@ class EngineState:
         self._set_rows(cd, cr, cd.shape[0])
         if "bor" not in d:                 # pickled before borrowing: none, lending unlimited
             self.bor[:self.C, :, BOR_LEND] = MAXV
-            self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf) - self.Hf[:self.C]
+        # the descendants' firm holding follows from the holdings, whatever a pickle kept
+        self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf) - self.Hf[:self.C]
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
         buf = _aligned_buf(lr.shape[0] * L_WIDTH)
