@@ -14,7 +14,8 @@ The pending queue is decided intent by intent over the whole queue at every pass
 (SPEC §9) writes the compiled broker's records through the same sinks (:mod:`.journaling`).
 Flow dimensions (SPEC §5) use the reference flow model, :mod:`bursarcore.reference.flow`.
 ``replay`` re-executes a journal's inputs (:mod:`.replay`). Campaigns are the nodes of a
-tree of envelopes (SPEC §14, :mod:`.tree`): a flat set of campaigns is its special case.
+tree of envelopes (SPEC §14, :mod:`.tree`), registered, changed and removed by
+:mod:`.nodes`: a flat set of campaigns is its special case.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..journal.base import Journal
+from .nodes import BrokerNodes
 from .replay import replay as _replay
 from .views import BrokerViews
 
 __all__ = ["ReferenceBroker"]
 
 
-class ReferenceBroker(BrokerViews):
+class ReferenceBroker(BrokerNodes, BrokerViews):
     """An agent resource broker over one pool, written from the specification.
 
     ``ReferenceBroker(Pool(gpu=512), clock=ManualClock(0.0))`` takes the parameters of
