@@ -23,7 +23,8 @@ from ._cffi_core import ffi, lib
 from ._corestatus import engine_error
 from .admission import state as _state
 
-__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "change_node", "free_now", "ring_advance",
+__all__ = ["settle", "unmet", "path_slack", "child_room", "child_load_room", "link", "enlist",
+           "change_node", "free_now", "ring_advance",
            "congestion_ppm", "congestion_mult", "price_pm", "cost", "decide", "decide_keys",
            "never", "dim_figures", "token_wait", "quote", "grant", "activate", "preempt", "end_lease",
            "renew", "heap_push", "heap_pop", "next_expiry", "advance", "admit", "admit_batch"]
@@ -104,6 +105,7 @@ class _Ctx:
         e.gch = ptr("gch", (calloc, D))
         e.Hsub = ptr("Hsub", (calloc, D))
         e.bor = ptr("bor", (calloc, D, _state.BOR_WIDTH))
+        e.sib = ptr("sib", (calloc + 1, _state.SIB_WIDTH))
         e.fs_par = ptr("fs_par", (2,))
         if e.fs_par[0] < 1:
             raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
@@ -248,6 +250,18 @@ def make_root(st: Any, c: int) -> None:
     if x.e.lex == ffi.NULL:
         raise ValueError("EngineState.lex: keep_ancestor_excess() before a root is made")
     lib.bce_make_root(x.e, c)
+
+
+def enlist(st: Any, c: int) -> None:
+    """SPEC §14.8: top-level node c, just added (``EngineState.add_campaign(...)``), joins
+    the list of the top-level nodes, which a borrower among them borrows from (a child joins
+    its parent's in :func:`link`)."""
+    x = _ctx(st)
+    if not 0 <= c < st.C or x.e.cd[c * x.D].up > 0:
+        raise IndexError(f"top-level node {c} out of range")
+    if x.e.sib[(c + 1) * _state.SIB_WIDTH + _state.SIB_NEXT] != 0:
+        raise ValueError(f"node {c} is listed already")
+    lib.bce_enlist(x.e, c, -1)
 
 
 def change_node(st: Any, c: int, g: Any, s: Any, b: Any, Bcap: Any, budget: int,

@@ -115,6 +115,7 @@ cdef extern from "engine.h" nogil:
         int64_t* gch
         int64_t* Hsub
         int64_t* bor
+        int64_t* sib
         int64_t* fs_par
         long long fs_t
         double fs_w
@@ -170,6 +171,7 @@ cdef extern from "engine.h" nogil:
     int64_t k_child_load_room(const Eng* e, int64_t p, int64_t d)
     void k_link(Eng* e, int64_t c, int64_t p, int64_t t)
     void k_make_root(Eng* e, int64_t c)
+    void k_enlist(Eng* e, int64_t c, int64_t p)
     void k_change_node(Eng* e, int64_t c, const int64_t* g, const int64_t* s,
                        const int64_t* b, const int64_t* Bcap, int64_t budget, int64_t t)
     int64_t k_free(const Eng* e, int64_t d)

@@ -173,6 +173,7 @@ cdef _Ctx _build(object st):
     e.Hsub = _i64(refs, st, "Hsub", 2, e.calloc, D)
     e.bor = <int64_t*>_data(refs, st.bor.reshape(e.calloc, D * _state.BOR_WIDTH), "bor",
                             cnp.NPY_INT64, 2, e.calloc, D * _state.BOR_WIDTH)
+    e.sib = _i64(refs, st, "sib", 2, e.calloc + 1, _state.SIB_WIDTH)
     e.fs_par = _i64(refs, st, "fs_par", 1, 2, 0)
     if e.fs_par[0] < 1:
         raise ValueError("EngineState.fs_par[0] (the half-life) must be >= 1")
@@ -332,6 +333,18 @@ def make_root(st, Py_ssize_t c):
     if x.e.lex == NULL:
         raise ValueError("EngineState.lex: keep_ancestor_excess() before a root is made")
     k_make_root(&x.e, c)
+
+
+def enlist(st, Py_ssize_t c):
+    """SPEC §14.8: top-level node c, just added (``EngineState.add_campaign(...)``), joins
+    the list of the top-level nodes, which a borrower among them borrows from (a child joins
+    its parent's in :func:`link`)."""
+    cdef _Ctx x = _ctx(st)
+    if not 0 <= c < st.C or x.e.cd[c * x.e.D].up > 0:
+        raise IndexError(f"top-level node {c} out of range")
+    if x.e.sib[(c + 1) * _state.SIB_WIDTH + _state.SIB_NEXT] != 0:
+        raise ValueError(f"node {c} is listed already")
+    k_enlist(&x.e, c, -1)
 
 
 def change_node(st, Py_ssize_t c, const int64_t[::1] g, const int64_t[::1] s,

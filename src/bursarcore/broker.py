@@ -346,6 +346,8 @@ class Broker(AcquireMixin, LifecycleMixin, SignalsMixin, BatchMixin, FlowMixin, 
                 ceiling={d: envelope.b(d) for d in fd}, burst={d: envelope.B(d) for d in fd},
                 now=t / NS)
         c = self.st.add_campaign(g, s, b, Bcap, budget, t, top=parent is None)
+        if parent is None:                  # SPEC §14.8: a sibling of the top-level nodes
+            self._k.enlist(self.st, c)
         self.st.bor[c, :, BOR_LIMIT] = bl
         self.st.bor[c, :, BOR_LEND] = ll
         if parent is None and any(bl):      # SPEC §14.8: decided through the tree's walk

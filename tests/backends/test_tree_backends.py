@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
-from bursarcore.admission.state import EngineState, LIM_CAPACITY, MAXV, REASONS
+from bursarcore.admission.state import (EngineState, LIM_CAPACITY, MAXV, REASONS, SIB_CHILD,
+                                        SIB_NEXT)
 from bursarcore.reference import tree
 from bursarcore.reference.leases import Campaign, Holding
 from bursarcore.reference.rules import excess
@@ -78,6 +79,8 @@ class Mirror:
         c = st.add_campaign([g], [s], [10 * cap], [MAXV], MAXV, self.t, top=parent is None)
         if parent is not None:
             k.link(st, c, parent, self.t)
+        else:
+            k.enlist(st, c)
         path = [c] + ([] if parent is None else self.camps[parent].path)
         self.camps.append(Campaign(c, f"n{c}", "x", 1.0, MAXV,
                                    [Holding(g, s, 10 * cap, MAXV, MAXV, self.t)],
@@ -133,6 +136,11 @@ class Mirror:
         assert int(st.F[0]) == F
         assert int(st.U[0]) == tree.reserve(camps, 0) - F        # U = Σ_top R − F
         reach = k.dim_figures(st, 0)[1]         # free, lent to opportunistic leases, revoking
+        # the sibling lists a borrower borrows from (SPEC §14.8): each node's children, and
+        # the pool's the top-level nodes, each listed once
+        for p in [None] + [c.index for c in camps]:
+            want = [c.index for c in camps if c.parent == p]
+            assert sorted(listed(st, -1 if p is None else p)) == want
         for c in camps:
             i = c.index
             assert int(st.H[i, 0]) == K[i]                          # the load (SPEC §14.2)
@@ -158,6 +166,16 @@ class Mirror:
                 assert REASONS[k.never(st, i, 0, FIRM, max(bound, 0), 60 * NS, 0)] == ""
             assert REASONS[k.never(st, i, 0, FIRM, max(bound, 0) + 1, 60 * NS, 0)] == \
                 "capacity"
+
+
+def listed(st: EngineState, p: int) -> list[int]:
+    """Node p's children (p < 0: the top-level nodes) as its list in ``st.sib`` holds them."""
+    out, v = [], int(st.sib[p + 1, SIB_CHILD]) - 1
+    while v >= 0:
+        assert v not in out and len(out) <= st.C
+        out.append(v)
+        v = int(st.sib[v + 1, SIB_NEXT]) - 1
+    return out
 
 
 @st_.composite

@@ -102,6 +102,26 @@ def test_pickles_new_and_old_load_as_records(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_the_sibling_lists_are_pickled_and_rebuilt_for_an_old_pickle(backend):
+    """The lists a borrower's siblings are read from (SPEC §14.8: ``sib``, kept by
+    registration) travel in a pickle, grow with the records, and are rebuilt from ``up``
+    for a pickle without them, as registration built them."""
+    b = Broker(Pool(gpu=100), clock=ManualClock(0.0), backend=backend)
+    for i in range(20):                    # past the first 16 records: the lists grow
+        name = f"n{i}" if i < 4 else f"n{0 if i % 3 == 1 else 3}/n{i}"
+        b.register(name, Envelope(credits=1e6, guaranteed={"gpu": 1 if i < 4 else 0},
+                                  sustained={"gpu": 10}, borrow_limit={"gpu": i % 2}))
+    st = b.st
+    assert st.sib.shape == (st._calloc + 1, S.SIB_WIDTH) and st._calloc > 16
+    d = dict(st.__getstate__())
+    assert np.array_equal(pickle.loads(pickle.dumps(st)).sib, st.sib)
+    del d["sib"]                              # a snapshot from before the lists were kept
+    old = S.EngineState.__new__(S.EngineState)
+    old.__setstate__(pickle.loads(pickle.dumps(d)))
+    assert np.array_equal(old.sib, st.sib)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_sum_of_guarantees_is_kept_by_registration(backend):
     """``gsum`` (Σ_c g[c, d], what the "never" check of the capacity rule reads as the
     others' guarantees) is kept by registration, not summed by the engine: equal to the

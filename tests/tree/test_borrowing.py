@@ -213,3 +213,97 @@ def test_a_flat_campaign_given_a_borrow_limit_by_a_change_borrows():
     d = ask(b, "a", 1, 100)
     assert (d.units, d.path) == (20, "borrow")
     assert b.state()["campaigns"]["a"]["held"] == {"gpu": 70}
+
+
+def test_a_borrower_borrows_from_its_siblings_only(backend):
+    """SPEC §14.8: a borrower's lenders are the other children of its parent (the other
+    top-level nodes, for a top-level one), among cousins, nephews, many unrelated
+    campaigns and campaigns with no guarantee, registered in between them: what each
+    borrower gets is what its true siblings leave idle, each up to its lend limit."""
+    b = Broker(Pool(gpu=1000), clock=ManualClock(0.0), backend=backend)
+    big = {"sustained": {"gpu": 1000}, "ceiling": {"gpu": 1000}, "burst": {"gpu": INF}}
+
+    def reg(name: str, g: int, **kw) -> None:
+        b.register(name, env(g, credits=1e9, **{**big, **kw}))
+
+    def nobody(i: int) -> None:            # an unrelated campaign that lends nothing
+        reg(f"z{i}", 0)
+
+    for i in range(5):
+        reg(f"f{i}", 20, lend_limit={"gpu": 5 if i == 0 else INF})
+        nobody(i)
+    reg("p", 340, lend_limit={"gpu": 7})
+    reg("q", 300, lend_limit={"gpu": 11})
+    reg("p/a", 100, borrow_limit={"gpu": 500})
+    reg("q/x", 200, borrow_limit={"gpu": 500})
+    for i in range(5, 10):
+        nobody(i)
+        reg(f"f{i}", 20)
+    reg("p/b", 100, lend_limit={"gpu": 30})
+    reg("q/y", 100)
+    reg("p/b/n", 50)                       # a nephew of p/a's: not its sibling
+    reg("q/y/w", 40)
+    reg("p/c", 80)
+    reg("t", 160, borrow_limit={"gpu": 1000})
+    reg("p/d", 60)
+    reg("q/z", 0)
+    assert ask(b, "p/d", 45, 45).units == 45          # p/d leaves 15 idle
+    for name, firm, lent in (("p/a", 100, 30 + 80 + 15),      # p/b (its limit), p/c, p/d
+                             ("q/x", 200, 100),               # q/y
+                             ("t", 160, 5 + 9 * 20 + 7 + 11)):  # f0..f9, p and q
+        d = ask(b, name, firm, firm)                  # its firm room
+        assert (d.units, d.path, d.lease.firm) == (firm, "warm", True), name
+        d = ask(b, name, 1, 1000)
+        assert (d.outcome, d.units, d.path) == ("granted", lent, "borrow"), name
+        assert b.state()["campaigns"][name]["borrowed"] == {"gpu": lent}
+        e = ask(b, name, 1, 1000)                     # its siblings lend no more
+        assert (e.outcome, e.reason) == ("pending", "capacity"), name
+        b.cancel(e.intent_id)
+
+
+def test_the_abi_borrows_from_siblings_only():
+    """The C ABI's registration lists a node among its siblings (``bc_engine_add_node``
+    under a parent, ``bc_engine_add_campaign`` at the top level): a borrower takes what its
+    true siblings leave idle, among cousins and unrelated top-level campaigns."""
+    ffi, lib, e = abi_engine(1000)
+    idx = ffi.new("int64_t *")
+
+    def add(parent: int, g: int) -> int:
+        a = [ffi.new("int64_t[]", [x]) for x in (g, 1000, 1000, MAXV)]
+        assert lib.bc_engine_add_node(e, parent, *a, MAXV, 0, idx) == lib.BC_OK
+        return idx[0]
+
+    def lend(c: int, borrow: int, limit: int = MAXV + 1) -> None:
+        bl, ll = ffi.new("int64_t[]", [borrow]), ffi.new("int64_t[]", [limit])
+        assert lib.bc_engine_set_borrowing(e, c, bl, ll) == lib.BC_OK
+
+    dec = ffi.new("bc_decision *")
+    intent = iter(range(100))
+
+    def acquire(c: int, lo: int = 1, hi: int = 1000) -> int:
+        assert lib.bc_engine_acquire(e, c, 0, 0, lo, hi, 600 * NS, -1, 0, next(intent),
+                                     dec) == lib.BC_OK
+        assert dec.outcome == lib.BC_GRANTED, (c, lo, hi, dec.outcome, dec.reason)
+        return dec.units
+
+    A = add(-1, 300)
+    for _ in range(10):                    # flat campaigns, each idle 10
+        add(-1, 10)
+    B = add(-1, 300)
+    A1, B1 = add(A, 100), add(B, 200)
+    for _ in range(10):
+        add(-1, 10)
+    A2, B2 = add(A, 120), add(B, 100)
+    add(B2, 60)                            # a nephew of B1's
+    add(A, 80)                             # A3
+    T = add(-1, 200)
+    lend(A1, 1000)
+    lend(B1, 1000)
+    lend(A2, 0, 50)
+    lend(A, 0, 10)
+    lend(B, 0, 20)
+    lend(T, 1000)
+    # each takes its firm room, then borrows
+    assert (acquire(A1, 100, 100), acquire(A1)) == (100, 50 + 80)   # A2 (its limit), A3
+    assert (acquire(B1, 200, 200), acquire(B1)) == (200, 100)       # B2
+    assert (acquire(T, 200, 200), acquire(T)) == (200, 10 + 20 + 20 * 10)  # A, B, the flat

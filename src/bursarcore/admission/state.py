@@ -24,7 +24,8 @@ import numpy.typing as npt
 from .. import _abi
 
 __all__ = ["EngineState", "wrap", "REASONS", "LIMITS", "LIMIT_REASONS", "LEASE_STATES", "PATHS",
-           "MAXV", "BOR_LIMIT", "BOR_LEND", "BOR_HELD", "BOR_FSUB", "BOR_WIDTH", "HOUR_NS",
+           "MAXV", "BOR_LIMIT", "BOR_LEND", "BOR_HELD", "BOR_FSUB", "BOR_WIDTH", "SIB_CHILD",
+           "SIB_NEXT", "SIB_WIDTH", "HOUR_NS",
            "PPM", "ROW_BITS", "ROW_MASK", "GEN_MASK", "REUSE_AFTER"]
 
 MAXV = 1 << 62                    # "unlimited" credits / burst, and the bound on magnitudes
@@ -92,6 +93,13 @@ LEX_WIDTH = _abi.TREE_DEPTH - 1
 # against).
 BOR_LIMIT, BOR_LEND, BOR_HELD, BOR_FSUB = range(4)
 BOR_WIDTH = 4
+# The lists of siblings a borrower borrows from (SPEC §14.8), ``sib[v + 1]`` for campaign v
+# and ``sib[0]`` for the pool, whose children are the top-level nodes: the first child's
+# index + 1 (0: none) and the next sibling's index + 1 (-1: the last of its list; 0: in no
+# list). The core's k_enlist keeps them: the kernels' ``enlist`` (a top-level node) and
+# ``link`` (a child).
+SIB_CHILD, SIB_NEXT = range(2)
+SIB_WIDTH = 2
 _VIEWS = frozenset(_ROW_FIELDS + _L_FIELDS)
 # Lease ids and rows. The rows of ended leases are reused; a lease id names one use of a
 # row: id = row | generation << ROW_BITS, the generation counting the row's reuses (0 for
@@ -201,6 +209,7 @@ class EngineState:
     gch: I64                          # (_calloc, D) Σ of a node's children's guarantees
     Hsub: I64                         # (_calloc, D) a node of a tree's subtree holding
     bor: I64                          # (_calloc, D, BOR_WIDTH) borrowing (SPEC §14.8)
+    sib: I64                          # (_calloc + 1, SIB_WIDTH) sibling lists (SPEC §14.8)
     left: I64
     escrow: I64
     cred_debited: I64
@@ -285,6 +294,8 @@ class EngineState:
             self.bor[:self.C, :, BOR_LEND] = MAXV
         # the descendants' firm holding follows from the holdings, whatever a pickle kept
         self.bor[:self.C, :, BOR_FSUB] = self.subtree_sums(self.Hf) - self.Hf[:self.C]
+        if "sib" not in d:                 # pickled before the sibling lists: built from up
+            self._list_siblings()
         if "gsum" not in d:                # pickled before Σg was kept here
             self.gsum = self.g[:self.C].sum(axis=0, dtype=np.int64)
         buf = _aligned_buf(lr.shape[0] * L_WIDTH)
@@ -354,9 +365,10 @@ class EngineState:
     def add_campaign(self, g: npt.ArrayLike, s: npt.ArrayLike, b: npt.ArrayLike,
                      Bcap: npt.ArrayLike, budget: int, now_ns: int, top: bool = True) -> int:
         """A campaign's records. ``top``: a top-level node, whose guarantee joins U and
-        ``gsum``; otherwise a node of a tree (SPEC §14) that the kernels' ``link`` makes a
-        child of its parent next (the state then keeps what each ancestor prepays per
-        lease, ``lex``)."""
+        ``gsum``, that the kernels' ``enlist`` lists among the top-level nodes next;
+        otherwise a node of a tree (SPEC §14) that the kernels' ``link`` makes a child of
+        its parent next (the state then keeps what each ancestor prepays per lease,
+        ``lex``)."""
         if not top:
             self.keep_ancestor_excess()
         if self.C == self._calloc:
@@ -421,6 +433,18 @@ class EngineState:
             out[int(up[c]) - 1] += out[c]
         return out
 
+    def _list_siblings(self) -> None:
+        """``sib`` rebuilt from ``up``: each campaign, in the order they were registered,
+        put at the head of its parent's list (the top level's, for a top-level node), as
+        registration puts it (SPEC §14.8)."""
+        sib = self.sib
+        sib[:] = 0
+        for c in range(self.C):
+            p = self.parent(c)
+            head = int(sib[p + 1, SIB_CHILD])
+            sib[c + 1, SIB_NEXT] = head if head != 0 else -1
+            sib[p + 1, SIB_CHILD] = c + 1
+
     def _set_rows(self, cd: np.ndarray, cr: np.ndarray, n: int) -> None:
         """Make ``cdrow`` / ``crow`` ``n`` records long, each record on a 64-byte boundary,
         holding the first ``C`` records of ``cd`` / ``cr`` (zeros after them), and point
@@ -431,14 +455,16 @@ class EngineState:
         new_cd[:keep] = cd[:keep]
         new_cr[:keep] = cr[:keep]
         side = {}
-        for f, shape in (("gch", (n, self.D)), ("Hsub", (n, self.D)),
-                         ("bor", (n, self.D, BOR_WIDTH))):  # the columns beside the records
-            side[f] = np.zeros(shape, dtype=np.int64)
+        for f, shape, k in (("gch", (n, self.D), keep), ("Hsub", (n, self.D), keep),
+                            ("bor", (n, self.D, BOR_WIDTH), keep),
+                            ("sib", (n + 1, SIB_WIDTH), keep + 1)):  # (sib[0]: the pool's)
+            side[f] = np.zeros(shape, dtype=np.int64)   # the columns beside the records
             old = self.__dict__.get(f)
             if old is not None:
-                side[f][:min(keep, old.shape[0])] = old[:keep]
+                side[f][:min(k, old.shape[0])] = old[:k]
         self.cdrow, self.crow, self._calloc = new_cd, new_cr, n
         self.gch, self.Hsub, self.bor = side["gch"], side["Hsub"], side["bor"]
+        self.sib = side["sib"]
         for j, f in enumerate(_CD_FIELDS):
             setattr(self, f, new_cd[:, :, j])
         for j, f in enumerate(_C_FIELDS):

@@ -47,8 +47,8 @@ void bc_engine_free(bc_engine *x)
     free(e->F); free(e->U); free(e->oppa); free(e->pend); free(e->price); free(e->gsum);
     free(e->cls); free(e->cong_thr); free(e->cong_mult); free(e->ring); free(e->ring_sum);
     free(e->scal); free(e->free_slots); free(e->top); free(e->cd); free(e->cr);
-    free(e->gch); free(e->Hsub); free(e->bor); free(e->fs_par); free(e->lr); free(e->lex); free(e->freeq);
-    free(e->lfree); free(e->arena);
+    free(e->gch); free(e->Hsub); free(e->bor); free(e->sib); free(e->fs_par); free(e->lr);
+    free(e->lex); free(e->freeq); free(e->lfree); free(e->arena);
     free(e->arena_top); free(e->heap_t); free(e->heap_id);
     free(x);
 }
@@ -230,6 +230,7 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
     e->gch = engine_dup64(NULL, 1);
     e->Hsub = engine_dup64(NULL, 1);
     e->bor = engine_dup64(NULL, BC_BOR_NCOL);
+    e->sib = engine_dup64(NULL, BC_SIB_NCOL);     /* the pool's row: no campaign yet */
     e->lr = engine_zalloc(1, sizeof(bc_lrow));
     e->freeq = engine_dup64(NULL, 1);
     e->arena = engine_zalloc(1, sizeof(int32_t));
@@ -239,7 +240,8 @@ int bc_engine_new(const bc_engine_config *c, bc_engine **out)
             || !e->F || !e->U || !e->oppa || !e->pend || !e->gsum || !e->cls || !e->cong_thr
             || !e->cong_mult || !e->ring || !e->ring_sum || !e->scal || !e->free_slots
             || !e->top || !e->fs_par || !e->lfree || !e->arena_top || !e->cd || !e->cr
-            || !e->gch || !e->Hsub || !e->bor || !e->lr || !e->freeq || !e->arena || !e->heap_t || !e->heap_id) {
+            || !e->gch || !e->Hsub || !e->bor || !e->sib || !e->lr || !e->freeq || !e->arena
+            || !e->heap_t || !e->heap_id) {
         bc_engine_free(x);
         return BC_ENOMEM;
     }
@@ -266,7 +268,7 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
                       int64_t *index)
 {
     bc_eng *e;
-    int64_t d, D, i, n, *gch, *hsub, *bor;
+    int64_t d, D, i, n, *gch, *hsub, *bor, *sib;
     bc_cdrow *cd;
     bc_crow *cr;
     if (x == NULL || g == NULL || s == NULL || b == NULL || bucket == NULL)
@@ -288,8 +290,10 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
         gch = engine_zalloc((size_t)(n * D), sizeof(int64_t));
         hsub = engine_zalloc((size_t)(n * D), sizeof(int64_t));
         bor = engine_zalloc((size_t)(n * D * BC_BOR_NCOL), sizeof(int64_t));
-        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL || bor == NULL) {
-            free(cd); free(cr); free(gch); free(hsub); free(bor);
+        sib = engine_zalloc((size_t)((n + 1) * BC_SIB_NCOL), sizeof(int64_t));
+        if (cd == NULL || cr == NULL || gch == NULL || hsub == NULL || bor == NULL
+                || sib == NULL) {
+            free(cd); free(cr); free(gch); free(hsub); free(bor); free(sib);
             return BC_ENOMEM;
         }
         memcpy(cd, e->cd, (size_t)(x->C * D) * sizeof(bc_cdrow));
@@ -297,12 +301,14 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
         memcpy(gch, e->gch, (size_t)(x->C * D) * sizeof(int64_t));
         memcpy(hsub, e->Hsub, (size_t)(x->C * D) * sizeof(int64_t));
         memcpy(bor, e->bor, (size_t)(x->C * D * BC_BOR_NCOL) * sizeof(int64_t));
-        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub); free(e->bor);
+        memcpy(sib, e->sib, (size_t)((x->C + 1) * BC_SIB_NCOL) * sizeof(int64_t));
+        free(e->cd); free(e->cr); free(e->gch); free(e->Hsub); free(e->bor); free(e->sib);
         e->cd = cd;
         e->cr = cr;
         e->gch = gch;
         e->Hsub = hsub;
         e->bor = bor;
+        e->sib = sib;
         e->calloc = n;
     }
     for (d = 0; d < D; d++) {
@@ -323,6 +329,8 @@ static int engine_add(bc_engine *x, int64_t p, const int64_t *g, const int64_t *
     e->cr[x->C].left = credits;
     if (p >= 0)
         k_link(e, x->C, p, now);
+    else
+        k_enlist(e, x->C, -1);
     if (index != NULL)
         *index = x->C;
     x->C += 1;

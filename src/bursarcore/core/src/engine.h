@@ -39,6 +39,11 @@ enum { BC_P_WARM, BC_P_RECLAIM, BC_P_COLD, BC_P_BORROW };
  * firm holding */
 enum { BC_BOR_LIMIT, BC_BOR_LEND, BC_BOR_HELD, BC_BOR_FSUB, BC_BOR_NCOL };
 
+/* sibling-list columns, one row per campaign v at row v + 1 and the pool's at row 0 (§14.8):
+ * its first child's index + 1 (0: none; the pool's children are the top-level nodes), and
+ * its next sibling's index + 1 (-1: the last of its list; 0: in no list) */
+enum { BC_SIB_CHILD, BC_SIB_NEXT, BC_SIB_NCOL };
+
 /* k_decide_at's `tree` beyond 0 and 1: the capacity rule of a borrowed lease (§14.8) */
 enum { BC_BORROW = 2 };
 
@@ -118,6 +123,7 @@ typedef struct {
     int64_t *gch;              /* per (campaign, dimension): Σ of its children's guarantees */
     int64_t *Hsub;             /* ... and a node of a tree's subtree holding (§14.2) */
     int64_t *bor;              /* ... and its borrowing columns, BC_BOR_NCOL (§14.8) */
+    int64_t *sib;              /* per campaign + 1 (row 0: the pool): BC_SIB_NCOL */
     int64_t *fs_par;           /* [half-life ns, epoch ns] */
     long long fs_t;            /* cache: the last time fs_weight computed, and its weight */
     double fs_w;

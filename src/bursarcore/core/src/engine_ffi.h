@@ -32,6 +32,7 @@ static int64_t bce_child_room(bc_eng *e, int64_t p, int64_t d);
 static int64_t bce_child_load_room(bc_eng *e, int64_t p, int64_t d);
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t);
 static void bce_make_root(bc_eng *e, int64_t c);
+static void bce_enlist(bc_eng *e, int64_t c, int64_t p);
 static void bce_change_node(bc_eng *e, int64_t c, const int64_t *g, const int64_t *s,
                             const int64_t *b, const int64_t *Bcap, int64_t budget, int64_t t);
 static int64_t bce_free(bc_eng *e, int64_t d);
@@ -89,6 +90,7 @@ static void bce_change_node(bc_eng *e, int64_t c, const int64_t *g, const int64_
 }
 static void bce_link(bc_eng *e, int64_t c, int64_t p, int64_t t) { k_link(e, c, p, t); }
 static void bce_make_root(bc_eng *e, int64_t c) { k_make_root(e, c); }
+static void bce_enlist(bc_eng *e, int64_t c, int64_t p) { k_enlist(e, c, p); }
 static int64_t bce_free(bc_eng *e, int64_t d) { return k_free(e, d); }
 static void bce_ring_advance(bc_eng *e, int64_t t) { k_ring_advance(e, t); }
 static bce_wide bce_cong_ppm(bc_eng *e, int64_t d) { return bce_wide_of(k_cong_ppm(e, d)); }

@@ -193,13 +193,37 @@ static inline int64_t k_child_room(const bc_eng *e, int64_t p, int64_t d)
     return bc_firm_limit(e->cap[d], e->F[d], e->U[d], p < 0 ? 0 : k_path_slack(e, p, d));
 }
 
-/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: its
- * guarantee joins p's children's, its commitment R_c = g_c their commitments (U follows
- * Σ_top R) and its reserved guarantee the loads of p's path. The caller checked the nesting
- * and the rooms (k_child_room, k_child_load_room) on every dimension. */
+/* §14.1, §14.8 node c joins the list of node p's children (p < 0: of the top-level nodes),
+ * at its head: O(1), once per node, at its registration. A removed node stays listed (its
+ * guarantee of 0 lends nothing). */
+static inline void k_enlist(bc_eng *e, int64_t c, int64_t p)
+{
+    int64_t *ps = e->sib + (p + 1) * BC_SIB_NCOL, head = ps[BC_SIB_CHILD];
+    e->sib[(c + 1) * BC_SIB_NCOL + BC_SIB_NEXT] = head != 0 ? head : -1;
+    ps[BC_SIB_CHILD] = c + 1;
+}
+
+/* The first of node p's children (p < 0: of the top-level nodes), or < 0: none. */
+static inline int64_t k_first_child(const bc_eng *e, int64_t p)
+{
+    return e->sib[(p + 1) * BC_SIB_NCOL + BC_SIB_CHILD] - 1;
+}
+
+/* The sibling after node v in its list, or < 0: none. */
+static inline int64_t k_next_sibling(const bc_eng *e, int64_t v)
+{
+    return e->sib[(v + 1) * BC_SIB_NCOL + BC_SIB_NEXT] - 1;
+}
+
+/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: it
+ * joins p's list of children (k_enlist), its guarantee their guarantees, its commitment
+ * R_c = g_c their commitments (U follows Σ_top R) and its reserved guarantee the loads of
+ * p's path. The caller checked the nesting and the rooms (k_child_room, k_child_load_room)
+ * on every dimension. */
 static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
 {
     int64_t d, i, g;
+    k_enlist(e, c, p);
     for (d = 0; d < e->D; d++) {
         i = c * e->D + d;
         g = e->cd[i].g;
@@ -428,17 +452,17 @@ static inline int k_borrower(const bc_eng *e, int64_t c, int64_t d, int64_t k)
  * siblings (the other children of its parent, or the other top-level nodes) leave idle of
  * their guarantees, each up to its lend limit, less what c and its siblings hold on
  * borrowed leases, and no more than c's borrow limit leaves (k_borrow_left). One pass over
- * the campaigns: a cold path, taken only by a borrower's request that its firm room cut
- * short. */
+ * c's parent's list of children (k_enlist), O(siblings): a cold path, taken only by a
+ * borrower's request that its firm room cut short. */
 BC_WALK int64_t k_borrow_room(const bc_eng *e, int64_t c, int64_t d)
 {
-    int64_t D = e->D, p = k_parent_of(e, c), v, idle, lend = 0;
+    int64_t D = e->D, v, idle, lend = 0;
     const int64_t *b = e->bor + (c * D + d) * BC_BOR_NCOL, *x;
     int64_t room = k_borrow_left(e, c, d), lent = b[BC_BOR_HELD];
     if (room <= 0)
         return 0;
-    for (v = 0; v < e->calloc; v++) {
-        if (v == c || k_parent_of(e, v) != p)
+    for (v = k_first_child(e, k_parent_of(e, c)); v >= 0; v = k_next_sibling(e, v)) {
+        if (v == c)
             continue;
         x = e->bor + (v * D + d) * BC_BOR_NCOL;
         idle = k_idle(e, v, d);
