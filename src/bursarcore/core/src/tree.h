@@ -98,8 +98,8 @@ BC_WALK int64_t k_path_read(bc_eng *e, int64_t c, int64_t d, int64_t dur, int64_
  * cap − Σ_top R (c's unmet guarantee, for a flat campaign). */
 BC_WALK int64_t k_path_slack_tree(const bc_eng *e, int64_t c, int64_t d)
 {
-    int64_t i = c * e->D + d, xlim[BC_LIMITS], left;
-    return bc_slack(e->cd[i].g, e->cd[i].Hf, e->cd[i].Rch)
+    int64_t xlim[BC_LIMITS], left;
+    return k_unmet(e, c, d)
         + k_path_at((bc_eng *)e, c, d, 0, 0, 0, xlim, &left, NULL);   /* (writes nothing) */
 }
 
@@ -215,34 +215,11 @@ static inline int64_t k_next_sibling(const bc_eng *e, int64_t v)
     return e->sib[(v + 1) * BC_SIB_NCOL + BC_SIB_NEXT] - 1;
 }
 
-/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: it
- * joins p's list of children (k_enlist), its guarantee their guarantees, its commitment
- * R_c = g_c their commitments (U follows Σ_top R) and its reserved guarantee the loads of
- * p's path. The caller checked the nesting and the rooms (k_child_room, k_child_load_room)
- * on every dimension. */
-static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
-{
-    int64_t d, i, g;
-    k_enlist(e, c, p);
-    for (d = 0; d < e->D; d++) {
-        i = c * e->D + d;
-        g = e->cd[i].g;
-        e->cd[i].up = p + 1;
-        if (e->cd[p * e->D + d].up == 0) {          /* its first child: p is a tree's root */
-            e->cd[p * e->D + d].up = BC_UP_ROOT;
-            e->Hsub[p * e->D + d] = e->cd[p * e->D + d].H;
-            e->bor[(p * e->D + d) * BC_BOR_NCOL + BC_BOR_FSUB] = 0;
-        }
-        e->gch[p * e->D + d] += g;
-        e->U[d] += k_commit_up(e, p + 1, d, g);
-        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), 0, t);
-    }
-}
-
-/* §14.8 flat campaign c becomes the root of a tree of its own (no children): its decisions
- * take the tree's walk, which weighs borrowing, so a flat campaign without a borrow limit
- * pays nothing for it. Its figures stay a flat campaign's: its subtree's holding is its own
- * and its descendants hold nothing. The caller made room for what ancestors prepay (lex). */
+/* §14.1, §14.8 flat campaign c becomes the root of a tree (a parent at its first child, or
+ * a flat borrower, whose decisions then take the tree's walk, which weighs borrowing, so a
+ * flat campaign without a borrow limit pays nothing for it); nothing for a node of a tree.
+ * Its figures stay a flat campaign's: its subtree's holding is its own and its descendants
+ * hold nothing. The caller made room for what ancestors prepay (lex). */
 static inline void k_make_root(bc_eng *e, int64_t c)
 {
     int64_t d, i;
@@ -253,6 +230,26 @@ static inline void k_make_root(bc_eng *e, int64_t c)
         e->cd[i].up = BC_UP_ROOT;
         e->Hsub[i] = e->cd[i].H;
         e->bor[i * BC_BOR_NCOL + BC_BOR_FSUB] = 0;
+    }
+}
+
+/* §14.1 node c (its records written; it holds nothing) becomes a child of node p at t: it
+ * joins p's list of children (k_enlist), its guarantee their guarantees, its commitment
+ * R_c = g_c their commitments (U follows Σ_top R) and its reserved guarantee the loads of
+ * p's path. The caller checked the nesting and the rooms (k_child_room, k_child_load_room)
+ * on every dimension. */
+static inline void k_link(bc_eng *e, int64_t c, int64_t p, int64_t t)
+{
+    int64_t d, i, g;
+    k_enlist(e, c, p);
+    k_make_root(e, p);                  /* (its first child: p becomes a tree's root) */
+    for (d = 0; d < e->D; d++) {
+        i = c * e->D + d;
+        g = e->cd[i].g;
+        e->cd[i].up = p + 1;
+        e->gch[p * e->D + d] += g;
+        e->U[d] += k_commit_up(e, p + 1, d, g);
+        k_measure_up(e, p + 1, d, 0, bc_child_measure(g, 0), 0, t);
     }
 }
 
